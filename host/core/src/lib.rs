@@ -1,0 +1,18 @@
+//! `sluice-core`: the event model, timestamp newtypes, ids and the host-side traits
+//! (`Source`, `Sink`, `Filter`). No I/O happens here; every other host crate depends
+//! on this one, and this one on no other.
+
+mod batch;
+mod error;
+mod event;
+mod traits;
+mod ts;
+
+pub use batch::{
+    Batch, BatchBuilder, ByteValues, Column, ColumnData, ColumnType, ColumnValues, TableBatch,
+    TableSchema, FLAG_REPLAY, FLAG_SPLIT,
+};
+pub use error::{BatchError, PluginError};
+pub use event::{DdlEvent, Op, RowChange, Transaction, Value};
+pub use traits::{Filter, Sink, Source, SourceEvent};
+pub use ts::{CheckpointTs, CommitTs, ResolvedTs};

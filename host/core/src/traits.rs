@@ -1,0 +1,67 @@
+//! The host-side roles. Implementations live in other crates (`WasmSink` in
+//! `sluice-runtime`, `DatagenSource` in `sluice-source`, ...).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::batch::{Batch, TableSchema};
+use crate::error::PluginError;
+use crate::event::{DdlEvent, Transaction};
+use crate::ts::{CommitTs, ResolvedTs};
+
+/// What a source yields.
+#[derive(Debug, Clone)]
+pub enum SourceEvent {
+    /// One whole upstream transaction.
+    Transaction(Transaction),
+    /// A schema change.
+    Ddl(DdlEvent),
+    /// No event with a commit ts <= this will follow.
+    Resolved(ResolvedTs),
+    /// The source has nothing more (a bounded workload, or the target ts reached).
+    End,
+}
+
+/// An upstream reader.
+pub trait Source: Send {
+    /// The error a source fails with.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// The next event, in commit-ts order.
+    fn next_event(&mut self) -> impl Future<Output = Result<SourceEvent, Self::Error>> + Send;
+
+    /// Resume after `ts`: events with commit ts <= `ts` are not produced again.
+    fn start_after(&mut self, ts: CommitTs);
+}
+
+/// A destination for row changes. `flush(ts)` returning `Ok` is the only
+/// acknowledgement: the checkpoint may pass `ts` only after it.
+pub trait Sink: Send {
+    /// Start (or restart) the sink.
+    fn open(&mut self) -> impl Future<Output = Result<(), PluginError>> + Send;
+    /// Deliver a batch; `schemas` are the schemas its table batches refer to.
+    /// The batch is lent, not consumed, so the caller can retry with it.
+    fn write(
+        &mut self,
+        schemas: &[Arc<TableSchema>],
+        batch: &mut Batch,
+    ) -> impl Future<Output = Result<(), PluginError>> + Send;
+    /// Make everything written with commit ts <= `ts` durable.
+    fn flush(&mut self, ts: CommitTs) -> impl Future<Output = Result<(), PluginError>> + Send;
+    /// Apply a schema change after everything before it was flushed.
+    fn apply_ddl(&mut self, ddl: &DdlEvent) -> impl Future<Output = Result<(), PluginError>> + Send;
+    /// Release resources.
+    fn close(&mut self) -> impl Future<Output = Result<(), PluginError>> + Send;
+}
+
+/// A batch transform between source and sink.
+pub trait Filter: Send {
+    /// Start (or restart) the filter.
+    fn open(&mut self) -> impl Future<Output = Result<(), PluginError>> + Send;
+    /// Transform a batch in place (rows may be dropped or rewritten).
+    fn transform(
+        &mut self,
+        schemas: &[Arc<TableSchema>],
+        batch: &mut Batch,
+    ) -> impl Future<Output = Result<(), PluginError>> + Send;
+}

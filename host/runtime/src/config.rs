@@ -1,0 +1,95 @@
+//! Runtime, quota and capability settings.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Engine-wide settings.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Where precompiled artifacts are kept (`None`: compile on every load).
+    pub cache_dir: Option<PathBuf>,
+    /// Instances that may be alive at once (pooling allocator slots).
+    pub max_instances: u32,
+    /// Hard ceiling for any one linear memory, whatever a plugin's quota says.
+    pub max_memory_bytes: u64,
+    /// Epoch tick; CPU deadlines are rounded up to whole ticks.
+    pub epoch_tick: Duration,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            cache_dir: None,
+            max_instances: 128,
+            max_memory_bytes: 1 << 30,
+            epoch_tick: Duration::from_millis(5),
+        }
+    }
+}
+
+/// Quotas of one plugin instance.
+#[derive(Debug, Clone)]
+pub struct PluginLimits {
+    /// Sum of all linear memories of the instance.
+    pub memory_bytes: u64,
+    /// CPU (wall time inside the guest) per call.
+    pub call_timeout: Duration,
+    /// Time a call may spend in total, host calls (HTTP, sockets) included.
+    pub host_call_timeout: Duration,
+    /// Largest batch (wire bytes) sent in one call; defaults to a quarter of the
+    /// memory quota, since lowering a batch allocates it inside the guest.
+    pub max_batch_bytes: Option<u64>,
+}
+
+impl Default for PluginLimits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: 64 << 20,
+            call_timeout: Duration::from_secs(5),
+            host_call_timeout: Duration::from_secs(30),
+            max_batch_bytes: None,
+        }
+    }
+}
+
+impl PluginLimits {
+    /// The effective batch bound in bytes.
+    pub fn batch_bytes(&self) -> u64 {
+        self.max_batch_bytes.unwrap_or(self.memory_bytes / 4)
+    }
+}
+
+/// What a plugin may touch. Everything is denied unless granted here.
+#[derive(Debug, Clone, Default)]
+pub struct Capabilities {
+    /// A private host directory, visible to the plugin as `/data` (read-write).
+    pub data_dir: Option<PathBuf>,
+    /// TCP peers the plugin may connect to.
+    pub tcp_allow: Vec<SocketAddr>,
+    /// Hosts (`name` or `name:port`) the plugin may send HTTP requests to.
+    pub http_allow: Vec<String>,
+}
+
+/// Everything needed to run one plugin instance.
+#[derive(Debug, Clone)]
+pub struct PluginSettings {
+    /// A name for logs and errors (e.g. `sink-file@0.1.0`).
+    pub name: String,
+    /// The plugin's configuration as JSON text.
+    pub config_json: String,
+    pub limits: PluginLimits,
+    pub capabilities: Capabilities,
+}
+
+impl PluginSettings {
+    /// Settings with default limits and no capabilities.
+    pub fn new(name: impl Into<String>, config_json: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            config_json: config_json.into(),
+            limits: PluginLimits::default(),
+            capabilities: Capabilities::default(),
+        }
+    }
+}

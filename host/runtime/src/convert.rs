@@ -1,0 +1,113 @@
+//! Moves between `sluice-core` batches and the generated binding types. Every
+//! conversion moves the vectors; nothing is copied.
+
+use sluice_core as core;
+
+use crate::bindings::types as wit;
+
+pub(crate) fn schema(s: &core::TableSchema) -> wit::TableSchema {
+    wit::TableSchema {
+        table_id: s.table_id,
+        version: s.version,
+        schema_name: s.schema_name.clone(),
+        table_name: s.table_name.clone(),
+        columns: s
+            .columns
+            .iter()
+            .map(|c| wit::Column {
+                name: c.name.clone(),
+                ty: column_type(c.ty),
+                sql_type: c.sql_type.clone(),
+                nullable: c.nullable,
+                key: c.key,
+            })
+            .collect(),
+    }
+}
+
+fn column_type(t: core::ColumnType) -> wit::ColumnType {
+    use core::ColumnType as C;
+    match t {
+        C::Int => wit::ColumnType::Int,
+        C::Uint => wit::ColumnType::Uint,
+        C::Float => wit::ColumnType::Float,
+        C::Decimal => wit::ColumnType::Decimal,
+        C::Text => wit::ColumnType::Text,
+        C::Blob => wit::ColumnType::Blob,
+        C::Datetime => wit::ColumnType::Datetime,
+        C::Date => wit::ColumnType::Date,
+        C::Json => wit::ColumnType::Json,
+        C::Boolean => wit::ColumnType::Boolean,
+    }
+}
+
+fn column_to_wit(c: core::ColumnData) -> wit::ColumnData {
+    wit::ColumnData {
+        values: match c.values {
+            core::ColumnValues::Int64(v) => wit::ColumnValues::Int64(v),
+            core::ColumnValues::Uint64(v) => wit::ColumnValues::Uint64(v),
+            core::ColumnValues::Float64(v) => wit::ColumnValues::Float64(v),
+            core::ColumnValues::Bytes(b) => wit::ColumnValues::Bytes(wit::ByteValues {
+                offsets: b.offsets,
+                data: b.data,
+            }),
+        },
+        nulls: c.nulls,
+    }
+}
+
+fn column_from_wit(c: wit::ColumnData) -> core::ColumnData {
+    core::ColumnData {
+        values: match c.values {
+            wit::ColumnValues::Int64(v) => core::ColumnValues::Int64(v),
+            wit::ColumnValues::Uint64(v) => core::ColumnValues::Uint64(v),
+            wit::ColumnValues::Float64(v) => core::ColumnValues::Float64(v),
+            wit::ColumnValues::Bytes(b) => core::ColumnValues::Bytes(core::ByteValues {
+                offsets: b.offsets,
+                data: b.data,
+            }),
+        },
+        nulls: c.nulls,
+    }
+}
+
+pub(crate) fn table_to_wit(t: core::TableBatch) -> wit::TableBatch {
+    wit::TableBatch {
+        table_id: t.table_id,
+        schema_version: t.schema_version,
+        ops: t.ops,
+        commit_ts: t.commit_ts,
+        row_flags: t.flags,
+        before: t.before.into_iter().map(column_to_wit).collect(),
+        after: t.after.into_iter().map(column_to_wit).collect(),
+    }
+}
+
+pub(crate) fn table_from_wit(t: wit::TableBatch) -> core::TableBatch {
+    core::TableBatch {
+        table_id: t.table_id,
+        schema_version: t.schema_version,
+        ops: t.ops,
+        commit_ts: t.commit_ts,
+        flags: t.row_flags,
+        before: t.before.into_iter().map(column_from_wit).collect(),
+        after: t.after.into_iter().map(column_from_wit).collect(),
+    }
+}
+
+pub(crate) fn ddl(d: &core::DdlEvent) -> wit::DdlEvent {
+    wit::DdlEvent {
+        commit_ts: d.commit_ts.get(),
+        schema_name: d.schema_name.clone(),
+        table_name: d.table_name.clone(),
+        query: d.query.clone(),
+    }
+}
+
+pub(crate) fn plugin_error(e: wit::Error) -> core::PluginError {
+    match e {
+        wit::Error::Config(m) => core::PluginError::Config(m),
+        wit::Error::Retryable(m) => core::PluginError::Retryable(m),
+        wit::Error::Fatal(m) => core::PluginError::Fatal(m),
+    }
+}

@@ -1,0 +1,164 @@
+//! What sinks and filters share: one live instance at a time, armed with a CPU
+//! deadline and a wall-clock timeout per call, dropped after any failure.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_core::PluginError;
+use wasmtime::{Store, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+
+use crate::bindings::types as wit;
+use crate::component::PluginComponent;
+use crate::config::PluginSettings;
+use crate::convert;
+use crate::state::{PluginState, PluginStats};
+
+/// A live instance: its store, its bindings, its stderr, and which schema
+/// versions it has been sent.
+pub(crate) struct Live<B> {
+    pub(crate) store: Store<PluginState>,
+    pub(crate) bindings: B,
+    stderr: MemoryOutputPipe,
+    pub(crate) sent: HashSet<(u32, u32)>,
+}
+
+/// How a guarded call ended, before classification.
+pub(crate) type Outcome<T> = Result<wasmtime::Result<Result<T, wit::Error>>, tokio::time::error::Elapsed>;
+
+/// At most one live instance of a component, with its settings.
+pub(crate) struct Slot<B> {
+    pub(crate) component: PluginComponent,
+    pub(crate) settings: PluginSettings,
+    pub(crate) stats: Arc<PluginStats>,
+    pub(crate) live: Option<Live<B>>,
+}
+
+impl<B> Slot<B> {
+    pub(crate) fn new(component: PluginComponent, settings: PluginSettings) -> Self {
+        Self {
+            component,
+            settings,
+            stats: Arc::new(PluginStats::default()),
+            live: None,
+        }
+    }
+
+    /// A fresh store for a new instance, with exactly the granted capabilities.
+    pub(crate) fn new_store(&self) -> Result<(Store<PluginState>, MemoryOutputPipe), PluginError> {
+        let (state, stderr) = PluginState::new(&self.settings, self.stats.clone()).map_err(PluginError::Retryable)?;
+        let mut store = Store::new(&self.component.runtime.inner.engine, state);
+        store.limiter(|s| &mut s.quota);
+        store.epoch_deadline_trap();
+        Ok((store, stderr))
+    }
+
+    pub(crate) fn install(&mut self, store: Store<PluginState>, bindings: B, stderr: MemoryOutputPipe) {
+        self.stats.instantiations.fetch_add(1, Ordering::Relaxed);
+        self.stats.peak_memory_bytes.fetch_max(store.data().quota.used, Ordering::Relaxed);
+        self.live = Some(Live {
+            store,
+            bindings,
+            stderr,
+            sent: HashSet::new(),
+        });
+    }
+
+    /// Linear memory of the live instance, in bytes.
+    pub(crate) fn memory_bytes(&self) -> Option<u64> {
+        self.live.as_ref().map(|l| l.store.data().quota.used)
+    }
+
+    /// Turn a call's outcome into a result; any failure drops the instance.
+    pub(crate) fn settle<T>(&mut self, outcome: Outcome<T>) -> Result<T, PluginError> {
+        match outcome {
+            Ok(Ok(Ok(value))) => {
+                if let Some(live) = &self.live {
+                    self.stats.peak_memory_bytes.fetch_max(live.store.data().quota.used, Ordering::Relaxed);
+                }
+                Ok(value)
+            }
+            Ok(Ok(Err(err))) => {
+                // The plugin reported an error: its buffered state is suspect, and the
+                // host will replay from the checkpoint, so start over with a new instance.
+                self.live = None;
+                Err(convert::plugin_error(err))
+            }
+            Ok(Err(trap)) => {
+                let reason = self.stop_reason(&trap);
+                self.stop(&reason);
+                Err(PluginError::Stopped(reason))
+            }
+            Err(_elapsed) => {
+                let reason = format!(
+                    "the call did not return within {:?} (blocked in a host call)",
+                    self.settings.limits.host_call_timeout
+                );
+                self.stop(&reason);
+                Err(PluginError::Stopped(reason))
+            }
+        }
+    }
+
+    fn stop(&mut self, reason: &str) {
+        tracing::warn!(plugin = %self.settings.name, reason, "Plugin instance stopped; the next call gets a fresh instance.");
+        self.stats.record_stop(reason);
+        self.live = None;
+    }
+
+    fn stop_reason(&self, err: &wasmtime::Error) -> String {
+        let live = self.live.as_ref();
+        if let Some(msg) = live.and_then(|l| l.store.data().quota.exceeded.clone()) {
+            return msg;
+        }
+        if let Some(Trap::Interrupt) = err.downcast_ref::<Trap>() {
+            return format!(
+                "exceeded its CPU time limit of {:?} per call",
+                self.settings.limits.call_timeout
+            );
+        }
+        let stderr = live.map(|l| String::from_utf8_lossy(&l.stderr.contents()).into_owned()).unwrap_or_default();
+        if let Some(pos) = stderr.find("panicked at") {
+            let text: String = stderr[pos..].lines().take(2).collect::<Vec<_>>().join(": ");
+            return format!("plugin panicked: {}", text.trim());
+        }
+        match err.downcast_ref::<Trap>() {
+            Some(trap) => format!("plugin trapped: {trap}"),
+            None => format!("plugin call failed: {err}"),
+        }
+    }
+}
+
+/// Epoch ticks for a CPU limit (rounded up, plus the tick already under way).
+pub(crate) fn ticks(limit: Duration, tick: Duration) -> u64 {
+    (limit.as_nanos() / tick.as_nanos().max(1)) as u64 + 1
+}
+
+/// Run a call future under the host-call timeout.
+pub(crate) async fn guard<T>(
+    timeout: Duration,
+    fut: impl Future<Output = wasmtime::Result<Result<T, wit::Error>>>,
+) -> Outcome<T> {
+    tokio::time::timeout(timeout, fut).await
+}
+
+/// Run a guarded call on the slot's live instance. `$live` names the instance
+/// inside `$call`.
+macro_rules! guarded_call {
+    ($slot:expr, |$live:ident| $call:expr) => {{
+        let slot = &mut $slot;
+        let timeout = slot.settings.limits.host_call_timeout;
+        let outcome = {
+            let $live = slot.live.as_mut().expect("an instance is live");
+            let tick = slot.component.runtime.inner.epoch_tick;
+            $live
+                .store
+                .set_epoch_deadline($crate::instance::ticks(slot.settings.limits.call_timeout, tick));
+            $crate::instance::guard(timeout, $call).await
+        };
+        slot.settle(outcome)
+    }};
+}
+pub(crate) use guarded_call;

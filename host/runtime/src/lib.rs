@@ -1,0 +1,31 @@
+//! `sluice-runtime`: loads plugin components and runs them sandboxed. This is the
+//! only crate that names wasmtime.
+//!
+//! - [`PluginRuntime`] owns the engine (pooling allocator, epoch interruption), the
+//!   linkers and the precompile cache.
+//! - [`PluginComponent`] is a loaded, checked, precompiled plugin of one world.
+//! - [`WasmSink`] and [`WasmFilter`] run instances of a component behind the
+//!   `sluice-core` traits with a memory quota, a CPU deadline per call, host-call
+//!   timeouts and only the capabilities granted. A trap, OOM or timeout drops the
+//!   instance and reports [`sluice_core::PluginError::Stopped`]; the next call gets
+//!   a fresh instance.
+
+mod bindings;
+mod cache;
+mod component;
+mod config;
+mod convert;
+mod error;
+mod filter;
+mod instance;
+mod runtime;
+mod sink;
+mod state;
+
+pub use component::{PluginComponent, PluginKind};
+pub use config::{Capabilities, PluginLimits, PluginSettings, RuntimeConfig};
+pub use error::{LoadError, RuntimeError};
+pub use filter::WasmFilter;
+pub use runtime::PluginRuntime;
+pub use sink::WasmSink;
+pub use state::PluginStats;

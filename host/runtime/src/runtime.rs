@@ -1,0 +1,118 @@
+//! The engine, its linkers and the epoch ticker.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::bindings;
+use crate::cache::PrecompileCache;
+use crate::component::{PluginComponent, PluginKind};
+use crate::config::RuntimeConfig;
+use crate::error::{LoadError, RuntimeError};
+use crate::state::PluginState;
+
+/// Owns the wasmtime engine. Cheap to clone; share one per process.
+#[derive(Clone)]
+pub struct PluginRuntime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) engine: Engine,
+    pub(crate) sink_linker: Linker<PluginState>,
+    pub(crate) filter_linker: Linker<PluginState>,
+    pub(crate) cache: Option<PrecompileCache>,
+    pub(crate) epoch_tick: Duration,
+    stop_ticker: Arc<AtomicBool>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+impl PluginRuntime {
+    /// Build the engine and start its epoch ticker.
+    pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(config.max_instances)
+            // A Rust wasm32-wasip2 component has a handful of core instances (the
+            // program plus small shims), one memory and a couple of tables.
+            .total_core_instances(config.max_instances * 8)
+            .total_memories(config.max_instances * 2)
+            .total_tables(config.max_instances * 8)
+            .total_stacks(config.max_instances)
+            .max_memory_size(config.max_memory_bytes as usize);
+
+        let mut wasm = Config::new();
+        wasm.wasm_component_model(true)
+            .epoch_interruption(true)
+            .concurrency_support(false)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&wasm).map_err(|e| RuntimeError::Config(format!("{e:#}")))?;
+
+        let sink_linker = linker(&engine)?;
+        let filter_linker = linker(&engine)?;
+        let cache = config
+            .cache_dir
+            .as_deref()
+            .map(|dir| PrecompileCache::open(dir, &engine))
+            .transpose()?;
+
+        let stop_ticker = Arc::new(AtomicBool::new(false));
+        {
+            let engine = engine.clone();
+            let stop = stop_ticker.clone();
+            let tick = config.epoch_tick;
+            std::thread::Builder::new()
+                .name("sluice-epoch".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(tick);
+                        engine.increment_epoch();
+                    }
+                })
+                .map_err(|e| RuntimeError::Config(format!("cannot start the epoch thread: {e}")))?;
+        }
+
+        Ok(Self {
+            inner: Arc::new(Inner {
+                engine,
+                sink_linker,
+                filter_linker,
+                cache,
+                epoch_tick: config.epoch_tick,
+                stop_ticker,
+            }),
+        })
+    }
+
+    /// Check `bytes` as a plugin of `kind`, precompile it (or take it from the
+    /// cache) and prepare it for instantiation.
+    pub fn load(&self, kind: PluginKind, bytes: &[u8]) -> Result<PluginComponent, LoadError> {
+        PluginComponent::load(self, kind, bytes)
+    }
+
+    /// [`PluginRuntime::load`] from a file.
+    pub fn load_file(&self, kind: PluginKind, path: &Path) -> Result<PluginComponent, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        self.load(kind, &bytes)
+    }
+}
+
+fn linker(engine: &Engine) -> Result<Linker<PluginState>, RuntimeError> {
+    let mut linker = Linker::new(engine);
+    let err = |e: wasmtime::Error| RuntimeError::Config(format!("linking host interfaces: {e:#}"));
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(err)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(err)?;
+    bindings::host::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(err)?;
+    Ok(linker)
+}

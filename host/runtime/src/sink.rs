@@ -1,0 +1,149 @@
+//! `WasmSink`: a sink plugin behind the `sluice_core::Sink` trait.
+
+use std::sync::Arc;
+
+use sluice_core::{Batch, CommitTs, DdlEvent, PluginError, Sink, TableSchema};
+
+use crate::bindings::sink::Sink as SinkBindings;
+use crate::bindings::types as wit;
+use crate::component::{PluginComponent, PluginKind, Pre};
+use crate::config::PluginSettings;
+use crate::convert;
+use crate::error::LoadError;
+use crate::instance::{guarded_call, Slot};
+use crate::state::PluginStats;
+
+/// Runs a sink component: one live instance at a time, created on first use and
+/// after every failure.
+pub struct WasmSink {
+    slot: Slot<SinkBindings>,
+}
+
+impl WasmSink {
+    /// A sink for `component` (which must implement the sink world).
+    pub fn new(component: PluginComponent, settings: PluginSettings) -> Result<Self, LoadError> {
+        if component.kind != PluginKind::Sink {
+            return Err(LoadError::WrongWorld {
+                world: "sink",
+                reason: "this component implements the filter world".into(),
+            });
+        }
+        Ok(Self {
+            slot: Slot::new(component, settings),
+        })
+    }
+
+    /// Counters and stop reasons of this plugin.
+    pub fn stats(&self) -> &Arc<PluginStats> {
+        &self.slot.stats
+    }
+
+    /// Largest batch (wire bytes) the host sends in one call.
+    pub fn max_batch_bytes(&self) -> u64 {
+        self.slot.settings.limits.batch_bytes()
+    }
+
+    /// Linear memory of the live instance, if one is live.
+    pub fn instance_memory_bytes(&self) -> Option<u64> {
+        self.slot.memory_bytes()
+    }
+
+    /// Whether an instance is live.
+    pub fn is_live(&self) -> bool {
+        self.slot.live.is_some()
+    }
+
+    async fn instantiate(&mut self) -> Result<(), PluginError> {
+        let Pre::Sink(pre) = &self.slot.component.pre else {
+            unreachable!("checked in WasmSink::new");
+        };
+        let pre = pre.clone();
+        let (mut store, stderr) = self.slot.new_store()?;
+        store.set_epoch_deadline(crate::instance::ticks(
+            self.slot.settings.limits.call_timeout,
+            self.slot.component.runtime.inner.epoch_tick,
+        ));
+        let timeout = self.slot.settings.limits.host_call_timeout;
+        let made = tokio::time::timeout(timeout, pre.instantiate_async(&mut store)).await;
+        match made {
+            Ok(Ok(bindings)) => self.slot.install(store, bindings, stderr),
+            Ok(Err(e)) => return Err(PluginError::Stopped(format!("instantiation failed: {e:#}"))),
+            Err(_) => return Err(PluginError::Stopped(format!("instantiation took longer than {timeout:?}"))),
+        }
+        Ok(())
+    }
+
+    /// Ask the plugin whether its configuration is valid (a throwaway instance;
+    /// nothing is opened).
+    pub async fn validate_config(&mut self) -> Result<(), PluginError> {
+        self.instantiate().await?;
+        let config = self.slot.settings.config_json.clone();
+        let result = guarded_call!(self.slot, |live| live.bindings.sluice_plugin_sink_api().call_validate_config(&mut live.store, &config));
+        self.slot.live = None;
+        result
+    }
+
+    async fn live(&mut self) -> Result<(), PluginError> {
+        if self.slot.live.is_none() {
+            self.instantiate().await?;
+            let config = self.slot.settings.config_json.clone();
+            guarded_call!(self.slot, |live| live.bindings.sluice_plugin_sink_api().call_open(&mut live.store, &config))?;
+        }
+        Ok(())
+    }
+}
+
+impl Sink for WasmSink {
+    async fn open(&mut self) -> Result<(), PluginError> {
+        self.live().await
+    }
+
+    async fn write(&mut self, schemas: &[Arc<TableSchema>], batch: &mut Batch) -> Result<(), PluginError> {
+        let bytes = batch.wire_bytes() as u64;
+        if bytes > self.max_batch_bytes() {
+            return Err(PluginError::Refused(format!(
+                "batch of {bytes} bytes is over this plugin's bound of {} bytes (a quarter of its memory quota); split it",
+                self.max_batch_bytes()
+            )));
+        }
+        self.live().await?;
+        let sent = &self.slot.live.as_ref().expect("live").sent;
+        let new: Vec<&Arc<TableSchema>> = schemas
+            .iter()
+            .filter(|s| !sent.contains(&(s.table_id, s.version)))
+            .filter(|s| batch.tables.iter().any(|t| (t.table_id, t.schema_version) == (s.table_id, s.version)))
+            .collect();
+        let wire = wit::Batch {
+            schemas: new.iter().map(|s| convert::schema(s)).collect(),
+            tables: std::mem::take(&mut batch.tables).into_iter().map(convert::table_to_wit).collect(),
+        };
+        let result = guarded_call!(self.slot, |live| live.bindings.sluice_plugin_sink_api().call_write(&mut live.store, &wire));
+        batch.tables = wire.tables.into_iter().map(convert::table_from_wit).collect();
+        if result.is_ok() {
+            if let Some(live) = &mut self.slot.live {
+                live.sent.extend(new.iter().map(|s| (s.table_id, s.version)));
+            }
+        }
+        result
+    }
+
+    async fn flush(&mut self, ts: CommitTs) -> Result<(), PluginError> {
+        self.live().await?;
+        guarded_call!(self.slot, |live| live.bindings.sluice_plugin_sink_api().call_flush(&mut live.store, ts.get()))
+    }
+
+    async fn apply_ddl(&mut self, ddl: &DdlEvent) -> Result<(), PluginError> {
+        self.live().await?;
+        let wire = convert::ddl(ddl);
+        guarded_call!(self.slot, |live| live.bindings.sluice_plugin_sink_api().call_apply_ddl(&mut live.store, &wire))
+    }
+
+    async fn close(&mut self) -> Result<(), PluginError> {
+        if self.slot.live.is_none() {
+            return Ok(());
+        }
+        let result = guarded_call!(self.slot, |live| live.bindings.sluice_plugin_sink_api().call_close(&mut live.store));
+        self.slot.live = None;
+        result
+    }
+}
