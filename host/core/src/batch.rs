@@ -361,6 +361,11 @@ impl Batch {
         self.tables.iter().map(TableBatch::wire_bytes).sum()
     }
 
+    /// Mark every row as replayed.
+    pub fn mark_replay(&mut self) {
+        self.tables.iter_mut().for_each(TableBatch::mark_replay);
+    }
+
     /// The largest commit ts in the batch.
     pub fn max_commit_ts(&self) -> Option<CommitTs> {
         self.tables
@@ -402,7 +407,7 @@ impl BatchBuilder {
         };
         self.tables[pos].1.push(commit_ts, flags, row);
         self.rows += 1;
-        self.bytes += 10 + row_bytes(row);
+        self.bytes += row.wire_bytes();
     }
 
     /// Rows so far.
@@ -425,20 +430,6 @@ impl BatchBuilder {
         let (schemas, tables) = self.tables.into_iter().unzip();
         (schemas, Batch { tables })
     }
-}
-
-fn row_bytes(row: &RowChange) -> usize {
-    let image = |vals: &Option<Vec<Value>>| {
-        vals.as_ref().map_or(0, |v| {
-            v.iter()
-                .map(|x| match x {
-                    Value::Bytes(b) => b.len() + 4,
-                    _ => 8,
-                })
-                .sum()
-        })
-    };
-    image(&row.before) + image(&row.after)
 }
 
 #[cfg(test)]

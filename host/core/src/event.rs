@@ -57,6 +57,24 @@ pub struct RowChange {
     pub after: Option<Vec<Value>>,
 }
 
+impl RowChange {
+    /// Approximate bytes the row occupies in a batch on the wire (what
+    /// `BatchBuilder::bytes` counts): 10 per row, 8 per fixed-size value, length
+    /// plus 4 per byte-like value.
+    pub fn wire_bytes(&self) -> usize {
+        let image = |vals: &Option<Vec<Value>>| -> usize {
+            vals.iter()
+                .flatten()
+                .map(|x| match x {
+                    Value::Bytes(b) => b.len() + 4,
+                    _ => 8,
+                })
+                .sum()
+        };
+        10 + image(&self.before) + image(&self.after)
+    }
+}
+
 /// The rows of one upstream transaction, all with the same commit ts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transaction {

@@ -37,6 +37,8 @@ pub trait Source: Send {
 /// A destination for row changes. `flush(ts)` returning `Ok` is the only
 /// acknowledgement: the checkpoint may pass `ts` only after it.
 pub trait Sink: Send {
+    /// A name for logs and errors.
+    fn name(&self) -> &str;
     /// Start (or restart) the sink.
     fn open(&mut self) -> impl Future<Output = Result<(), PluginError>> + Send;
     /// Deliver a batch; `schemas` are the schemas its table batches refer to.
@@ -56,6 +58,8 @@ pub trait Sink: Send {
 
 /// A batch transform between source and sink.
 pub trait Filter: Send {
+    /// A name for logs and errors.
+    fn name(&self) -> &str;
     /// Start (or restart) the filter.
     fn open(&mut self) -> impl Future<Output = Result<(), PluginError>> + Send;
     /// Transform a batch in place (rows may be dropped or rewritten).

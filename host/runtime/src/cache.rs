@@ -43,13 +43,14 @@ impl PrecompileCache {
     /// The cached component, if there is a usable artifact.
     pub(crate) fn get(&self, engine: &Engine, digest: &str) -> Option<Component> {
         let path = self.path(digest);
-        if !path.exists() {
-            return None;
-        }
+        // Read into memory rather than mapping the file, so that a cache file
+        // truncated behind our back cannot fault the process later.
+        let artifact = std::fs::read(&path).ok()?;
         // SAFETY: the cache directory holds only artifacts this host wrote with
         // `Engine::precompile_component` (file names carry the engine's
-        // compatibility hash); nothing else is ever deserialized.
-        match unsafe { Component::deserialize_file(engine, &path) } {
+        // compatibility hash); nothing else is ever deserialized. wasmtime checks
+        // the header, version and engine settings before using the bytes.
+        match unsafe { Component::deserialize(engine, &artifact) } {
             Ok(c) => Some(c),
             Err(err) => {
                 tracing::warn!(path = %path.display(), error = %err, "Cached artifact is unusable; recompiling.");

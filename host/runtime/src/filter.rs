@@ -42,11 +42,6 @@ impl WasmFilter {
         self.slot.settings.limits.batch_bytes()
     }
 
-    /// The plugin's name from its settings.
-    pub fn name(&self) -> &str {
-        &self.slot.settings.name
-    }
-
     async fn instantiate(&mut self) -> Result<(), PluginError> {
         let Pre::Filter(pre) = &self.slot.component.pre else {
             unreachable!("checked in WasmFilter::new");
@@ -86,6 +81,10 @@ impl WasmFilter {
 }
 
 impl Filter for WasmFilter {
+    fn name(&self) -> &str {
+        &self.slot.settings.name
+    }
+
     async fn open(&mut self) -> Result<(), PluginError> {
         self.live().await
     }

@@ -94,6 +94,10 @@ impl WasmSink {
 }
 
 impl Sink for WasmSink {
+    fn name(&self) -> &str {
+        &self.slot.settings.name
+    }
+
     async fn open(&mut self) -> Result<(), PluginError> {
         self.live().await
     }

@@ -1,1 +1,13 @@
+//! `sink-file`: writes every row change as one line (canal-json or CSV) into
+//! numbered files inside the plugin's private directory, rotating by size. A
+//! `flush` syncs the current file to disk before it acknowledges.
 
+mod config;
+mod encode;
+mod files;
+mod sink;
+
+pub use config::{Config, Format};
+pub use sink::SinkFile;
+
+sluice_sdk::export_sink!(SinkFile);

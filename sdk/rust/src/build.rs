@@ -110,13 +110,6 @@ fn append_image(columns: &mut [ColumnData], types: &[ColumnType], values: &[Valu
     }
 }
 
-fn set_null(column: &mut ColumnData, i: usize) {
-    if column.nulls.len() <= i / 8 {
-        column.nulls.resize(i / 8 + 1, 0);
-    }
-    column.nulls[i / 8] |= 1 << (i % 8);
-}
-
 /// Append one value to a column; a value of the wrong kind is stored as NULL.
 pub fn append_value(column: &mut ColumnData, value: &Value<'_>) {
     let i = column.len();
@@ -157,7 +150,7 @@ pub fn append_value(column: &mut ColumnData, value: &Value<'_>) {
         }
     }
     if null {
-        set_null(column, i);
+        column.set_null(i);
     }
 }
 
@@ -211,6 +204,15 @@ impl TableBatch {
 }
 
 impl ColumnData {
+    /// Mark value `i` as NULL. The stored value stays where it is (readers skip it);
+    /// overwrite it first when it must not travel on, as a masking filter does.
+    pub fn set_null(&mut self, i: usize) {
+        if self.nulls.len() <= i / 8 {
+            self.nulls.resize(i / 8 + 1, 0);
+        }
+        self.nulls[i / 8] |= 1 << (i % 8);
+    }
+
     /// A column with only the values whose `keep` entry is true.
     pub fn select(&self, keep: &[bool]) -> ColumnData {
         let mut out = ColumnData {
@@ -233,12 +235,11 @@ impl ColumnData {
             nulls: Vec::new(),
         };
         if !self.nulls.is_empty() {
-            let mut j = 0;
-            for (i, _) in keep.iter().enumerate().filter(|(_, k)| **k) {
+            let kept = keep.iter().enumerate().filter(|(_, k)| **k);
+            for (j, (i, _)) in kept.enumerate() {
                 if self.is_null(i) {
-                    set_null(&mut out, j);
+                    out.set_null(j);
                 }
-                j += 1;
             }
         }
         out

@@ -1,1 +1,133 @@
+//! A sink that misbehaves on request, for the runtime's containment tests.
+//!
+//! `mode` picks what `write` does (`open`, `validate-config` and `flush` behave,
+//! except for the `*-config` and `flush-*` modes). Probing modes report what
+//! happened as the error message, so a test can assert on it: `denied: ...`
+//! when the host refused, `ALLOWED: ...` when it did not.
 
+use serde::Deserialize;
+use sluice_sdk::{BatchView, Error, Sink};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Config {
+    mode: String,
+    /// A path, address or URL for the probing modes.
+    #[serde(default)]
+    target: String,
+}
+
+pub struct Misbehave {
+    config: Config,
+    rows: u64,
+}
+
+impl Sink for Misbehave {
+    type Config = Config;
+
+    fn validate(config: &Config) -> Result<(), Error> {
+        match config.mode.as_str() {
+            "reject-config" => Err(Error::config("mode reject-config: this config is refused")),
+            _ => Ok(()),
+        }
+    }
+
+    fn open(config: Config) -> Result<Self, Error> {
+        Ok(Self { config, rows: 0 })
+    }
+
+    fn write(&mut self, batch: BatchView<'_>) -> Result<(), Error> {
+        self.rows += batch.row_count() as u64;
+        let target = self.config.target.as_str();
+        match self.config.mode.as_str() {
+            "ok" => Ok(()),
+            "oom" => {
+                let mut hog: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    let mut chunk = vec![0u8; 1 << 20];
+                    chunk[hog.len() % (1 << 20)] = 1;
+                    hog.push(chunk);
+                }
+            }
+            "loop" => {
+                let mut x = 0u64;
+                loop {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+            }
+            "panic" => panic!("misbehave: deliberate panic in write"),
+            "error-retryable" => Err(Error::retryable("mode error-retryable")),
+            "error-fatal" => Err(Error::fatal("mode error-fatal")),
+            "error-config" => Err(Error::config("mode error-config")),
+            "read-file" => match std::fs::read(target) {
+                Ok(bytes) => Err(Error::fatal(format!("ALLOWED: read {} bytes of {target}", bytes.len()))),
+                Err(e) => Err(Error::retryable(format!("denied: read {target}: {e}"))),
+            },
+            "write-file" => match std::fs::write(target, b"written by misbehave\n") {
+                Ok(()) => Err(Error::fatal(format!("ALLOWED: wrote {target}"))),
+                Err(e) => Err(Error::retryable(format!("denied: write {target}: {e}"))),
+            },
+            "connect" => match std::net::TcpStream::connect(target) {
+                Ok(_) => Err(Error::fatal(format!("ALLOWED: connected to {target}"))),
+                Err(e) => Err(Error::retryable(format!("denied: connect {target}: {e}"))),
+            },
+            "hang-read" => {
+                use std::io::Read;
+                let mut stream = std::net::TcpStream::connect(target)
+                    .map_err(|e| Error::retryable(format!("denied: connect {target}: {e}")))?;
+                let mut buf = [0u8; 16];
+                let n = stream.read(&mut buf).map_err(|e| Error::retryable(format!("read failed: {e}")))?;
+                Err(Error::fatal(format!("ALLOWED: read {n} bytes")))
+            }
+            "http" => http_get(target),
+            other => Err(Error::config(format!("unknown mode `{other}`"))),
+        }
+    }
+
+    fn flush(&mut self, _ts: u64) -> Result<(), Error> {
+        match self.config.mode.as_str() {
+            "flush-panic" => panic!("misbehave: deliberate panic in flush"),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// GET `url` (`http://host:port/path`) through wasi:http; report the outcome.
+#[cfg(target_arch = "wasm32")]
+fn http_get(url: &str) -> Result<(), Error> {
+    use wasip2::http::outgoing_handler;
+    use wasip2::http::types::{Fields, OutgoingRequest, Scheme};
+
+    let rest = url.strip_prefix("http://").ok_or_else(|| Error::config("http target must start with http://"))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let request = OutgoingRequest::new(Fields::new());
+    let _ = request.set_scheme(Some(&Scheme::Http));
+    let _ = request.set_authority(Some(authority));
+    let _ = request.set_path_with_query(Some(path));
+    let response = match outgoing_handler::handle(request, None) {
+        Ok(future) => {
+            future.subscribe().block();
+            match future.get() {
+                Some(Ok(Ok(resp))) => Ok(resp.status()),
+                Some(Ok(Err(code))) => Err(format!("{code:?}")),
+                Some(Err(())) => Err("response already taken".to_string()),
+                None => Err("no response".to_string()),
+            }
+        }
+        Err(code) => Err(format!("{code:?}")),
+    };
+    match response {
+        Ok(status) => Err(Error::fatal(format!("ALLOWED: GET {url} answered {status}"))),
+        Err(e) => Err(Error::retryable(format!("denied: GET {url}: {e}"))),
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn http_get(_url: &str) -> Result<(), Error> {
+    Err(Error::fatal("http mode only runs inside the host"))
+}
+
+sluice_sdk::export_sink!(Misbehave);

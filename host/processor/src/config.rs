@@ -1,0 +1,39 @@
+//! Pipeline tuning.
+
+use std::time::Duration;
+
+/// How the pipeline batches, flushes and retries.
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    /// Most rows in one batch.
+    pub max_batch_rows: usize,
+    /// Most wire bytes in one batch (further bounded by each plugin's own bound).
+    pub max_batch_bytes: usize,
+    /// How often the sink is asked to flush (and the checkpoint can move).
+    pub flush_interval: Duration,
+    /// Decoded transactions that may wait between the source and the pipeline.
+    pub event_cache_count: usize,
+    /// Unacknowledged bytes kept for replay before a flush is forced.
+    pub max_pending_bytes: usize,
+    /// Retries of one failure before the pipeline gives up.
+    pub max_retries: u32,
+    /// First backoff; doubled per retry up to `max_backoff`.
+    pub initial_backoff: Duration,
+    /// Longest backoff.
+    pub max_backoff: Duration,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            max_batch_rows: 1024,
+            max_batch_bytes: 4 << 20,
+            flush_interval: Duration::from_secs(1),
+            event_cache_count: 10_240,
+            max_pending_bytes: 64 << 20,
+            max_retries: 8,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! Why a pipeline stopped.
+
+use sluice_core::PluginError;
+
+/// A pipeline failed; the changefeed is failed with this error.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// The source failed.
+    #[error("source failed")]
+    Source(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A filter failed in a way retrying does not fix (or retries ran out).
+    #[error("filter `{name}` failed")]
+    Filter {
+        name: String,
+        #[source]
+        error: PluginError,
+    },
+    /// The sink failed in a way retrying does not fix (or retries ran out).
+    #[error("sink failed")]
+    Sink(#[source] PluginError),
+}

@@ -1,0 +1,374 @@
+//! The single-changefeed pipeline.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice_core::{
+    Batch, BatchBuilder, CheckpointTs, CommitTs, FLAG_SPLIT, Filter, PluginError, ResolvedTs, Sink,
+    Source, SourceEvent, TableSchema, Transaction, RowChange,
+};
+use tokio::sync::{mpsc, watch};
+
+use crate::config::PipelineConfig;
+use crate::error::PipelineError;
+
+/// Live progress, published after every batch and flush.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    /// Row changes received from the source.
+    pub rows_read: u64,
+    /// Row changes handed to the sink (after filters).
+    pub rows_written: u64,
+    /// Transactions received.
+    pub transactions: u64,
+    /// Highest ts the source has resolved.
+    pub resolved_ts: ResolvedTs,
+    /// Highest ts the sink acknowledged with `flush`.
+    pub checkpoint_ts: CheckpointTs,
+    /// Times a plugin call failed and was retried.
+    pub retries: u64,
+}
+
+/// What a finished (or interrupted) run did.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub progress: Progress,
+    /// Rows received per `schema.table`.
+    pub rows_in: BTreeMap<String, u64>,
+    /// Rows handed to the sink per `schema.table`.
+    pub rows_out: BTreeMap<String, u64>,
+    /// Stopped by the shutdown signal rather than by the source ending.
+    pub interrupted: bool,
+    pub elapsed: Duration,
+}
+
+/// A batch kept until the sink acknowledges it.
+struct Pending {
+    schemas: Vec<Arc<TableSchema>>,
+    batch: Batch,
+}
+
+/// One changefeed: a source, a filter chain and a sink.
+pub struct Pipeline<K: Sink, F: Filter> {
+    config: PipelineConfig,
+    sink: K,
+    filters: Vec<F>,
+    progress: Progress,
+    progress_tx: watch::Sender<Progress>,
+    report: Report,
+    builder: BatchBuilder,
+    /// Every transaction with commit ts <= this has been written to the sink.
+    written_through: CommitTs,
+    /// Every transaction with commit ts <= this is in the builder or written.
+    pending_through: CommitTs,
+    /// Batches written but not acknowledged yet, for replay.
+    unacked: Vec<Pending>,
+    unacked_bytes: usize,
+    last_flush: Instant,
+}
+
+impl<K: Sink, F: Filter> Pipeline<K, F> {
+    /// A pipeline into `sink` through `filters`; `start` is the checkpoint to
+    /// resume from.
+    pub fn new(config: PipelineConfig, filters: Vec<F>, sink: K, start: CheckpointTs) -> Self {
+        let progress = Progress {
+            checkpoint_ts: start,
+            resolved_ts: ResolvedTs(start.get()),
+            ..Progress::default()
+        };
+        let (progress_tx, _) = watch::channel(progress.clone());
+        Self {
+            config,
+            sink,
+            filters,
+            progress,
+            progress_tx,
+            report: Report::default(),
+            builder: BatchBuilder::new(),
+            written_through: CommitTs(start.get()),
+            pending_through: CommitTs(start.get()),
+            unacked: Vec::new(),
+            unacked_bytes: 0,
+            last_flush: Instant::now(),
+        }
+    }
+
+    /// Watch progress while the pipeline runs.
+    pub fn progress(&self) -> watch::Receiver<Progress> {
+        self.progress_tx.subscribe()
+    }
+
+    /// The sink (for inspection after a run).
+    pub fn sink(&self) -> &K {
+        &self.sink
+    }
+
+    /// The filters (for inspection after a run).
+    pub fn filters(&self) -> &[F] {
+        &self.filters
+    }
+
+    /// Run until the source ends or `shutdown` resolves; then write what is
+    /// pending, flush, and close the sink.
+    pub async fn run<S>(
+        &mut self,
+        mut source: S,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<Report, PipelineError>
+    where
+        S: Source + 'static,
+    {
+        let started = Instant::now();
+        source.start_after(CommitTs(self.progress.checkpoint_ts.get()));
+        let (tx, mut rx) = mpsc::channel::<Result<SourceEvent, PipelineError>>(
+            self.config.event_cache_count.max(1),
+        );
+        let reader = tokio::spawn(async move {
+            loop {
+                let event = source
+                    .next_event()
+                    .await
+                    .map_err(|e| PipelineError::Source(Box::new(e)));
+                let last = matches!(event, Ok(SourceEvent::End) | Err(_));
+                if tx.send(event).await.is_err() || last {
+                    break;
+                }
+            }
+        });
+
+        self.open_all().await?;
+        let mut ticker = tokio::time::interval(self.config.flush_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(shutdown);
+        let result = loop {
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => {
+                    self.report.interrupted = true;
+                    break Ok(());
+                }
+                event = rx.recv() => match event {
+                    Some(Ok(SourceEvent::Transaction(txn))) => {
+                        if let Err(e) = self.on_transaction(txn).await { break Err(e); }
+                    }
+                    Some(Ok(SourceEvent::Resolved(ts))) => {
+                        self.progress.resolved_ts = self.progress.resolved_ts.max(ts);
+                        if self.builder.is_empty() {
+                            self.written_through = self.written_through.max(CommitTs(ts.get()));
+                        }
+                    }
+                    Some(Ok(SourceEvent::Ddl(ddl))) => {
+                        let barrier = async {
+                            self.emit().await?;
+                            self.flush().await?;
+                            let result = self.sink.apply_ddl(&ddl).await;
+                            self.retry_sink(result).await
+                        };
+                        if let Err(e) = barrier.await { break Err(e); }
+                    }
+                    Some(Ok(SourceEvent::End)) | None => break Ok(()),
+                    Some(Err(e)) => break Err(e),
+                },
+                _ = ticker.tick() => {
+                    let step = async {
+                        self.emit().await?;
+                        self.flush().await
+                    };
+                    if let Err(e) = step.await { break Err(e); }
+                }
+            }
+        };
+        reader.abort();
+        result?;
+        self.emit().await?;
+        self.flush().await?;
+        if let Err(e) = self.sink.close().await {
+            tracing::warn!(sink = self.sink.name(), error = %e, "Sink close failed after the final flush.");
+        }
+        self.report.progress = self.progress.clone();
+        self.report.elapsed = started.elapsed();
+        Ok(self.report.clone())
+    }
+
+    async fn open_all(&mut self) -> Result<(), PipelineError> {
+        for f in &mut self.filters {
+            f.open().await.map_err(|error| PipelineError::Filter {
+                name: f.name().to_string(),
+                error,
+            })?;
+        }
+        let result = self.sink.open().await;
+        self.retry_sink(result).await
+    }
+
+    async fn on_transaction(&mut self, txn: Transaction) -> Result<(), PipelineError> {
+        self.progress.transactions += 1;
+        self.progress.rows_read += txn.rows.len() as u64;
+        for row in &txn.rows {
+            *self
+                .report
+                .rows_in
+                .entry(row.table.qualified_name())
+                .or_default() += 1;
+        }
+        let bytes_bound = self.config.max_batch_bytes;
+        let rows_bound = self.config.max_batch_rows.max(1);
+        let txn_bytes = transaction_bytes(&txn);
+        if self.builder.rows() + txn.rows.len() > rows_bound
+            || self.builder.bytes() + txn_bytes > bytes_bound
+        {
+            self.emit().await?;
+        }
+        // A transaction that does not fit an empty batch (by rows or by bytes) is
+        // spread over several; one that does fit is never cut by the checks below.
+        let split = txn.rows.len() > rows_bound || txn_bytes > bytes_bound;
+        for row in &txn.rows {
+            if self.builder.rows() >= rows_bound || self.builder.bytes() >= bytes_bound {
+                self.emit().await?;
+            }
+            self.builder
+                .push(txn.commit_ts, if split { FLAG_SPLIT } else { 0 }, row);
+        }
+        // The whole transaction is now in the builder or written.
+        self.pending_through = self.pending_through.max(txn.commit_ts);
+        if self.builder.rows() >= rows_bound {
+            self.emit().await?;
+        }
+        if self.unacked_bytes > self.config.max_pending_bytes
+            || self.last_flush.elapsed() >= self.config.flush_interval
+        {
+            self.emit().await?;
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Filter and write what the builder holds.
+    async fn emit(&mut self) -> Result<(), PipelineError> {
+        if self.builder.is_empty() {
+            self.written_through = self.written_through.max(self.pending_through);
+            return Ok(());
+        }
+        let (schemas, mut batch) = std::mem::take(&mut self.builder).finish();
+        for i in 0..self.filters.len() {
+            let mut attempt = 0;
+            loop {
+                let filter = &mut self.filters[i];
+                match filter.transform(&schemas, &mut batch).await {
+                    Ok(()) => break,
+                    Err(error) if error.is_retryable() && attempt < self.config.max_retries => {
+                        attempt += 1;
+                        self.progress.retries += 1;
+                        let wait = backoff(&self.config, attempt);
+                        tracing::warn!(filter = filter.name(), %error, attempt, ?wait, "Filter failed; retrying.");
+                        tokio::time::sleep(wait).await;
+                    }
+                    Err(error) => {
+                        return Err(PipelineError::Filter {
+                            name: filter.name().to_string(),
+                            error,
+                        });
+                    }
+                }
+            }
+            batch.tables.retain(|t| !t.is_empty());
+        }
+        let rows = batch.row_count() as u64;
+        if rows > 0 {
+            for t in &batch.tables {
+                if let Some(s) = schemas.iter().find(|s| s.table_id == t.table_id) {
+                    *self.report.rows_out.entry(s.qualified_name()).or_default() += t.len() as u64;
+                }
+            }
+            self.unacked_bytes += batch.wire_bytes();
+            self.unacked.push(Pending { schemas, batch });
+            let last = self.unacked.last_mut().expect("just pushed");
+            let result = self.sink.write(&last.schemas, &mut last.batch).await;
+            self.retry_sink(result).await?;
+            self.progress.rows_written += rows;
+        }
+        self.written_through = self.written_through.max(self.pending_through);
+        self.publish();
+        Ok(())
+    }
+
+    /// Ask the sink to make everything written durable; on success the checkpoint
+    /// moves to the written ts and the replay buffer is released.
+    async fn flush(&mut self) -> Result<(), PipelineError> {
+        self.last_flush = Instant::now();
+        let target = self.written_through;
+        if target.get() <= self.progress.checkpoint_ts.get() {
+            return Ok(());
+        }
+        let mut attempts = 0;
+        loop {
+            match self.sink.flush(target).await {
+                Ok(()) => break,
+                Err(e) if attempts >= self.config.max_retries => {
+                    return Err(PipelineError::Sink(e));
+                }
+                Err(e) => {
+                    attempts += 1;
+                    self.retry_sink(Err(e)).await?;
+                }
+            }
+        }
+        self.progress.checkpoint_ts = CheckpointTs(target.get());
+        self.unacked.clear();
+        self.unacked_bytes = 0;
+        self.publish();
+        Ok(())
+    }
+
+    /// After a failed sink call: back off, open a fresh sink and replay every
+    /// unacknowledged batch (flagged as replay). Returns once the sink is back in
+    /// the state the failed call expected, or fails the pipeline.
+    async fn retry_sink(
+        &mut self,
+        mut result: Result<(), PluginError>,
+    ) -> Result<(), PipelineError> {
+        let mut attempt = 0;
+        while let Err(error) = result {
+            if !error.is_retryable() || attempt >= self.config.max_retries {
+                return Err(PipelineError::Sink(error));
+            }
+            attempt += 1;
+            self.progress.retries += 1;
+            let wait = backoff(&self.config, attempt);
+            tracing::warn!(sink = self.sink.name(), %error, attempt, ?wait, "Sink failed; replaying from the checkpoint into a fresh instance.");
+            tokio::time::sleep(wait).await;
+            result = self.replay().await;
+        }
+        Ok(())
+    }
+
+    async fn replay(&mut self) -> Result<(), PluginError> {
+        self.sink.open().await?;
+        for pending in &mut self.unacked {
+            pending.batch.mark_replay();
+            self.sink
+                .write(&pending.schemas, &mut pending.batch)
+                .await?;
+        }
+        Ok(())
+    }
+
+    fn publish(&self) {
+        self.progress_tx.send_replace(self.progress.clone());
+    }
+}
+
+/// The bytes a transaction adds to a batch, counted as `BatchBuilder::bytes` counts
+/// them, so that deciding whether it fits (and is flagged split) is exact.
+fn transaction_bytes(txn: &Transaction) -> usize {
+    txn.rows.iter().map(RowChange::wire_bytes).sum()
+}
+
+fn backoff(config: &PipelineConfig, attempt: u32) -> Duration {
+    let factor = 1u32 << attempt.saturating_sub(1).min(16);
+    config
+        .initial_backoff
+        .saturating_mul(factor)
+        .min(config.max_backoff)
+}

@@ -1,0 +1,1067 @@
+//! Tests of the pipeline against in-memory fakes of the sink and filters (the
+//! side-effect context), so that failure, replay and checkpoint paths can be
+//! driven step by step without WASM. The source is the deterministic
+//! `DatagenSource`; what it should deliver comes from draining a second,
+//! identical generator.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use sluice_core::{
+    Batch, CheckpointTs, ColumnData, CommitTs, DdlEvent, FLAG_REPLAY, FLAG_SPLIT, Filter, Op,
+    PluginError, RowChange, Sink, TableBatch, TableSchema, Transaction, Value,
+};
+use sluice_source::{DatagenConfig, DatagenSource};
+use tokio::sync::watch;
+
+use crate::{Pipeline, PipelineConfig, PipelineError, Progress, Report};
+
+// ---------------------------------------------------------------------------
+// Row identity
+// ---------------------------------------------------------------------------
+
+/// What identifies one row change: table, key (column 0 of its image), op and
+/// commit ts, plus the row version datagen keeps in the last column (one
+/// transaction may update the same key twice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct RowId {
+    table_id: u32,
+    key: i64,
+    version: i64,
+    op: u8,
+    commit_ts: u64,
+}
+
+impl RowId {
+    fn of(commit_ts: CommitTs, row: &RowChange) -> Self {
+        // Inserts and updates are identified by their after image, deletes by their before image.
+        let image = row
+            .after
+            .as_ref()
+            .or(row.before.as_ref())
+            .expect("a row change has an image");
+        Self {
+            table_id: row.table.table_id,
+            key: int(&image[0]),
+            version: int(image.last().expect("datagen images end with a version")),
+            op: row.op.code(),
+            commit_ts: commit_ts.get(),
+        }
+    }
+}
+
+fn int(value: &Value) -> i64 {
+    match value {
+        Value::Int(x) => *x,
+        Value::UInt(x) => *x as i64,
+        other => panic!("expected an integer key or version, got {other:?}"),
+    }
+}
+
+fn op_of(code: u8) -> Op {
+    match code {
+        0 => Op::Insert,
+        1 => Op::Update,
+        2 => Op::Delete,
+        other => panic!("unknown op code {other}"),
+    }
+}
+
+/// The rows of a table batch as (commit ts, flags, row change), decoding the dense images.
+fn row_changes(table: &TableBatch, schema: &Arc<TableSchema>) -> Vec<(CommitTs, u8, RowChange)> {
+    let image =
+        |columns: &[ColumnData], i: usize| columns.iter().map(|c| c.value(i)).collect::<Vec<_>>();
+    let (mut before_at, mut after_at) = (0, 0);
+    let mut rows = Vec::with_capacity(table.len());
+    for i in 0..table.len() {
+        let op = op_of(table.ops[i]);
+        let before = op.has_before().then(|| {
+            before_at += 1;
+            image(&table.before, before_at - 1)
+        });
+        let after = op.has_after().then(|| {
+            after_at += 1;
+            image(&table.after, after_at - 1)
+        });
+        let row = RowChange {
+            table: schema.clone(),
+            op,
+            before,
+            after,
+        };
+        rows.push((CommitTs(table.commit_ts[i]), table.flags[i], row));
+    }
+    rows
+}
+
+/// The rows of `table` for which `keep` holds, in order, flags kept.
+fn select(
+    table: &TableBatch,
+    schema: &Arc<TableSchema>,
+    keep: impl Fn(&RowChange) -> bool,
+) -> TableBatch {
+    let mut out = TableBatch::new(schema);
+    for (ts, flags, row) in row_changes(table, schema) {
+        if keep(&row) {
+            out.push(ts, flags, &row);
+        }
+    }
+    out
+}
+
+fn schema_of<'a>(
+    schemas: &'a [Arc<TableSchema>],
+    table: &TableBatch,
+) -> Option<&'a Arc<TableSchema>> {
+    schemas
+        .iter()
+        .find(|s| s.table_id == table.table_id && s.version == table.schema_version)
+}
+
+// ---------------------------------------------------------------------------
+// Fakes
+// ---------------------------------------------------------------------------
+
+/// One row as the sink received it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Delivered {
+    row: RowId,
+    flags: u8,
+    /// Index of the `write` call that carried it.
+    write_call: usize,
+}
+
+impl Delivered {
+    fn replay(&self) -> bool {
+        self.flags & FLAG_REPLAY != 0
+    }
+
+    fn split(&self) -> bool {
+        self.flags & FLAG_SPLIT != 0
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    Write,
+    Flush,
+}
+
+/// A sink call that failed on schedule, and the state it failed in.
+#[derive(Debug, Clone)]
+struct Failure {
+    call: Call,
+    /// `write` calls made so far (the failed one included).
+    writes_so_far: usize,
+    /// The checkpoint the pipeline had published when the call failed.
+    checkpoint: CheckpointTs,
+    /// The highest ts this sink had acknowledged when the call failed.
+    acked: u64,
+}
+
+/// A sink that keeps rows in memory: `write` buffers, a successful `flush(ts)`
+/// makes buffered rows with commit ts <= ts durable, and any failure loses the
+/// buffer (as a real sink's would be lost with its instance).
+#[derive(Default)]
+struct MemorySink {
+    /// `write` call index -> the error that call fails with.
+    fail_writes: HashMap<usize, PluginError>,
+    /// `flush` call index -> the error that call fails with.
+    fail_flushes: HashMap<usize, PluginError>,
+    write_calls: usize,
+    flush_calls: usize,
+    opens: usize,
+    closed: bool,
+    /// Every row ever received, in write order, replays included.
+    delivered: Vec<Delivered>,
+    /// Received since the last successful flush.
+    buffered: Vec<Delivered>,
+    /// Acknowledged by a successful flush, in write order.
+    durable: Vec<Delivered>,
+    /// The ts of each successful flush.
+    flushes: Vec<u64>,
+    /// Rows per successful write.
+    batch_rows: Vec<usize>,
+    /// Table batches that failed `TableBatch::validate`.
+    malformed: Vec<String>,
+    failures: Vec<Failure>,
+    /// Highest ts acknowledged by a successful flush, readable from other tasks.
+    acked: Arc<AtomicU64>,
+    /// The pipeline's progress, set once the pipeline exists.
+    probe: Arc<OnceLock<watch::Receiver<Progress>>>,
+    /// (published checkpoint, highest acknowledged ts) at the start of every call.
+    observed: Vec<(u64, u64)>,
+}
+
+impl MemorySink {
+    fn fail_write(mut self, call: usize, error: PluginError) -> Self {
+        self.fail_writes.insert(call, error);
+        self
+    }
+
+    fn fail_flush(mut self, call: usize, error: PluginError) -> Self {
+        self.fail_flushes.insert(call, error);
+        self
+    }
+
+    fn checkpoint(&self) -> CheckpointTs {
+        self.probe
+            .get()
+            .map(|rx| rx.borrow().checkpoint_ts)
+            .unwrap_or_default()
+    }
+
+    fn observe(&mut self) {
+        let checkpoint = self.checkpoint().get();
+        self.observed
+            .push((checkpoint, self.acked.load(Ordering::SeqCst)));
+    }
+
+    fn fail(&mut self, call: Call, error: PluginError) -> Result<(), PluginError> {
+        self.buffered.clear();
+        self.failures.push(Failure {
+            call,
+            writes_so_far: self.write_calls,
+            checkpoint: self.checkpoint(),
+            acked: self.acked.load(Ordering::SeqCst),
+        });
+        Err(error)
+    }
+
+    fn durable_ids(&self) -> Vec<RowId> {
+        self.durable.iter().map(|d| d.row).collect()
+    }
+}
+
+impl Sink for MemorySink {
+    fn name(&self) -> &str {
+        "memory"
+    }
+
+    async fn open(&mut self) -> Result<(), PluginError> {
+        self.observe();
+        self.opens += 1;
+        // A fresh instance starts with an empty buffer.
+        self.buffered.clear();
+        Ok(())
+    }
+
+    async fn write(
+        &mut self,
+        schemas: &[Arc<TableSchema>],
+        batch: &mut Batch,
+    ) -> Result<(), PluginError> {
+        self.observe();
+        let call = self.write_calls;
+        self.write_calls += 1;
+        if let Some(error) = self.fail_writes.remove(&call) {
+            return self.fail(Call::Write, error);
+        }
+        self.batch_rows.push(batch.row_count());
+        for table in &batch.tables {
+            let Some(schema) = schema_of(schemas, table) else {
+                self.malformed.push(format!(
+                    "table {} v{} has no schema",
+                    table.table_id, table.schema_version
+                ));
+                continue;
+            };
+            if let Err(e) = table.validate(schema) {
+                self.malformed.push(e.to_string());
+            }
+            for (ts, flags, row) in row_changes(table, schema) {
+                let delivered = Delivered {
+                    row: RowId::of(ts, &row),
+                    flags,
+                    write_call: call,
+                };
+                self.delivered.push(delivered);
+                self.buffered.push(delivered);
+            }
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self, ts: CommitTs) -> Result<(), PluginError> {
+        self.observe();
+        let call = self.flush_calls;
+        self.flush_calls += 1;
+        if let Some(error) = self.fail_flushes.remove(&call) {
+            return self.fail(Call::Flush, error);
+        }
+        let (done, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.buffered)
+            .into_iter()
+            .partition(|d| d.row.commit_ts <= ts.get());
+        self.durable.extend(done);
+        self.buffered = rest;
+        self.flushes.push(ts.get());
+        self.acked.fetch_max(ts.get(), Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn apply_ddl(&mut self, _ddl: &DdlEvent) -> Result<(), PluginError> {
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<(), PluginError> {
+        self.closed = true;
+        Ok(())
+    }
+}
+
+/// Drops every delete.
+#[derive(Default)]
+struct DropDeletes {
+    calls: usize,
+}
+
+impl Filter for DropDeletes {
+    fn name(&self) -> &str {
+        "drop-deletes"
+    }
+
+    async fn open(&mut self) -> Result<(), PluginError> {
+        Ok(())
+    }
+
+    async fn transform(
+        &mut self,
+        schemas: &[Arc<TableSchema>],
+        batch: &mut Batch,
+    ) -> Result<(), PluginError> {
+        self.calls += 1;
+        for table in &mut batch.tables {
+            let schema = schema_of(schemas, table).ok_or_else(|| {
+                PluginError::Fatal(format!("no schema for table {}", table.table_id))
+            })?;
+            *table = select(table, schema, |row| row.op != Op::Delete);
+        }
+        Ok(())
+    }
+}
+
+/// Passes batches through unchanged; transform call `fail_at` fails retryably.
+struct FailingFilter {
+    fail_at: usize,
+    calls: usize,
+}
+
+impl Filter for FailingFilter {
+    fn name(&self) -> &str {
+        "failing"
+    }
+
+    async fn open(&mut self) -> Result<(), PluginError> {
+        Ok(())
+    }
+
+    async fn transform(
+        &mut self,
+        _schemas: &[Arc<TableSchema>],
+        _batch: &mut Batch,
+    ) -> Result<(), PluginError> {
+        let call = self.calls;
+        self.calls += 1;
+        if call == self.fail_at {
+            return Err(PluginError::Retryable("filter instance busy".into()));
+        }
+        Ok(())
+    }
+}
+
+fn no_filters() -> Vec<DropDeletes> {
+    Vec::new()
+}
+
+// ---------------------------------------------------------------------------
+// Harness
+// ---------------------------------------------------------------------------
+
+fn workload(total_rows: u64) -> DatagenConfig {
+    DatagenConfig {
+        total_rows,
+        rate: 0,
+        ..DatagenConfig::default()
+    }
+}
+
+/// The transactions `source` generates, drained from a second identical generator.
+fn transactions(source: &DatagenConfig) -> Vec<Transaction> {
+    let mut generator = DatagenSource::new(source.clone()).expect("valid datagen config");
+    std::iter::from_fn(|| generator.next_transaction()).collect()
+}
+
+fn row_ids(txns: &[Transaction]) -> Vec<RowId> {
+    let ids: Vec<RowId> = txns
+        .iter()
+        .flat_map(|t| t.rows.iter().map(|r| RowId::of(t.commit_ts, r)))
+        .collect();
+    let unique: HashSet<_> = ids.iter().collect();
+    assert_eq!(
+        unique.len(),
+        ids.len(),
+        "row ids must identify rows for these tests to mean anything"
+    );
+    ids
+}
+
+/// Rows grouped by table, each table's rows in the order given.
+fn per_table(rows: impl IntoIterator<Item = RowId>) -> BTreeMap<u32, Vec<RowId>> {
+    let mut tables: BTreeMap<u32, Vec<RowId>> = BTreeMap::new();
+    for row in rows {
+        tables.entry(row.table_id).or_default().push(row);
+    }
+    tables
+}
+
+/// Rows per `schema.table`.
+fn counts_by_name(
+    txns: &[Transaction],
+    keep: impl Fn(&RowChange) -> bool,
+) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for row in txns.iter().flat_map(|t| &t.rows).filter(|r| keep(r)) {
+        *counts.entry(row.table.qualified_name()).or_default() += 1;
+    }
+    counts
+}
+
+/// Small backoffs, no timed flushes (flushes come from `max_pending_bytes`, so the
+/// schedule of sink calls is deterministic).
+fn config() -> PipelineConfig {
+    PipelineConfig {
+        flush_interval: Duration::from_secs(3600),
+        initial_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(4),
+        ..PipelineConfig::default()
+    }
+}
+
+async fn run_pipeline<F: Filter>(
+    config: PipelineConfig,
+    filters: Vec<F>,
+    sink: MemorySink,
+    source: DatagenConfig,
+    shutdown: impl Future<Output = ()>,
+) -> (Pipeline<MemorySink, F>, Result<Report, PipelineError>) {
+    let probe = sink.probe.clone();
+    let mut pipeline = Pipeline::new(config, filters, sink, CheckpointTs::ZERO);
+    probe
+        .set(pipeline.progress())
+        .expect("the probe is set once");
+    let source = DatagenSource::new(source).expect("valid datagen config");
+    let result = pipeline.run(source, shutdown).await;
+    (pipeline, result)
+}
+
+/// Every delivery of a row after its first is flagged replay and follows a
+/// failure whose checkpoint the row is above.
+fn check_replays(sink: &MemorySink) -> Result<usize, String> {
+    let mut seen = HashSet::new();
+    let mut redelivered = 0;
+    for d in &sink.delivered {
+        if seen.insert(d.row) {
+            continue;
+        }
+        redelivered += 1;
+        if !d.replay() {
+            return Err(format!("{d:?} was delivered again without the replay flag"));
+        }
+        let failure = sink
+            .failures
+            .iter()
+            .rev()
+            .find(|f| f.writes_so_far <= d.write_call)
+            .ok_or_else(|| format!("{d:?} was delivered again with no failure before it"))?;
+        if d.row.commit_ts <= failure.checkpoint.get() {
+            return Err(format!(
+                "{d:?} was replayed but is at or below the checkpoint {}",
+                failure.checkpoint
+            ));
+        }
+    }
+    Ok(redelivered)
+}
+
+/// Each row's first durable occurrence, per table, in order.
+fn first_durable_per_table(sink: &MemorySink) -> BTreeMap<u32, Vec<RowId>> {
+    let mut seen = HashSet::new();
+    per_table(
+        sink.durable
+            .iter()
+            .map(|d| d.row)
+            .filter(|r| seen.insert(*r)),
+    )
+}
+
+fn is_sorted_by_commit_ts(tables: &BTreeMap<u32, Vec<RowId>>) -> bool {
+    tables
+        .values()
+        .all(|rows| rows.windows(2).all(|w| w[0].commit_ts <= w[1].commit_ts))
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn delivers_every_generated_row_once_in_commit_ts_order_without_failures() {
+    let source = workload(3000);
+    let txns = transactions(&source);
+    let expected = row_ids(&txns);
+    let last_ts = txns.last().unwrap().commit_ts.get();
+    let config = PipelineConfig {
+        max_batch_rows: 100,
+        max_pending_bytes: 20_000,
+        ..config()
+    };
+
+    let (pipeline, result) = run_pipeline(
+        config,
+        no_filters(),
+        MemorySink::default(),
+        source,
+        std::future::pending(),
+    )
+    .await;
+    let report = result.expect("the pipeline succeeds");
+    let sink = pipeline.sink();
+
+    assert_eq!(per_table(sink.durable_ids()), per_table(expected.clone()));
+    assert_eq!(sink.delivered.len(), 3000, "nothing was written twice");
+    assert!(sink.buffered.is_empty());
+    assert!(
+        sink.durable.iter().all(|d| d.flags == 0),
+        "no replay (or split) flags"
+    );
+    assert!(sink.malformed.is_empty(), "{:?}", sink.malformed);
+    assert!(
+        sink.batch_rows.iter().all(|&n| (1..=100).contains(&n)),
+        "{:?}",
+        sink.batch_rows
+    );
+    assert!(
+        sink.flushes.len() > 1,
+        "max_pending_bytes forced intermediate flushes"
+    );
+    assert!(
+        sink.flushes.windows(2).all(|w| w[0] < w[1]),
+        "{:?}",
+        sink.flushes
+    );
+    assert_eq!(sink.flushes.last(), Some(&last_ts));
+    assert_eq!((sink.opens, sink.closed), (1, true));
+
+    assert_eq!(report.progress.checkpoint_ts, CheckpointTs(last_ts));
+    assert_eq!(report.progress.rows_read, 3000);
+    assert_eq!(report.progress.rows_written, 3000);
+    assert_eq!(report.progress.transactions, txns.len() as u64);
+    assert_eq!(report.progress.retries, 0);
+    assert!(!report.interrupted);
+    let counts = counts_by_name(&txns, |_| true);
+    assert_eq!(counts.len(), 3);
+    assert_eq!(report.rows_in, counts);
+    assert_eq!(report.rows_out, counts);
+}
+
+#[tokio::test]
+async fn replays_unacknowledged_batches_into_a_fresh_sink_after_a_retryable_failure() {
+    let source = workload(2000);
+    let txns = transactions(&source);
+    let expected = row_ids(&txns);
+    let config = PipelineConfig {
+        max_batch_rows: 50,
+        max_pending_bytes: 10_000,
+        ..config()
+    };
+    let sink = MemorySink::default()
+        .fail_write(7, PluginError::Stopped("instance trapped".into()))
+        .fail_flush(3, PluginError::Stopped("connection reset".into()));
+
+    let (pipeline, result) =
+        run_pipeline(config, no_filters(), sink, source, std::future::pending()).await;
+    let report = result.expect("retryable failures are retried");
+    let sink = pipeline.sink();
+
+    let kinds: Vec<Call> = sink.failures.iter().map(|f| f.call).collect();
+    assert_eq!(
+        kinds.len(),
+        2,
+        "both scheduled failures happened: {kinds:?}"
+    );
+    assert!(kinds.contains(&Call::Write) && kinds.contains(&Call::Flush));
+    for f in &sink.failures {
+        assert_eq!(
+            f.checkpoint,
+            CheckpointTs(f.acked),
+            "the checkpoint is what the sink acknowledged: {f:?}"
+        );
+    }
+    assert!(
+        sink.failures
+            .iter()
+            .any(|f| f.checkpoint > CheckpointTs::ZERO),
+        "a failure after a flush"
+    );
+
+    // Every row is durable exactly once, in commit-ts order per table: what was
+    // lost with the failed instance was replayed, what was acknowledged was not.
+    assert_eq!(per_table(sink.durable_ids()), per_table(expected.clone()));
+    assert!(is_sorted_by_commit_ts(&first_durable_per_table(sink)));
+    let redelivered = check_replays(sink).unwrap();
+    assert!(
+        redelivered > 0,
+        "the failures made the pipeline replay rows"
+    );
+    assert!(sink.durable.iter().any(Delivered::replay));
+    assert!(sink.malformed.is_empty(), "{:?}", sink.malformed);
+
+    assert_eq!(report.progress.retries, 2);
+    assert_eq!(sink.opens, 3, "one fresh instance per failure");
+    assert_eq!(
+        report.progress.checkpoint_ts,
+        CheckpointTs(txns.last().unwrap().commit_ts.get())
+    );
+    assert_eq!(
+        report.progress.rows_written, 2000,
+        "replays are not counted as new rows"
+    );
+}
+
+#[tokio::test]
+async fn fatal_sink_error_fails_the_pipeline() {
+    let source = workload(2000);
+    let expected = row_ids(&transactions(&source));
+    let config = PipelineConfig {
+        max_batch_rows: 50,
+        max_pending_bytes: 10_000,
+        ..config()
+    };
+    let sink = MemorySink::default().fail_write(6, PluginError::Fatal("disk on fire".into()));
+
+    let (pipeline, result) =
+        run_pipeline(config, no_filters(), sink, source, std::future::pending()).await;
+    match result {
+        Err(PipelineError::Sink(PluginError::Fatal(message))) => {
+            assert_eq!(message, "disk on fire")
+        }
+        other => panic!("expected the fatal sink error, got {other:?}"),
+    }
+    let progress = pipeline.progress().borrow().clone();
+    let sink = pipeline.sink();
+    assert_eq!(progress.retries, 0);
+    assert_eq!(
+        (sink.opens, sink.write_calls, sink.closed),
+        (1, 7, false),
+        "no retry, no replay"
+    );
+    // What was acknowledged before the failure stays durable, and nothing else.
+    assert!(progress.checkpoint_ts > CheckpointTs::ZERO);
+    let acknowledged = expected
+        .iter()
+        .copied()
+        .filter(|r| r.commit_ts <= progress.checkpoint_ts.get());
+    assert_eq!(per_table(sink.durable_ids()), per_table(acknowledged));
+}
+
+#[tokio::test]
+async fn config_error_is_not_retried() {
+    let source = workload(2000);
+    let expected = row_ids(&transactions(&source));
+    let config = PipelineConfig {
+        max_batch_rows: 50,
+        max_pending_bytes: 10_000,
+        ..config()
+    };
+    let sink = MemorySink::default().fail_flush(
+        1,
+        PluginError::Config("table `shop.users` is not mapped".into()),
+    );
+
+    let (pipeline, result) =
+        run_pipeline(config, no_filters(), sink, source, std::future::pending()).await;
+    match result {
+        Err(PipelineError::Sink(PluginError::Config(message))) => {
+            assert!(message.contains("not mapped"))
+        }
+        other => panic!("expected the config error, got {other:?}"),
+    }
+    let progress = pipeline.progress().borrow().clone();
+    let sink = pipeline.sink();
+    assert_eq!(progress.retries, 0);
+    assert_eq!((sink.opens, sink.flush_calls), (1, 2));
+    assert_eq!(progress.checkpoint_ts, CheckpointTs(sink.flushes[0]));
+    let acknowledged = expected
+        .iter()
+        .copied()
+        .filter(|r| r.commit_ts <= sink.flushes[0]);
+    assert_eq!(per_table(sink.durable_ids()), per_table(acknowledged));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_never_passes_an_unacknowledged_ts() {
+    let source = workload(3000);
+    let txns = transactions(&source);
+    let config = PipelineConfig {
+        max_batch_rows: 40,
+        max_pending_bytes: 8_000,
+        ..config()
+    };
+    let sink = MemorySink::default()
+        .fail_flush(2, PluginError::Stopped("connection reset".into()))
+        .fail_write(20, PluginError::Retryable("throttled".into()));
+    let acked = sink.acked.clone();
+    let probe = sink.probe.clone();
+    let mut pipeline = Pipeline::new(config, no_filters(), sink, CheckpointTs::ZERO);
+    probe.set(pipeline.progress()).unwrap();
+
+    // Watch every published checkpoint from another thread while the pipeline runs.
+    let mut rx = pipeline.progress();
+    let watcher = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while rx.changed().await.is_ok() {
+            let checkpoint = rx.borrow_and_update().checkpoint_ts.get();
+            seen.push((checkpoint, acked.load(Ordering::SeqCst)));
+        }
+        seen
+    });
+    let report = pipeline
+        .run(DatagenSource::new(source).unwrap(), std::future::pending())
+        .await
+        .expect("retryable failures are retried");
+    let sink = pipeline.sink();
+    let (observed, flushes, failures) = (
+        sink.observed.clone(),
+        sink.flushes.clone(),
+        sink.failures.len(),
+    );
+    drop(pipeline);
+    let seen = watcher.await.unwrap();
+
+    assert_eq!(failures, 2);
+    assert!(flushes.len() > 3);
+    for (name, pairs) in [("sink calls", &observed), ("watcher", &seen)] {
+        assert!(
+            pairs.iter().any(|&(checkpoint, _)| checkpoint > 0),
+            "{name} saw the checkpoint move"
+        );
+        for &(checkpoint, acked) in pairs {
+            assert!(
+                checkpoint <= acked,
+                "{name}: checkpoint {checkpoint} passed the acknowledged {acked}"
+            );
+            assert!(
+                checkpoint == 0 || flushes.contains(&checkpoint),
+                "{name}: {checkpoint} was never flushed"
+            );
+        }
+        assert!(
+            pairs.windows(2).all(|w| w[0].0 <= w[1].0),
+            "{name}: the checkpoint went back"
+        );
+    }
+    assert_eq!(
+        report.progress.checkpoint_ts,
+        CheckpointTs(txns.last().unwrap().commit_ts.get())
+    );
+}
+
+#[tokio::test]
+async fn filter_drops_rows_before_the_sink() {
+    let source = workload(1500);
+    let txns = transactions(&source);
+    let kept = txns.iter().flat_map(|t| {
+        t.rows
+            .iter()
+            .filter(|r| r.op != Op::Delete)
+            .map(|r| RowId::of(t.commit_ts, r))
+    });
+    let config = PipelineConfig {
+        max_batch_rows: 64,
+        ..config()
+    };
+
+    let (pipeline, result) = run_pipeline(
+        config,
+        vec![DropDeletes::default()],
+        MemorySink::default(),
+        source,
+        std::future::pending(),
+    )
+    .await;
+    let report = result.expect("the pipeline succeeds");
+    let sink = pipeline.sink();
+
+    assert_eq!(per_table(sink.durable_ids()), per_table(kept));
+    assert!(sink.delivered.iter().all(|d| d.row.op != Op::Delete.code()));
+    assert!(sink.malformed.is_empty(), "{:?}", sink.malformed);
+    assert_eq!(
+        pipeline.filters()[0].calls,
+        sink.write_calls,
+        "every batch was filtered once"
+    );
+
+    let rows_in = counts_by_name(&txns, |_| true);
+    let rows_out = counts_by_name(&txns, |r| r.op != Op::Delete);
+    assert_eq!(report.rows_in, rows_in);
+    assert_eq!(report.rows_out, rows_out);
+    for (table, n_in) in &rows_in {
+        assert!(
+            rows_out[table] < *n_in,
+            "{table}: the workload has deletes to drop"
+        );
+    }
+    assert_eq!(report.progress.rows_read, 1500);
+    assert_eq!(report.progress.rows_written, rows_out.values().sum::<u64>());
+    assert_eq!(
+        report.progress.checkpoint_ts,
+        CheckpointTs(txns.last().unwrap().commit_ts.get())
+    );
+}
+
+#[tokio::test]
+async fn retryable_filter_failure_is_retried() {
+    let source = workload(1000);
+    let expected = row_ids(&transactions(&source));
+    let config = PipelineConfig {
+        max_batch_rows: 64,
+        ..config()
+    };
+    let filter = FailingFilter {
+        fail_at: 3,
+        calls: 0,
+    };
+
+    let (pipeline, result) = run_pipeline(
+        config,
+        vec![filter],
+        MemorySink::default(),
+        source,
+        std::future::pending(),
+    )
+    .await;
+    let report = result.expect("a retryable filter failure is retried");
+    let sink = pipeline.sink();
+
+    assert_eq!(per_table(sink.durable_ids()), per_table(expected));
+    assert_eq!(
+        sink.delivered.len(),
+        1000,
+        "the batch went to the sink once, after the retry"
+    );
+    assert!(sink.delivered.iter().all(|d| d.flags == 0));
+    assert_eq!(report.progress.retries, 1);
+    assert_eq!(pipeline.filters()[0].calls, sink.write_calls + 1);
+    assert_eq!(sink.opens, 1, "a filter failure does not restart the sink");
+}
+
+#[tokio::test]
+async fn large_transaction_is_split_and_flagged() {
+    let source = DatagenConfig {
+        max_txn_rows: 10,
+        ..workload(600)
+    };
+    let txns = transactions(&source);
+    let size: HashMap<u64, usize> = txns
+        .iter()
+        .map(|t| (t.commit_ts.get(), t.rows.len()))
+        .collect();
+    assert!(size.values().any(|&n| n > 3) && size.values().any(|&n| n <= 3));
+    let config = PipelineConfig {
+        max_batch_rows: 3,
+        ..config()
+    };
+
+    let (pipeline, result) = run_pipeline(
+        config,
+        no_filters(),
+        MemorySink::default(),
+        source,
+        std::future::pending(),
+    )
+    .await;
+    result.expect("the pipeline succeeds");
+    let sink = pipeline.sink();
+
+    assert_eq!(per_table(sink.durable_ids()), per_table(row_ids(&txns)));
+    assert!(
+        sink.batch_rows.iter().all(|&n| n <= 3),
+        "{:?}",
+        sink.batch_rows
+    );
+    for d in &sink.durable {
+        let n = size[&d.row.commit_ts];
+        assert_eq!(d.split(), n > 3, "a row of a {n}-row transaction: {d:?}");
+        assert!(!d.replay());
+    }
+    let mut calls: HashMap<u64, HashSet<usize>> = HashMap::new();
+    for d in &sink.durable {
+        calls
+            .entry(d.row.commit_ts)
+            .or_default()
+            .insert(d.write_call);
+    }
+    for (ts, n) in &size {
+        assert_eq!(calls[ts].len() > 1, *n > 3, "transaction {ts} of {n} rows");
+    }
+}
+
+#[tokio::test]
+async fn transaction_split_by_the_byte_bound_is_flagged() {
+    let source = DatagenConfig {
+        max_txn_rows: 6,
+        ..workload(600)
+    };
+    let txns = transactions(&source);
+    let config = PipelineConfig {
+        max_batch_rows: 1000,
+        max_batch_bytes: 600,
+        ..config()
+    };
+
+    let (pipeline, result) = run_pipeline(
+        config,
+        no_filters(),
+        MemorySink::default(),
+        source,
+        std::future::pending(),
+    )
+    .await;
+    result.expect("the pipeline succeeds");
+    let sink = pipeline.sink();
+
+    assert_eq!(per_table(sink.durable_ids()), per_table(row_ids(&txns)));
+    let mut calls: HashMap<u64, HashSet<usize>> = HashMap::new();
+    for d in &sink.durable {
+        calls
+            .entry(d.row.commit_ts)
+            .or_default()
+            .insert(d.write_call);
+    }
+    let split: HashSet<u64> = calls
+        .iter()
+        .filter(|(_, c)| c.len() > 1)
+        .map(|(ts, _)| *ts)
+        .collect();
+    assert!(!split.is_empty(), "the byte bound split some transactions");
+    for d in sink
+        .durable
+        .iter()
+        .filter(|d| split.contains(&d.row.commit_ts))
+    {
+        assert!(
+            d.split(),
+            "a row of a transaction spread over several batches is not flagged: {d:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_flushes_what_was_read() {
+    // Slow enough that 200 ms of (paused, auto-advancing) time reads a few hundred rows.
+    let source = DatagenConfig {
+        rate: 1000,
+        ..workload(1_000_000)
+    };
+    let mut generator = DatagenSource::new(source.clone()).unwrap();
+    let config = PipelineConfig {
+        max_batch_rows: 32,
+        flush_interval: Duration::from_millis(50),
+        ..config()
+    };
+    let shutdown = tokio::time::sleep(Duration::from_millis(200));
+
+    let (pipeline, result) = run_pipeline(
+        config,
+        no_filters(),
+        MemorySink::default(),
+        source,
+        shutdown,
+    )
+    .await;
+    let report = result.expect("the pipeline stops cleanly");
+    let sink = pipeline.sink();
+
+    assert!(report.interrupted);
+    let read = report.progress.rows_read;
+    assert!(read > 0 && read < 1_000_000, "{read} rows read");
+    // The transactions read are a prefix of what the generator produces.
+    let mut prefix = Vec::new();
+    let mut rows = 0;
+    while rows < read {
+        let txn = generator.next_transaction().unwrap();
+        rows += txn.rows.len() as u64;
+        prefix.push(txn);
+    }
+    assert_eq!(rows, read, "whole transactions were read");
+    assert_eq!(report.progress.transactions, prefix.len() as u64);
+
+    let last_ts = prefix.last().unwrap().commit_ts.get();
+    assert_eq!(per_table(sink.durable_ids()), per_table(row_ids(&prefix)));
+    assert!(sink.buffered.is_empty());
+    assert_eq!(report.progress.checkpoint_ts, CheckpointTs(last_ts));
+    assert_eq!(sink.flushes.last(), Some(&last_ts));
+    assert!(
+        sink.flushes.len() > 1,
+        "the ticker flushed before the shutdown"
+    );
+    assert!(sink.closed);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn any_failure_schedule_loses_no_row(
+        write_failure in proptest::option::of(0usize..40),
+        flush_failure in proptest::option::of(0usize..10),
+        stopped in any::<bool>(),
+        max_batch_rows in 1usize..64,
+        max_pending_bytes in 0usize..16_000,
+        total_rows in 50u64..400,
+        seed in any::<u64>(),
+    ) {
+        let source = DatagenConfig { seed, ..workload(total_rows) };
+        let txns = transactions(&source);
+        let expected = row_ids(&txns);
+        let error = |what: &str| if stopped {
+            PluginError::Stopped(what.to_string())
+        } else {
+            PluginError::Retryable(what.to_string())
+        };
+        let mut sink = MemorySink::default();
+        if let Some(call) = write_failure {
+            sink = sink.fail_write(call, error("write failed"));
+        }
+        if let Some(call) = flush_failure {
+            sink = sink.fail_flush(call, error("flush failed"));
+        }
+        let config = PipelineConfig { max_batch_rows, max_pending_bytes, ..config() };
+
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let (pipeline, result) = runtime.block_on(run_pipeline(
+            config,
+            no_filters(),
+            sink,
+            source,
+            std::future::pending(),
+        ));
+        let report = result.map_err(|e| TestCaseError::fail(format!("pipeline failed: {e:?}")))?;
+        let sink = pipeline.sink();
+
+        let first = first_durable_per_table(sink);
+        prop_assert_eq!(&first, &per_table(expected.clone()), "every row durable, in commit-ts order per table");
+        prop_assert!(is_sorted_by_commit_ts(&first));
+        prop_assert_eq!(sink.durable.len(), expected.len(), "and only once: acknowledged rows are not replayed");
+        check_replays(sink).map_err(TestCaseError::fail)?;
+        prop_assert!(sink.malformed.is_empty(), "{:?}", sink.malformed);
+        let reached = usize::from(write_failure.is_some_and(|c| c < sink.write_calls))
+            + usize::from(flush_failure.is_some_and(|c| c < sink.flush_calls));
+        prop_assert_eq!(sink.failures.len(), reached);
+        prop_assert_eq!(report.progress.retries, reached as u64);
+        prop_assert_eq!(report.progress.checkpoint_ts, CheckpointTs(txns.last().unwrap().commit_ts.get()));
+    }
+}

@@ -1,0 +1,396 @@
+//! The changefeed file `sluice run` reads (TOML, kebab-case keys, unknown keys
+//! rejected). Parsing and validation are pure; nothing here touches the disk
+//! except [`ChangefeedFile::load`] reading the file itself.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+use sluice_source::DatagenConfig;
+
+/// A whole changefeed description.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ChangefeedFile {
+    /// Where built plugins are looked up by name (`<plugin-dir>/<name>.wasm`).
+    #[serde(default = "default_plugin_dir")]
+    pub plugin_dir: PathBuf,
+    /// Where the host keeps its own state (precompiled plugins).
+    #[serde(default = "default_data_dir")]
+    pub data_dir: PathBuf,
+    pub changefeed: ChangefeedSection,
+    pub source: SourceConfig,
+    /// Filter chain, applied in order.
+    #[serde(default)]
+    pub filters: Vec<PluginSection>,
+    pub sink: PluginSection,
+    #[serde(default)]
+    pub pipeline: PipelineSection,
+}
+
+fn default_plugin_dir() -> PathBuf {
+    PathBuf::from("target/plugins")
+}
+
+fn default_data_dir() -> PathBuf {
+    PathBuf::from(".sluice")
+}
+
+/// `[changefeed]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ChangefeedSection {
+    /// Changefeed id: letters, digits, `-` and `_`, starting with a letter or digit.
+    pub id: String,
+}
+
+/// `[source]`, chosen by `type`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum SourceConfig {
+    /// The built-in deterministic data generator.
+    Datagen(DatagenConfig),
+}
+
+/// `[sink]` or one `[[filters]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PluginSection {
+    /// A plugin name (looked up as `<plugin-dir>/<name>.wasm`) or a path to a `.wasm` file.
+    pub plugin: String,
+    /// The plugin's own options, passed to it as JSON.
+    #[serde(default)]
+    pub config: toml::Table,
+    #[serde(default)]
+    pub limits: LimitsSection,
+    #[serde(default)]
+    pub capabilities: CapabilitiesSection,
+}
+
+/// `[sink.limits]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LimitsSection {
+    /// Linear memory quota, e.g. `"64MiB"` or a number of bytes.
+    #[serde(default = "default_memory")]
+    pub memory: ByteSize,
+    /// CPU time one call may take, in milliseconds.
+    #[serde(default = "default_call_timeout")]
+    pub call_timeout_ms: u64,
+    /// Wall time one call may take including host calls (HTTP, sockets), in milliseconds.
+    #[serde(default = "default_host_call_timeout")]
+    pub host_call_timeout_ms: u64,
+}
+
+fn default_memory() -> ByteSize {
+    ByteSize(64 << 20)
+}
+fn default_call_timeout() -> u64 {
+    5_000
+}
+fn default_host_call_timeout() -> u64 {
+    30_000
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        Self {
+            memory: default_memory(),
+            call_timeout_ms: default_call_timeout(),
+            host_call_timeout_ms: default_host_call_timeout(),
+        }
+    }
+}
+
+/// `[sink.capabilities]`: everything is denied unless listed.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct CapabilitiesSection {
+    /// A host directory the plugin may use, seen by it as `/data`.
+    pub data_dir: Option<PathBuf>,
+    /// `ip:port` pairs the plugin may open TCP connections to.
+    #[serde(default)]
+    pub tcp: Vec<String>,
+    /// Hosts (`name` or `name:port`) the plugin may send HTTP requests to.
+    #[serde(default)]
+    pub http: Vec<String>,
+}
+
+/// `[pipeline]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PipelineSection {
+    /// Most rows per batch.
+    #[serde(default = "default_batch_rows")]
+    pub max_batch_rows: usize,
+    /// Most bytes per batch, e.g. `"4MiB"`.
+    #[serde(default = "default_batch_bytes")]
+    pub max_batch_bytes: ByteSize,
+    /// How often the sink is flushed and the checkpoint moves, in milliseconds.
+    #[serde(default = "default_flush_ms")]
+    pub flush_interval_ms: u64,
+    /// Decoded transactions that may wait between source and pipeline.
+    #[serde(default = "default_cache")]
+    pub event_cache_count: usize,
+    /// Retries of one failing plugin call before the changefeed fails.
+    #[serde(default = "default_retries")]
+    pub max_retries: u32,
+}
+
+fn default_batch_rows() -> usize {
+    1024
+}
+fn default_batch_bytes() -> ByteSize {
+    ByteSize(4 << 20)
+}
+fn default_flush_ms() -> u64 {
+    1000
+}
+fn default_cache() -> usize {
+    10_240
+}
+fn default_retries() -> u32 {
+    8
+}
+
+impl Default for PipelineSection {
+    fn default() -> Self {
+        Self {
+            max_batch_rows: default_batch_rows(),
+            max_batch_bytes: default_batch_bytes(),
+            flush_interval_ms: default_flush_ms(),
+            event_cache_count: default_cache(),
+            max_retries: default_retries(),
+        }
+    }
+}
+
+/// A size in bytes, written as a number or as `"<n>B|KiB|MiB|GiB"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(ByteSize(n)),
+            Raw::Text(s) => parse_size(&s).map(ByteSize).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size; write e.g. \"64MiB\" or a number of bytes"))?;
+    let mult = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        other => return Err(format!("unknown size unit `{other}` in `{s}`; use B, KiB, MiB or GiB")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("`{s}` is too large"))
+}
+
+impl ChangefeedFile {
+    /// Read and parse `path`, then validate.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("invalid changefeed file {}", path.display()))
+    }
+
+    /// Parse TOML text, then validate.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        let file: ChangefeedFile = toml::from_str(text)?;
+        file.validate()?;
+        Ok(file)
+    }
+
+    /// Checks beyond the types (pure, no I/O).
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let id = &self.changefeed.id;
+        let mut chars = id.chars();
+        let ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            && id.len() <= 128;
+        if !ok {
+            bail!("changefeed.id `{id}` is invalid: use letters, digits, `-` and `_`, starting with a letter or digit");
+        }
+        match &self.source {
+            SourceConfig::Datagen(d) => d.validate().context("in [source]")?,
+        }
+        for (i, section) in self.filters.iter().enumerate() {
+            section.validate(&format!("filters[{i}]"))?;
+        }
+        self.sink.validate("sink")?;
+        let p = &self.pipeline;
+        if p.max_batch_rows == 0 {
+            bail!("pipeline.max-batch-rows must be at least 1");
+        }
+        if p.flush_interval_ms == 0 {
+            bail!("pipeline.flush-interval-ms must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The pipeline tuning.
+    pub fn pipeline_config(&self) -> sluice_processor::PipelineConfig {
+        let p = &self.pipeline;
+        sluice_processor::PipelineConfig {
+            max_batch_rows: p.max_batch_rows,
+            max_batch_bytes: p.max_batch_bytes.0 as usize,
+            flush_interval: Duration::from_millis(p.flush_interval_ms),
+            event_cache_count: p.event_cache_count,
+            max_retries: p.max_retries,
+            ..Default::default()
+        }
+    }
+}
+
+impl PluginSection {
+    fn validate(&self, at: &str) -> anyhow::Result<()> {
+        if self.plugin.trim().is_empty() {
+            bail!("{at}.plugin is empty: name a plugin (e.g. \"sink-file\") or a .wasm path");
+        }
+        if self.limits.memory.0 < (1 << 20) {
+            bail!("{at}.limits.memory is {} bytes; give a plugin at least 1MiB", self.limits.memory.0);
+        }
+        if self.limits.call_timeout_ms == 0 || self.limits.host_call_timeout_ms == 0 {
+            bail!("{at}.limits: timeouts must be at least 1 ms");
+        }
+        for addr in &self.capabilities.tcp {
+            addr.parse::<SocketAddr>()
+                .map_err(|_| anyhow::anyhow!("{at}.capabilities.tcp: `{addr}` is not an ip:port pair"))?;
+        }
+        Ok(())
+    }
+
+    /// Where the component file is.
+    pub fn resolve(&self, plugin_dir: &Path) -> PathBuf {
+        if self.plugin.ends_with(".wasm") || self.plugin.contains('/') {
+            PathBuf::from(&self.plugin)
+        } else {
+            plugin_dir.join(format!("{}.wasm", self.plugin))
+        }
+    }
+
+    /// The plugin's name for logs (file stem).
+    pub fn name(&self) -> String {
+        Path::new(&self.plugin)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| self.plugin.clone())
+    }
+
+    /// Runtime settings for this plugin.
+    pub fn settings(&self) -> anyhow::Result<sluice_runtime::PluginSettings> {
+        let config_json = serde_json::to_string(&self.config).context("plugin config cannot be turned into JSON")?;
+        Ok(sluice_runtime::PluginSettings {
+            name: self.name(),
+            config_json,
+            limits: sluice_runtime::PluginLimits {
+                memory_bytes: self.limits.memory.0,
+                call_timeout: Duration::from_millis(self.limits.call_timeout_ms),
+                host_call_timeout: Duration::from_millis(self.limits.host_call_timeout_ms),
+                max_batch_bytes: None,
+            },
+            capabilities: sluice_runtime::Capabilities {
+                data_dir: self.capabilities.data_dir.clone(),
+                tcp_allow: self.capabilities.tcp.iter().filter_map(|a| a.parse().ok()).collect(),
+                http_allow: self.capabilities.http.clone(),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[changefeed]
+id = "demo"
+
+[source]
+type = "datagen"
+total-rows = 100
+
+[[filters]]
+plugin = "filter-mask"
+config = { columns = ["email"] }
+
+[sink]
+plugin = "sink-file"
+[sink.config]
+dir = "out"
+[sink.limits]
+memory = "32MiB"
+[sink.capabilities]
+data-dir = "out/demo"
+"#;
+
+    #[test]
+    fn parses_a_complete_changefeed() {
+        let f = ChangefeedFile::parse(GOOD).unwrap();
+        assert_eq!(f.changefeed.id, "demo");
+        assert_eq!(f.sink.limits.memory, ByteSize(32 << 20));
+        assert_eq!(f.filters.len(), 1);
+        let s = f.sink.settings().unwrap();
+        assert_eq!(s.config_json, r#"{"dir":"out"}"#);
+        assert_eq!(f.sink.resolve(Path::new("p")), PathBuf::from("p/sink-file.wasm"));
+        let SourceConfig::Datagen(d) = &f.source;
+        assert_eq!(d.total_rows, 100);
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_with_their_name_and_line() {
+        let text = GOOD.replace("total-rows = 100", "total-rows = 100\ntotal-rowz = 5");
+        let err = format!("{:#}", ChangefeedFile::parse(&text).unwrap_err());
+        assert!(err.contains("unknown field `total-rowz`"), "{err}");
+        assert!(err.contains("line 7"), "{err}");
+        let text = GOOD.replace("memory = \"32MiB\"", "memory = \"32MB\"");
+        let err = format!("{:#}", ChangefeedFile::parse(&text).unwrap_err());
+        assert!(err.contains("unknown size unit `MB`"), "{err}");
+    }
+
+    #[test]
+    fn semantic_errors_name_the_key() {
+        let text = GOOD.replace("id = \"demo\"", "id = \"-bad id\"");
+        let err = format!("{:#}", ChangefeedFile::parse(&text).unwrap_err());
+        assert!(err.contains("changefeed.id"), "{err}");
+        let text = GOOD.replace("data-dir = \"out/demo\"", "tcp = [\"localhost\"]");
+        let err = format!("{:#}", ChangefeedFile::parse(&text).unwrap_err());
+        assert!(err.contains("sink.capabilities.tcp: `localhost`"), "{err}");
+        let text = GOOD.replace("type = \"datagen\"", "type = \"binlog\"");
+        let err = format!("{:#}", ChangefeedFile::parse(&text).unwrap_err());
+        assert!(err.contains("unknown variant `binlog`"), "{err}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parser_never_panics_on_arbitrary_text(text in "\\PC{0,400}") {
+            let _ = ChangefeedFile::parse(&text);
+        }
+
+        #[test]
+        fn parser_never_panics_on_mutated_configs(pos in 0usize..400, byte in proptest::num::u8::ANY) {
+            let mut bytes = GOOD.as_bytes().to_vec();
+            let at = pos % bytes.len();
+            bytes[at] = byte;
+            if let Ok(text) = String::from_utf8(bytes) {
+                let _ = ChangefeedFile::parse(&text);
+            }
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! `sluice`: the Sluice command line.
+
+mod config;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Sluice: change data capture with sandboxed WebAssembly sinks and filters.
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one changefeed described in a TOML file until its source ends (or Ctrl-C).
+    Run {
+        /// The changefeed file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Look plugins up here instead of the file's `plugin-dir`.
+        #[arg(long)]
+        plugin_dir: Option<PathBuf>,
+        /// Print no progress lines, only the summary.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Check that a file is a valid sink or filter component.
+    CheckPlugin {
+        /// The component (.wasm).
+        path: PathBuf,
+        /// Which world it must implement.
+        #[arg(long, value_parser = ["sink", "filter"])]
+        kind: String,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| "warn,sluice=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run { config, plugin_dir, quiet } => run::run(&config, plugin_dir, quiet).await,
+            Command::CheckPlugin { path, kind } => run::check_plugin(&path, &kind),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

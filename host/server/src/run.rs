@@ -1,0 +1,146 @@
+//! `sluice run`: one changefeed in the foreground.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use sluice_core::{CheckpointTs, CommitTs};
+use sluice_processor::{Pipeline, Report};
+use sluice_runtime::{PluginKind, PluginRuntime, RuntimeConfig, WasmFilter, WasmSink};
+use sluice_source::DatagenSource;
+
+use crate::config::{ChangefeedFile, SourceConfig};
+
+pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyhow::Result<()> {
+    let file = ChangefeedFile::load(path)?;
+    let plugin_dir = plugin_dir.unwrap_or_else(|| file.plugin_dir.clone());
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        cache_dir: Some(file.data_dir.join("precompiled")),
+        ..RuntimeConfig::default()
+    })?;
+
+    let mut filters = Vec::new();
+    for (i, section) in file.filters.iter().enumerate() {
+        let at = format!("filters[{i}]");
+        let file_path = section.resolve(&plugin_dir);
+        let component = runtime
+            .load_file(PluginKind::Filter, &file_path)
+            .with_context(|| format!("{at}.plugin `{}` ({})", section.plugin, file_path.display()))?;
+        let mut filter = WasmFilter::new(component, section.settings()?)?;
+        filter
+            .validate_config()
+            .await
+            .with_context(|| format!("{at}.config was rejected by `{}`", section.plugin))?;
+        filters.push(filter);
+    }
+    let sink_path = file.sink.resolve(&plugin_dir);
+    let component = runtime
+        .load_file(PluginKind::Sink, &sink_path)
+        .with_context(|| format!("sink.plugin `{}` ({})", file.sink.plugin, sink_path.display()))?;
+    let mut sink = WasmSink::new(component, file.sink.settings()?)?;
+    sink.validate_config()
+        .await
+        .with_context(|| format!("sink.config was rejected by `{}`", file.sink.plugin))?;
+
+    let source = match &file.source {
+        SourceConfig::Datagen(d) => DatagenSource::new(d.clone())?,
+    };
+    let total = match &file.source {
+        SourceConfig::Datagen(d) => d.total_rows,
+    };
+
+    let id = file.changefeed.id.clone();
+    let mut pipeline = Pipeline::new(file.pipeline_config(), filters, sink, CheckpointTs::ZERO);
+    let reporter = (!quiet).then(|| {
+        let mut progress = pipeline.progress();
+        let id = id.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let mut last = (Instant::now(), 0u64);
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let p = progress.borrow_and_update().clone();
+                let rate = (p.rows_read - last.1) as f64 / last.0.elapsed().as_secs_f64();
+                last = (Instant::now(), p.rows_read);
+                let of = if total > 0 { format!("/{total}") } else { String::new() };
+                eprintln!(
+                    "[{id}] {:>6.1}s  read {}{of} rows  written {}  checkpoint {}  {:.0} rows/s  retries {}",
+                    started.elapsed().as_secs_f64(),
+                    p.rows_read,
+                    p.rows_written,
+                    describe_ts(CommitTs(p.checkpoint_ts.get())),
+                    rate,
+                    p.retries
+                );
+            }
+        })
+    });
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+        eprintln!("[{id}] interrupted: writing what was read, flushing, closing");
+    };
+    let result = pipeline.run(source, shutdown).await;
+    if let Some(r) = reporter {
+        r.abort();
+    }
+    let report = result.with_context(|| format!("changefeed `{id}` failed"))?;
+    print_summary(&id, &report, &pipeline);
+    Ok(())
+}
+
+fn describe_ts(ts: CommitTs) -> String {
+    if ts.get() == 0 {
+        return "0".into();
+    }
+    let ms = ts.physical_millis();
+    let secs = ms / 1000;
+    let (h, m, s) = (secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    format!("{} ({h:02}:{m:02}:{s:02}.{:03} UTC)", ts.get(), ms % 1000)
+}
+
+fn print_summary(id: &str, report: &Report, pipeline: &Pipeline<WasmSink, WasmFilter>) {
+    let p = &report.progress;
+    let how = if report.interrupted { "stopped" } else { "finished" };
+    println!(
+        "changefeed {id} {how} in {:.2}s: {} rows in {} transactions read, {} rows written, checkpoint {}",
+        report.elapsed.as_secs_f64(),
+        p.rows_read,
+        p.transactions,
+        p.rows_written,
+        describe_ts(CommitTs(p.checkpoint_ts.get()))
+    );
+    println!("{:<24} {:>10} {:>10}", "table", "rows in", "rows out");
+    for (table, n) in &report.rows_in {
+        let out = report.rows_out.get(table).copied().unwrap_or(0);
+        println!("{table:<24} {n:>10} {out:>10}");
+    }
+    for filter in pipeline.filters() {
+        use sluice_core::Filter;
+        print_plugin("filter", filter.name(), filter.stats());
+    }
+    use sluice_core::Sink;
+    print_plugin("sink", pipeline.sink().name(), pipeline.sink().stats());
+}
+
+fn print_plugin(role: &str, name: &str, stats: &sluice_runtime::PluginStats) {
+    use std::sync::atomic::Ordering;
+    let counters: Vec<String> = stats.counters().iter().map(|(k, v)| format!("{k}={v}")).collect();
+    println!(
+        "{role} {name}: instances {}, stopped {}, peak memory {} KiB{}{}",
+        stats.instantiations.load(Ordering::Relaxed),
+        stats.stops.load(Ordering::Relaxed),
+        stats.peak_memory_bytes.load(Ordering::Relaxed) / 1024,
+        if counters.is_empty() { String::new() } else { format!(", counters {}", counters.join(" ")) },
+        stats.last_stop().map(|r| format!(", last stop: {r}")).unwrap_or_default(),
+    );
+}
+
+pub fn check_plugin(path: &Path, kind: &str) -> anyhow::Result<()> {
+    let kind = if kind == "sink" { PluginKind::Sink } else { PluginKind::Filter };
+    let runtime = PluginRuntime::new(RuntimeConfig::default())?;
+    let component = runtime
+        .load_file(kind, path)
+        .with_context(|| format!("{} is not a usable {} plugin", path.display(), kind.world()))?;
+    println!("{}: ok, implements the {} world, sha256 {}", path.display(), kind.world(), component.digest());
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! `cargo xtask <command>`: everything CI runs, runnable in one command.
+//!
+//! - `build-plugins`: build every plugin and test guest for `wasm32-wasip2` and copy
+//!   them to `target/plugins/` and `target/test-plugins/`.
+//! - `quickstart`: build the plugins and run `examples/quickstart.toml`.
+//! - `test`: install what is missing, build the plugins, run the whole test suite.
+//! - `ci`: `cargo fmt --check`, clippy with warnings denied, then `test`.
+//! - `bench`: build the plugins and run the boundary benchmark (release build).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+/// Plugins shipped to users.
+const PLUGINS: [&str; 4] = ["sink-file", "sink-blackhole", "filter-mask", "filter-events"];
+/// Guest components used only by tests.
+const TEST_GUESTS: [&str; 1] = ["misbehave"];
+const WASM_TARGET: &str = "wasm32-wasip2";
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    std::env::set_current_dir(&root)?;
+    match args.first().map(String::as_str) {
+        Some("build-plugins") => build_plugins(&root),
+        Some("quickstart") => {
+            build_plugins(&root)?;
+            cargo(&["run", "--quiet", "-p", "sluice-server", "--", "run", "--config", "examples/quickstart.toml"])
+        }
+        Some("test") => test(&root, &args[1..]),
+        Some("ci") => {
+            cargo(&["fmt", "--all", "--", "--check"])?;
+            ensure_wasm_target()?;
+            cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+            test(&root, &[])
+        }
+        Some("bench") => {
+            build_plugins(&root)?;
+            let mut cmd = vec!["bench", "-p", "sluice-tests", "--bench", "boundary", "--"];
+            cmd.extend(args[1..].iter().map(String::as_str));
+            cargo(&cmd)
+        }
+        _ => {
+            eprintln!("usage: cargo xtask <build-plugins | quickstart | test | ci | bench>");
+            bail!("unknown or missing command")
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+fn cargo(args: &[&str]) -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    run(Command::new(cargo).args(args))
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("+ {cmd:?}");
+    let status = cmd.status().with_context(|| format!("cannot start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
+    Ok(())
+}
+
+/// Install the wasm32-wasip2 standard library if rustup lacks it.
+fn ensure_wasm_target() -> Result<()> {
+    let out = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .context("rustup is needed to add the wasm32-wasip2 target")?;
+    if !String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == WASM_TARGET) {
+        run(Command::new("rustup").args(["target", "add", WASM_TARGET]))?;
+    }
+    Ok(())
+}
+
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+}
+
+fn build_plugins(root: &Path) -> Result<()> {
+    ensure_wasm_target()?;
+    let mut args = vec!["build", "--target", WASM_TARGET, "--profile", "plugin"];
+    for p in PLUGINS.iter().chain(&TEST_GUESTS) {
+        args.extend(["-p", p]);
+    }
+    cargo(&args)?;
+    let built = target_dir(root).join(WASM_TARGET).join("plugin");
+    for (names, dir) in [(&PLUGINS[..], "plugins"), (&TEST_GUESTS[..], "test-plugins")] {
+        let dest = root.join("target").join(dir);
+        std::fs::create_dir_all(&dest)?;
+        for name in names {
+            let from = built.join(format!("{}.wasm", name.replace('-', "_")));
+            let to = dest.join(format!("{name}.wasm"));
+            std::fs::copy(&from, &to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+        }
+    }
+    eprintln!("plugins are in target/plugins/, test guests in target/test-plugins/");
+    Ok(())
+}
+
+fn test(root: &Path, extra: &[String]) -> Result<()> {
+    build_plugins(root)?;
+    let mut args = vec!["test", "--workspace"];
+    args.extend(extra.iter().map(String::as_str));
+    cargo(&args)
+}
