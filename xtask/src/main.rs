@@ -26,6 +26,8 @@ fn main() -> Result<()> {
         Some("build-plugins") => build_plugins(&root),
         Some("quickstart") => {
             build_plugins(&root)?;
+            // Start from an empty output directory so the output is exactly this run.
+            let _ = std::fs::remove_dir_all(root.join("target/quickstart"));
             cargo(&["run", "--quiet", "-p", "sluice-server", "--", "run", "--config", "examples/quickstart.toml"])
         }
         Some("test") => test(&root, &args[1..]),

@@ -358,7 +358,7 @@ data-dir = "out/demo"
         let text = GOOD.replace("total-rows = 100", "total-rows = 100\ntotal-rowz = 5");
         let err = format!("{:#}", ChangefeedFile::parse(&text).unwrap_err());
         assert!(err.contains("unknown field `total-rowz`"), "{err}");
-        assert!(err.contains("line 7"), "{err}");
+        assert!(err.contains("line 5") && err.contains("[source]"), "{err}");
         let text = GOOD.replace("memory = \"32MiB\"", "memory = \"32MB\"");
         let err = format!("{:#}", ChangefeedFile::parse(&text).unwrap_err());
         assert!(err.contains("unknown size unit `MB`"), "{err}");

@@ -12,7 +12,8 @@ use crate::Format;
 const BUFFER_BYTES: usize = 64 * 1024;
 
 /// The directory the host grants the plugin: `/data` inside the host. Natively
-/// (tests) it is `$SLUICE_DATA_DIR`, or the current directory.
+/// (tests) it is what [`set_native_data_root`] set on this thread, or the current
+/// directory.
 pub fn data_root() -> PathBuf {
     #[cfg(target_arch = "wasm32")]
     {
@@ -20,8 +21,19 @@ pub fn data_root() -> PathBuf {
     }
     #[cfg(not(target_arch = "wasm32"))]
     {
-        std::env::var_os("SLUICE_DATA_DIR").map_or_else(|| PathBuf::from("."), PathBuf::from)
+        NATIVE_ROOT.with(|r| r.borrow().clone())
     }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+thread_local! {
+    static NATIVE_ROOT: std::cell::RefCell<PathBuf> = std::cell::RefCell::new(PathBuf::from("."));
+}
+
+/// Natively, make `root` stand in for `/data` for sinks opened on this thread.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn set_native_data_root(root: impl Into<PathBuf>) {
+    NATIVE_ROOT.with(|r| *r.borrow_mut() = root.into());
 }
 
 /// Writes lines into `{prefix}-{seq:06}.{extension}` files in one directory,

@@ -9,5 +9,7 @@ mod sink;
 
 pub use config::{Config, Format};
 pub use sink::SinkFile;
+#[cfg(not(target_arch = "wasm32"))]
+pub use files::set_native_data_root;
 
 sluice_sdk::export_sink!(SinkFile);

@@ -102,15 +102,15 @@ mod tests {
     /// `dir` below it.
     fn data_dir(dir: &str) -> PathBuf {
         static ROOT: OnceLock<PathBuf> = OnceLock::new();
-        let root = ROOT.get_or_init(|| {
-            let root = tempfile::tempdir().unwrap().keep();
-            // SAFETY: runs once, before any test in this binary opens a sink (every
-            // test calls `data_dir` first), and nothing here reads the environment
-            // except through std, which serialises its own access.
-            unsafe { std::env::set_var("SLUICE_DATA_DIR", &root) };
-            root
-        });
+        let root = ROOT.get_or_init(|| tempfile::tempdir().unwrap().keep());
+        crate::files::set_native_data_root(root);
         root.join(dir)
+    }
+
+    /// Open a sink whose `/data` is this binary's test root.
+    fn open_sink(config: &str) -> Result<SinkHarness<SinkFile>, Error> {
+        data_dir("");
+        SinkHarness::<SinkFile>::open(config)
     }
 
     /// File names in `dir` with their contents, sorted by name.
@@ -151,7 +151,7 @@ mod tests {
     fn writes_rows_and_ddl_to_the_first_file_and_flush_makes_them_readable() {
         let dir = data_dir("basic");
         let t = items();
-        let mut sink = SinkHarness::<SinkFile>::open(r#"{"dir": "basic/nested"}"#).unwrap();
+        let mut sink = open_sink(r#"{"dir": "basic/nested"}"#).unwrap();
         let mut b = TableBatchBuilder::new(&t);
         b.insert(1 << 18, &[Value::Int(1), Value::Text("a")]);
         b.delete(2 << 18, &[Value::Int(1), Value::Null]);
@@ -189,7 +189,7 @@ mod tests {
         let t = items();
         let config =
             r#"{"dir": "rotate", "prefix": "orders", "format": "csv", "max-file-bytes": 1024}"#;
-        let mut sink = SinkHarness::<SinkFile>::open(config).unwrap();
+        let mut sink = open_sink(config).unwrap();
         let mut expected = Vec::new();
         // 25 lines of 128 bytes: eight fill 1024 bytes exactly, a ninth would not fit.
         for chunk in [100..107i64, 107..125] {
@@ -256,14 +256,14 @@ mod tests {
         fs::write(dir.join("changes-000099.txt"), "not ours\n").unwrap();
         let t = items();
         for id in [1, 2] {
-            let mut sink = SinkHarness::<SinkFile>::open(r#"{"dir": "./restart"}"#).unwrap();
+            let mut sink = open_sink(r#"{"dir": "./restart"}"#).unwrap();
             let mut b = TableBatchBuilder::new(&t);
             b.insert(5, &[Value::Int(id), Value::Text("r")]);
             sink.write(&[&t], vec![b.finish()]).unwrap();
             sink.close().unwrap();
         }
         // An instance that writes nothing creates no file.
-        let mut idle = SinkHarness::<SinkFile>::open(r#"{"dir": "restart"}"#).unwrap();
+        let mut idle = open_sink(r#"{"dir": "restart"}"#).unwrap();
         idle.flush(9).unwrap();
         idle.close().unwrap();
 
@@ -310,10 +310,10 @@ mod tests {
             ),
         ];
         for (config, message) in cases {
-            let err = SinkHarness::<SinkFile>::open(config).err().unwrap();
+            let err = open_sink(config).err().unwrap();
             assert!(matches!(err, Error::Config(_)), "{config}: {err}");
             assert!(err.message().contains(message), "{config}: {err}");
         }
-        assert!(SinkHarness::<SinkFile>::open(r#"{"dir": "ok", "max-file-bytes": 1024}"#).is_ok());
+        assert!(open_sink(r#"{"dir": "ok", "max-file-bytes": 1024}"#).is_ok());
     }
 }
