@@ -149,3 +149,35 @@ fn check_plugin_names_the_missing_export() {
     let out = sluice(&["check-plugin", "--kind", "sink", plugin_path("sink-file").to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn ctrl_c_writes_what_was_read_and_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = quickstart_in(dir.path(), |t| {
+        let source = t["source"].as_table_mut().unwrap();
+        source.insert("rate".into(), 2000.into());
+        source.insert("total-rows".into(), 1_000_000.into());
+    });
+    let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["run", "--quiet", "--config", config.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("changefeed quickstart stopped"), "{stdout}");
+    // Every row read was written and flushed before exit.
+    let read: usize = stdout
+        .split(" rows in ")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no row count in {stdout}"));
+    assert!(read > 0 && read < 1_000_000, "{read}");
+    assert_eq!(lines_in(&dir.path().join("out/changes")).len(), read);
+}
