@@ -90,6 +90,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 struct Row {
     batch: usize,
+    read: &'static str,
     wasm: f64,
     native: f64,
     bytes_per_row: f64,
@@ -138,7 +139,8 @@ async fn run() -> anyhow::Result<()> {
     let schemas = vec![schema.clone()];
     let sdk = sdk_schema(&schema);
     let mut rows_out = Vec::new();
-    for batch_rows in [1usize, 100, 1000] {
+    for (read, batch_rows) in [("columns", 1usize), ("columns", 100), ("columns", 1000), ("columns", 4000), ("rows", 1000)] {
+        let config = format!(r#"{{"read": "{read}"}}"#);
         let total = if batch_rows == 1 { 20_000 } else { 200_000 };
         let mut host_batches = batches(&schema, total, batch_rows);
         let bytes_per_row = host_batches.iter().map(Batch::wire_bytes).sum::<usize>() as f64 / total as f64;
@@ -149,7 +151,7 @@ async fn run() -> anyhow::Result<()> {
         let mut wasm = Vec::new();
         let mut native = Vec::new();
         for _ in 0..ROUNDS {
-            let mut sink = WasmSink::new(component.clone(), PluginSettings::new("sink-blackhole", "{}"))?;
+            let mut sink = WasmSink::new(component.clone(), PluginSettings::new("sink-blackhole", config.clone()))?;
             sink.open().await?;
             let t = Instant::now();
             for b in &mut host_batches {
@@ -160,7 +162,7 @@ async fn run() -> anyhow::Result<()> {
             let counted = sink.stats().counters().get("rows").copied().unwrap_or(0);
             assert_eq!(counted, total as u64, "the plugin saw every row");
 
-            let mut harness = SinkHarness::<Blackhole>::open("{}").map_err(|e| anyhow::anyhow!("{e}"))?;
+            let mut harness = SinkHarness::<Blackhole>::open(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
             let t = Instant::now();
             for tables in &sdk_batches {
                 harness.write(&[&sdk], tables.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -172,6 +174,7 @@ async fn run() -> anyhow::Result<()> {
         }
         rows_out.push(Row {
             batch: batch_rows,
+            read,
             wasm: median(wasm),
             native: median(native),
             bytes_per_row,
@@ -179,10 +182,11 @@ async fn run() -> anyhow::Result<()> {
     }
 
     println!("boundary benchmark (sink-blackhole, 10 mixed columns, medians of {ROUNDS} rounds)");
-    println!("{:>6} {:>14} {:>14} {:>12} {:>10}", "batch", "wasm rows/s", "native rows/s", "wasm/native", "B/row");
+    println!("{:>8} {:>6} {:>14} {:>14} {:>12} {:>10}", "read", "batch", "wasm rows/s", "native rows/s", "wasm/native", "B/row");
     for r in &rows_out {
         println!(
-            "{:>6} {:>14.0} {:>14.0} {:>12.2} {:>10.0}",
+            "{:>8} {:>6} {:>14.0} {:>14.0} {:>12.2} {:>10.0}",
+            r.read,
             r.batch,
             r.wasm,
             r.native,
@@ -201,6 +205,7 @@ async fn run() -> anyhow::Result<()> {
         "columns": 10,
         "rounds": ROUNDS,
         "throughput": rows_out.iter().map(|r| serde_json::json!({
+            "read": r.read,
             "batch_rows": r.batch,
             "wasm_rows_per_s": r.wasm.round(),
             "native_rows_per_s": r.native.round(),

@@ -7,11 +7,13 @@ use std::time::Duration;
 pub struct PipelineConfig {
     /// Most rows in one batch.
     pub max_batch_rows: usize,
-    /// Most wire bytes in one batch (further bounded by each plugin's own bound).
+    /// Most wire bytes in one batch. The caller sets it below every plugin's own
+    /// bound (`sluice run` uses half the smallest).
     pub max_batch_bytes: usize,
     /// How often the sink is asked to flush (and the checkpoint can move).
     pub flush_interval: Duration,
-    /// Decoded transactions that may wait between the source and the pipeline.
+    /// Source events (transactions, resolved marks, DDL) that may wait between the
+    /// source task and the pipeline.
     pub event_cache_count: usize,
     /// Unacknowledged bytes kept for replay before a flush is forced.
     pub max_pending_bytes: usize,

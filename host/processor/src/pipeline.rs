@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_core::{
-    Batch, BatchBuilder, CheckpointTs, CommitTs, FLAG_SPLIT, Filter, PluginError, ResolvedTs, Sink,
+    Batch, BatchBuilder, CheckpointTs, CommitTs, DdlEvent, FLAG_SPLIT, Filter, PluginError, ResolvedTs, Sink,
     Source, SourceEvent, TableSchema, Transaction, RowChange,
 };
 use tokio::sync::{mpsc, watch};
@@ -159,13 +159,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
                         }
                     }
                     Some(Ok(SourceEvent::Ddl(ddl))) => {
-                        let barrier = async {
-                            self.emit().await?;
-                            self.flush().await?;
-                            let result = self.sink.apply_ddl(&ddl).await;
-                            self.retry_sink(result).await
-                        };
-                        if let Err(e) = barrier.await { break Err(e); }
+                        if let Err(e) = self.on_ddl(&ddl).await { break Err(e); }
                     }
                     Some(Ok(SourceEvent::End)) | None => break Ok(()),
                     Some(Err(e)) => break Err(e),
@@ -241,6 +235,27 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             self.emit().await?;
             self.flush().await?;
         }
+        Ok(())
+    }
+
+    /// A DDL is a barrier: write and flush everything before it, apply it
+    /// (retrying into a fresh sink like any call), then let the checkpoint pass it.
+    async fn on_ddl(&mut self, ddl: &DdlEvent) -> Result<(), PipelineError> {
+        self.emit().await?;
+        self.flush().await?;
+        let mut attempts = 0;
+        loop {
+            match self.sink.apply_ddl(ddl).await {
+                Ok(()) => break,
+                Err(e) if attempts >= self.config.max_retries => return Err(PipelineError::Sink(e)),
+                Err(e) => {
+                    attempts += 1;
+                    self.retry_sink(Err(e)).await?;
+                }
+            }
+        }
+        self.pending_through = self.pending_through.max(ddl.commit_ts);
+        self.written_through = self.written_through.max(ddl.commit_ts);
         Ok(())
     }
 

@@ -50,7 +50,17 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
     };
 
     let id = file.changefeed.id.clone();
-    let mut pipeline = Pipeline::new(file.pipeline_config(), filters, sink, CheckpointTs::ZERO);
+    let mut pipeline_config = file.pipeline_config();
+    // Batches must fit every plugin's bound; keep half of it in reserve for filters
+    // that grow values (hashing turns a short value into 64 hex characters).
+    let plugin_bound = filters
+        .iter()
+        .map(WasmFilter::max_batch_bytes)
+        .chain([sink.max_batch_bytes()])
+        .min()
+        .unwrap_or(u64::MAX);
+    pipeline_config.max_batch_bytes = pipeline_config.max_batch_bytes.min((plugin_bound / 2) as usize);
+    let mut pipeline = Pipeline::new(pipeline_config, filters, sink, CheckpointTs::ZERO);
     let reporter = (!quiet).then(|| {
         let mut progress = pipeline.progress();
         let id = id.clone();

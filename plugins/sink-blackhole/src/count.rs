@@ -1,6 +1,6 @@
-use sluice_sdk::{host, BatchView, Error, Image, Sink, Value};
+use sluice_sdk::{host, BatchView, ColumnData, ColumnType, ColumnValues, Error, Image, Sink, TableView, Value};
 
-use crate::Config;
+use crate::config::{Config, Read};
 
 /// Counts rows and value bytes, then forgets them.
 #[derive(Debug, Default)]
@@ -14,6 +14,34 @@ pub struct Blackhole {
     /// Highest ts acknowledged by `flush`.
     pub flushed: u64,
     reported: (u64, u64),
+    read: Read,
+}
+
+/// Bytes and NULLs of one column, read column-wise: every value's length (or
+/// fixed width) is visited, NULLs excluded, exactly as the row-wise reading counts.
+fn column_bytes(ty: ColumnType, data: &ColumnData, nulls: &mut u64) -> u64 {
+    let n = data.len();
+    let null_count = data.null_count() as u64;
+    *nulls += null_count;
+    match &data.values {
+        ColumnValues::Bytes(b) => {
+            // NULL values are empty, so the sum of lengths is the last offset.
+            b.offsets.windows(2).map(|w| u64::from(w[1] - w[0])).sum()
+        }
+        _ if ty == ColumnType::Boolean => n as u64 - null_count,
+        _ => 8 * (n as u64 - null_count),
+    }
+}
+
+fn table_bytes(table: &TableView<'_>, nulls: &mut u64) -> u64 {
+    let schema = table.schema();
+    let raw = table.raw();
+    raw.before
+        .iter()
+        .chain(&raw.after)
+        .zip(schema.columns.iter().chain(&schema.columns))
+        .map(|(data, column)| column_bytes(column.ty, data, nulls))
+        .sum()
 }
 
 fn image_bytes(image: &Image<'_>, nulls: &mut u64) -> u64 {
@@ -43,12 +71,20 @@ impl Sink for Blackhole {
         Ok(())
     }
 
-    fn open(_config: Config) -> Result<Self, Error> {
-        Ok(Self::default())
+    fn open(config: Config) -> Result<Self, Error> {
+        Ok(Self {
+            read: config.read,
+            ..Self::default()
+        })
     }
 
     fn write(&mut self, batch: BatchView<'_>) -> Result<(), Error> {
         for table in batch.tables() {
+            if self.read == Read::Columns {
+                self.rows += table.len() as u64;
+                self.bytes += table_bytes(&table, &mut self.nulls);
+                continue;
+            }
             for row in table.rows() {
                 self.rows += 1;
                 if let Some(before) = row.before() {
@@ -79,17 +115,50 @@ mod tests {
     use super::Blackhole;
 
     #[test]
+    fn reading_by_columns_counts_the_same_as_by_rows() {
+        let t = schema(
+            1,
+            "db",
+            "t",
+            &[("id", ColumnType::Int, true), ("name", ColumnType::Text, false), ("ok", ColumnType::Boolean, false)],
+        );
+        let mut b = TableBatchBuilder::new(&t);
+        for i in 0..40i64 {
+            let name = format!("n{i}");
+            let v = [Value::Int(i), if i % 3 == 0 { Value::Null } else { Value::Text(&name) }, Value::Bool(i % 2 == 0)];
+            match i % 4 {
+                0 | 1 => b.insert(i as u64, &v),
+                2 => b.update(i as u64, &v, &v),
+                _ => b.delete(i as u64, &v),
+            };
+        }
+        let batch = b.finish();
+        let mut counts = Vec::new();
+        for read in ["rows", "columns"] {
+            let mut sink = SinkHarness::<Blackhole>::open(&format!(r#"{{"read": "{read}"}}"#)).unwrap();
+            sink.write(&[&t], vec![batch.clone()]).unwrap();
+            let s = sink.sink();
+            counts.push((s.rows, s.bytes, s.nulls));
+        }
+        assert_eq!(counts[0], counts[1]);
+        assert_eq!(counts[0].0, 40);
+    }
+
+    #[test]
     fn counts_rows_bytes_and_nulls() {
         let t = schema(1, "db", "t", &[("id", ColumnType::Int, true), ("name", ColumnType::Text, false)]);
         let mut b = TableBatchBuilder::new(&t);
         b.insert(10, &[Value::Int(1), Value::Text("abc")]);
         b.update(11, &[Value::Int(1), Value::Text("abc")], &[Value::Int(1), Value::Null]);
         b.delete(12, &[Value::Int(1), Value::Null]);
-        let mut sink = SinkHarness::<Blackhole>::open("{}").unwrap();
-        sink.write(&[&t], vec![b.finish()]).unwrap();
-        sink.flush(12).unwrap();
-        let s = sink.sink();
-        assert_eq!((s.rows, s.bytes, s.nulls, s.flushed), (3, 8 + 3 + 8 + 3 + 8 + 8, 2, 12));
+        let batch = b.finish();
+        for read in ["rows", "columns"] {
+            let mut sink = SinkHarness::<Blackhole>::open(&format!(r#"{{"read": "{read}"}}"#)).unwrap();
+            sink.write(&[&t], vec![batch.clone()]).unwrap();
+            sink.flush(12).unwrap();
+            let s = sink.sink();
+            assert_eq!((s.rows, s.bytes, s.nulls, s.flushed), (3, 8 + 3 + 8 + 3 + 8 + 8, 2, 12), "{read}");
+        }
     }
 
     #[test]

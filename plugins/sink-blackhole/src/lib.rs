@@ -4,7 +4,7 @@
 mod config;
 mod count;
 
-pub use config::Config;
+pub use config::{Config, Read};
 pub use count::Blackhole;
 
 sluice_sdk::export_sink!(Blackhole);

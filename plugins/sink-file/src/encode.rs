@@ -440,7 +440,8 @@ mod tests {
         let batch = b.finish();
         let mut encoder = Encoder::new(Format::Csv);
         let header = encoder.table(&s);
-        let row = TableView::new(&s, &batch).rows().next().unwrap();
+        let view = TableView::new(&s, &batch);
+        let row = view.rows().next().unwrap();
         let mut out = Vec::new();
         encoder.row(&header, &row, &mut out);
         assert_eq!(

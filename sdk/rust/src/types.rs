@@ -124,6 +124,17 @@ impl ColumnData {
         self.len() == 0
     }
 
+    /// Number of NULL values.
+    pub fn null_count(&self) -> usize {
+        let n = self.len();
+        let full = n / 8;
+        let mut count: usize = self.nulls.iter().take(full).map(|b| b.count_ones() as usize).sum();
+        if let Some(last) = self.nulls.get(full) {
+            count += (last & ((1u16 << (n % 8)) - 1) as u8).count_ones() as usize;
+        }
+        count
+    }
+
     /// Whether value `i` is NULL.
     #[inline]
     pub fn is_null(&self, i: usize) -> bool {

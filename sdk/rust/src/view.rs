@@ -64,7 +64,7 @@ impl<'a> BatchView<'a> {
             let schema = schemas
                 .of(batch)
                 .expect("the host sends every schema before the first batch that uses it");
-            TableView { schema, batch }
+            TableView::new(schema, batch)
         })
     }
 
@@ -83,16 +83,39 @@ impl<'a> BatchView<'a> {
 }
 
 /// The rows of one table in one batch.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct TableView<'a> {
     schema: &'a TableSchema,
     batch: &'a TableBatch,
+    before_text: Vec<Option<&'a str>>,
+    after_text: Vec<Option<&'a str>>,
+}
+
+/// Each text-like column's whole data buffer as `&str`, validated once per batch
+/// (much faster than validating value by value); `None` where the column is not
+/// text-like or not valid UTF-8.
+fn text_index<'a>(schema: &TableSchema, columns: &'a [ColumnData]) -> Vec<Option<&'a str>> {
+    columns
+        .iter()
+        .zip(&schema.columns)
+        .map(|(data, column)| match (&data.values, column.ty) {
+            (ColumnValues::Bytes(b), ColumnType::Text | ColumnType::Decimal | ColumnType::Json) => {
+                simdutf8::basic::from_utf8(&b.data).ok()
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 impl<'a> TableView<'a> {
     /// A view of `batch` read with `schema`.
     pub fn new(schema: &'a TableSchema, batch: &'a TableBatch) -> Self {
-        Self { schema, batch }
+        Self {
+            schema,
+            batch,
+            before_text: text_index(schema, &batch.before),
+            after_text: text_index(schema, &batch.after),
+        }
     }
 
     /// The table's schema at this batch's version.
@@ -116,10 +139,12 @@ impl<'a> TableView<'a> {
     }
 
     /// The rows in commit-ts order.
-    pub fn rows(&self) -> Rows<'a> {
+    pub fn rows(&self) -> Rows<'_> {
         Rows {
             schema: self.schema,
             batch: self.batch,
+            before_text: &self.before_text,
+            after_text: &self.after_text,
             next: 0,
             before: 0,
             after: 0,
@@ -132,6 +157,8 @@ impl<'a> TableView<'a> {
 pub struct Rows<'a> {
     schema: &'a TableSchema,
     batch: &'a TableBatch,
+    before_text: &'a [Option<&'a str>],
+    after_text: &'a [Option<&'a str>],
     next: usize,
     before: usize,
     after: usize,
@@ -149,6 +176,7 @@ impl<'a> Iterator for Rows<'a> {
             let image = Image {
                 schema: self.schema,
                 columns: &self.batch.before,
+                text: self.before_text,
                 pos: self.before,
             };
             self.before += 1;
@@ -158,6 +186,7 @@ impl<'a> Iterator for Rows<'a> {
             let image = Image {
                 schema: self.schema,
                 columns: &self.batch.after,
+                text: self.after_text,
                 pos: self.after,
             };
             self.after += 1;
@@ -239,6 +268,7 @@ impl<'a> Row<'a> {
 pub struct Image<'a> {
     schema: &'a TableSchema,
     columns: &'a [ColumnData],
+    text: &'a [Option<&'a str>],
     pos: usize,
 }
 
@@ -277,13 +307,16 @@ impl<'a> Image<'a> {
             ColumnValues::Uint64(v) => Value::UInt(v[i]),
             ColumnValues::Float64(v) => Value::Float(v[i]),
             ColumnValues::Bytes(b) => {
-                let bytes = &b.data[b.offsets[i] as usize..b.offsets[i + 1] as usize];
+                let (start, end) = (b.offsets[i] as usize, b.offsets[i + 1] as usize);
+                let text = || match self.text.get(index) {
+                    Some(Some(all)) => all.get(start..end).unwrap_or("\u{FFFD}"),
+                    _ => as_str(&b.data[start..end]),
+                };
                 match ty {
-                    ColumnType::Blob => Value::Blob(bytes),
-                    ColumnType::Text => Value::Text(as_str(bytes)),
-                    ColumnType::Decimal => Value::Decimal(as_str(bytes)),
-                    ColumnType::Json => Value::Json(as_str(bytes)),
-                    _ => Value::Blob(bytes),
+                    ColumnType::Text => Value::Text(text()),
+                    ColumnType::Decimal => Value::Decimal(text()),
+                    ColumnType::Json => Value::Json(text()),
+                    _ => Value::Blob(&b.data[start..end]),
                 }
             }
         }
@@ -304,9 +337,9 @@ impl<'a> Image<'a> {
     }
 }
 
+/// A value of a column whose buffer as a whole is not UTF-8 (the host validates
+/// text, but check rather than trust): the bad values read as U+FFFD.
 fn as_str(bytes: &[u8]) -> &str {
-    // The host validates UTF-8 of text-like columns; a plugin upstream in the
-    // filter chain could still produce bad bytes, so check rather than trust.
     std::str::from_utf8(bytes).unwrap_or("\u{FFFD}")
 }
 
