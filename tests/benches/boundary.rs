@@ -52,9 +52,17 @@ fn image(id: i64) -> Vec<Value> {
         Value::UInt(id as u64 * 7),
         Value::Float(id as f64 * 1.25),
         Value::Bytes(format!("{}.{:02}", id * 13, id % 100).into_bytes()),
-        Value::Bytes(format!("title of row {id:08}, a fairly ordinary product name ...").into_bytes()),
+        Value::Bytes(
+            format!("title of row {id:08}, a fairly ordinary product name ...").into_bytes(),
+        ),
         Value::Int(1_767_225_600_000_000 + id),
-        Value::Bytes(format!(r#"{{"color":"blue","size":{},"tags":["a","b","c"]}}"#, id % 50).into_bytes()),
+        Value::Bytes(
+            format!(
+                r#"{{"color":"blue","size":{},"tags":["a","b","c"]}}"#,
+                id % 50
+            )
+            .into_bytes(),
+        ),
         Value::Bytes((0..40u8).map(|b| b ^ id as u8).collect()),
         Value::Int(20_454),
         Value::Int(id % 2),
@@ -71,7 +79,12 @@ fn batches(schema: &Arc<TableSchema>, rows: usize, batch_rows: usize) -> Vec<Bat
             9 => (Op::Delete, Some(image(i - 2)), None),
             _ => (Op::Insert, None, Some(image(i))),
         };
-        let row = RowChange { table: schema.clone(), op, before, after };
+        let row = RowChange {
+            table: schema.clone(),
+            op,
+            before,
+            after,
+        };
         b.push(CommitTs(1000 + i as u64), 0, &row);
         if b.rows() == batch_rows {
             out.push(std::mem::take(&mut b).finish().1);
@@ -98,16 +111,23 @@ struct Row {
 
 fn main() -> anyhow::Result<()> {
     if std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0") {
-        eprintln!("note: RUST_BACKTRACE is set; wasmtime errors will capture backtraces (unset it for clean figures)");
+        eprintln!(
+            "note: RUST_BACKTRACE is set; wasmtime errors will capture backtraces (unset it for clean figures)"
+        );
     }
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(run())
 }
 
 async fn run() -> anyhow::Result<()> {
     let cache = std::env::temp_dir().join(format!("sluice-bench-cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache);
-    let config = || RuntimeConfig { cache_dir: Some(cache.clone()), ..RuntimeConfig::default() };
+    let config = || RuntimeConfig {
+        cache_dir: Some(cache.clone()),
+        ..RuntimeConfig::default()
+    };
     let bytes = std::fs::read(plugin_path("sink-blackhole"))?;
 
     // Compile (cold) and load from the precompiled cache (warm).
@@ -128,7 +148,10 @@ async fn run() -> anyhow::Result<()> {
     let mut inst = Vec::new();
     let mut idle = 0;
     for _ in 0..200 {
-        let mut sink = WasmSink::new(component.clone(), PluginSettings::new("sink-blackhole", "{}"))?;
+        let mut sink = WasmSink::new(
+            component.clone(),
+            PluginSettings::new("sink-blackhole", "{}"),
+        )?;
         let t = Instant::now();
         sink.open().await?;
         inst.push(t.elapsed().as_secs_f64());
@@ -139,11 +162,18 @@ async fn run() -> anyhow::Result<()> {
     let schemas = vec![schema.clone()];
     let sdk = sdk_schema(&schema);
     let mut rows_out = Vec::new();
-    for (read, batch_rows) in [("columns", 1usize), ("columns", 100), ("columns", 1000), ("columns", 4000), ("rows", 1000)] {
+    for (read, batch_rows) in [
+        ("columns", 1usize),
+        ("columns", 100),
+        ("columns", 1000),
+        ("columns", 4000),
+        ("rows", 1000),
+    ] {
         let config = format!(r#"{{"read": "{read}"}}"#);
         let total = if batch_rows == 1 { 20_000 } else { 200_000 };
         let mut host_batches = batches(&schema, total, batch_rows);
-        let bytes_per_row = host_batches.iter().map(Batch::wire_bytes).sum::<usize>() as f64 / total as f64;
+        let bytes_per_row =
+            host_batches.iter().map(Batch::wire_bytes).sum::<usize>() as f64 / total as f64;
         let sdk_batches: Vec<_> = host_batches
             .iter()
             .map(|b| b.tables.iter().map(sdk_table).collect::<Vec<_>>())
@@ -151,7 +181,10 @@ async fn run() -> anyhow::Result<()> {
         let mut wasm = Vec::new();
         let mut native = Vec::new();
         for _ in 0..ROUNDS {
-            let mut sink = WasmSink::new(component.clone(), PluginSettings::new("sink-blackhole", config.clone()))?;
+            let mut sink = WasmSink::new(
+                component.clone(),
+                PluginSettings::new("sink-blackhole", config.clone()),
+            )?;
             sink.open().await?;
             let t = Instant::now();
             for b in &mut host_batches {
@@ -162,12 +195,17 @@ async fn run() -> anyhow::Result<()> {
             let counted = sink.stats().counters().get("rows").copied().unwrap_or(0);
             assert_eq!(counted, total as u64, "the plugin saw every row");
 
-            let mut harness = SinkHarness::<Blackhole>::open(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let mut harness =
+                SinkHarness::<Blackhole>::open(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
             let t = Instant::now();
             for tables in &sdk_batches {
-                harness.write(&[&sdk], tables.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
+                harness
+                    .write(&[&sdk], tables.clone())
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
             }
-            harness.flush(u64::MAX).map_err(|e| anyhow::anyhow!("{e}"))?;
+            harness
+                .flush(u64::MAX)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             let elapsed = t.elapsed();
             native.push(total as f64 / elapsed.as_secs_f64());
             assert_eq!(harness.sink().rows, total as u64);
@@ -182,7 +220,10 @@ async fn run() -> anyhow::Result<()> {
     }
 
     println!("boundary benchmark (sink-blackhole, 10 mixed columns, medians of {ROUNDS} rounds)");
-    println!("{:>8} {:>6} {:>14} {:>14} {:>12} {:>10}", "read", "batch", "wasm rows/s", "native rows/s", "wasm/native", "B/row");
+    println!(
+        "{:>8} {:>6} {:>14} {:>14} {:>12} {:>10}",
+        "read", "batch", "wasm rows/s", "native rows/s", "wasm/native", "B/row"
+    );
     for r in &rows_out {
         println!(
             "{:>8} {:>6} {:>14.0} {:>14.0} {:>12.2} {:>10.0}",
@@ -195,9 +236,18 @@ async fn run() -> anyhow::Result<()> {
         );
     }
     let us = |s: f64| s * 1e6;
-    println!("compile (cold load)          {:>10.1} ms", compile.as_secs_f64() * 1e3);
-    println!("precompiled load (median)    {:>10.1} µs", us(median(loads.clone())));
-    println!("instantiate + open (median)  {:>10.1} µs", us(median(inst.clone())));
+    println!(
+        "compile (cold load)          {:>10.1} ms",
+        compile.as_secs_f64() * 1e3
+    );
+    println!(
+        "precompiled load (median)    {:>10.1} µs",
+        us(median(loads.clone()))
+    );
+    println!(
+        "instantiate + open (median)  {:>10.1} µs",
+        us(median(inst.clone()))
+    );
     println!("idle instance linear memory  {:>10} KiB", idle / 1024);
 
     let json = serde_json::json!({
@@ -219,7 +269,10 @@ async fn run() -> anyhow::Result<()> {
     });
     let dir = sluice_tests::workspace_root().join("target/bench");
     std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("boundary.json"), serde_json::to_string_pretty(&json)?)?;
+    std::fs::write(
+        dir.join("boundary.json"),
+        serde_json::to_string_pretty(&json)?,
+    )?;
     println!("written to target/bench/boundary.json");
     let _ = std::fs::remove_dir_all(&cache);
     Ok(())

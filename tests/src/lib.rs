@@ -11,7 +11,10 @@ use sluice_source::{DatagenConfig, DatagenSource};
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is in the workspace").to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is in the workspace")
+        .to_path_buf()
 }
 
 /// Path of a built plugin (`target/plugins/<name>.wasm`) or test guest
@@ -27,7 +30,9 @@ pub fn plugin_path(name: &str) -> PathBuf {
             return p;
         }
     }
-    panic!("plugin {name} is not built: run `cargo xtask build-plugins` first (the README test command does)");
+    panic!(
+        "plugin {name} is not built: run `cargo xtask build-plugins` first (the README test command does)"
+    );
 }
 
 /// Transactions from the data generator with `seed`, `rows` rows in all.

@@ -4,10 +4,12 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use sluice_core::{
-    Batch, BatchBuilder, Column, ColumnType, CommitTs, DdlEvent, Filter, Op, RowChange, Sink, TableSchema, Value,
-    FLAG_REPLAY,
+    Batch, BatchBuilder, Column, ColumnType, CommitTs, DdlEvent, FLAG_REPLAY, Filter, Op,
+    RowChange, Sink, TableSchema, Value,
 };
-use sluice_runtime::{PluginKind, PluginRuntime, PluginSettings, RuntimeConfig, WasmFilter, WasmSink};
+use sluice_runtime::{
+    PluginKind, PluginRuntime, PluginSettings, RuntimeConfig, WasmFilter, WasmSink,
+};
 use sluice_tests::plugin_path;
 
 const MS: u64 = 1_713_436_126_708;
@@ -44,31 +46,80 @@ fn text(s: &str) -> Value {
 fn sample() -> (Vec<Arc<TableSchema>>, Batch) {
     let t = users();
     let seen = Value::Int(1_700_000_000_123_456);
-    let row = |op, before: Option<Vec<Value>>, after: Option<Vec<Value>>| RowChange { table: t.clone(), op, before, after };
+    let row = |op, before: Option<Vec<Value>>, after: Option<Vec<Value>>| RowChange {
+        table: t.clone(),
+        op,
+        before,
+        after,
+    };
     let mut b = BatchBuilder::new();
-    b.push(CommitTs(TS), 0, &row(Op::Insert, None, Some(vec![Value::Int(7), text("say \"hi\"\nbye"), Value::Null, seen.clone(), Value::Int(1)])));
+    b.push(
+        CommitTs(TS),
+        0,
+        &row(
+            Op::Insert,
+            None,
+            Some(vec![
+                Value::Int(7),
+                text("say \"hi\"\nbye"),
+                Value::Null,
+                seen.clone(),
+                Value::Int(1),
+            ]),
+        ),
+    );
     b.push(
         CommitTs(TS + 1),
         FLAG_REPLAY,
         &row(
             Op::Update,
-            Some(vec![Value::Int(7), text("ada"), text("1.50"), seen.clone(), Value::Int(1)]),
-            Some(vec![Value::Int(7), text("ada"), Value::Null, seen.clone(), Value::Int(0)]),
+            Some(vec![
+                Value::Int(7),
+                text("ada"),
+                text("1.50"),
+                seen.clone(),
+                Value::Int(1),
+            ]),
+            Some(vec![
+                Value::Int(7),
+                text("ada"),
+                Value::Null,
+                seen.clone(),
+                Value::Int(0),
+            ]),
         ),
     );
-    b.push(CommitTs(TS + 2), 0, &row(Op::Delete, Some(vec![Value::Int(7), text("ada"), text("-0.25"), Value::Null, Value::Int(0)]), None));
+    b.push(
+        CommitTs(TS + 2),
+        0,
+        &row(
+            Op::Delete,
+            Some(vec![
+                Value::Int(7),
+                text("ada"),
+                text("-0.25"),
+                Value::Null,
+                Value::Int(0),
+            ]),
+            None,
+        ),
+    );
     b.finish()
 }
 
 fn sink_file(rt: &PluginRuntime, dir: &std::path::Path, config: serde_json::Value) -> WasmSink {
-    let component = rt.load_file(PluginKind::Sink, &plugin_path("sink-file")).unwrap();
+    let component = rt
+        .load_file(PluginKind::Sink, &plugin_path("sink-file"))
+        .unwrap();
     let mut settings = PluginSettings::new("sink-file", config.to_string());
     settings.capabilities.data_dir = Some(dir.to_path_buf());
     WasmSink::new(component, settings).unwrap()
 }
 
 fn filter(rt: &PluginRuntime, name: &str, config: serde_json::Value) -> WasmFilter {
-    let component = rt.load_file(PluginKind::Filter, &plugin_path(name)).unwrap();
+    let component = rt
+        .load_file(PluginKind::Filter, &plugin_path(name))
+        .unwrap();
     WasmFilter::new(component, PluginSettings::new(name, config.to_string())).unwrap()
 }
 
@@ -95,13 +146,30 @@ async fn sink_file_writes_exact_canal_json_lines() {
     let head = r#"{"id":0,"database":"app","table":"users","pkNames":["id"],"isDdl":false"#;
     let types = r#""mysqlType":{"id":"int","name":"text","score":"decimal(6,2)","seen":"datetime","ok":"boolean"}"#;
     let expected = [
-        format!(r#"{head},"type":"INSERT","es":{MS},"ts":{MS},"sql":"",{types},"data":[{{"id":"7","name":"say \"hi\"\nbye","score":null,"seen":"2023-11-14 22:13:20.123456","ok":"1"}}],"old":null,"_sluice":{{"commitTs":{TS},"replay":false}}}}"#),
-        format!(r#"{head},"type":"UPDATE","es":{MS},"ts":{MS},"sql":"",{types},"data":[{{"id":"7","name":"ada","score":null,"seen":"2023-11-14 22:13:20.123456","ok":"0"}}],"old":[{{"score":"1.50","ok":"1"}}],"_sluice":{{"commitTs":{},"replay":true}}}}"#, TS + 1),
-        format!(r#"{head},"type":"DELETE","es":{MS},"ts":{MS},"sql":"",{types},"data":[{{"id":"7","name":"ada","score":"-0.25","seen":null,"ok":"0"}}],"old":null,"_sluice":{{"commitTs":{},"replay":false}}}}"#, TS + 2),
-        format!(r#"{{"id":0,"database":"app","table":"users","pkNames":null,"isDdl":true,"type":"QUERY","es":{MS},"ts":{MS},"sql":"ALTER TABLE users ADD COLUMN x INT","mysqlType":null,"data":null,"old":null,"_sluice":{{"commitTs":{},"replay":false}}}}"#, TS + 3),
+        format!(
+            r#"{head},"type":"INSERT","es":{MS},"ts":{MS},"sql":"",{types},"data":[{{"id":"7","name":"say \"hi\"\nbye","score":null,"seen":"2023-11-14 22:13:20.123456","ok":"1"}}],"old":null,"_sluice":{{"commitTs":{TS},"replay":false}}}}"#
+        ),
+        format!(
+            r#"{head},"type":"UPDATE","es":{MS},"ts":{MS},"sql":"",{types},"data":[{{"id":"7","name":"ada","score":null,"seen":"2023-11-14 22:13:20.123456","ok":"0"}}],"old":[{{"score":"1.50","ok":"1"}}],"_sluice":{{"commitTs":{},"replay":true}}}}"#,
+            TS + 1
+        ),
+        format!(
+            r#"{head},"type":"DELETE","es":{MS},"ts":{MS},"sql":"",{types},"data":[{{"id":"7","name":"ada","score":"-0.25","seen":null,"ok":"0"}}],"old":null,"_sluice":{{"commitTs":{},"replay":false}}}}"#,
+            TS + 2
+        ),
+        format!(
+            r#"{{"id":0,"database":"app","table":"users","pkNames":null,"isDdl":true,"type":"QUERY","es":{MS},"ts":{MS},"sql":"ALTER TABLE users ADD COLUMN x INT","mysqlType":null,"data":null,"old":null,"_sluice":{{"commitTs":{},"replay":false}}}}"#,
+            TS + 3
+        ),
     ];
-    assert_eq!(out.lines().collect::<Vec<_>>(), expected.iter().map(String::as_str).collect::<Vec<_>>());
-    assert_eq!(std::fs::read_dir(dir.path().join("out")).unwrap().count(), 1);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        expected.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("out")).unwrap().count(),
+        1
+    );
     assert_eq!(sink.stats().counters()["rows"], 3);
 }
 
@@ -109,23 +177,48 @@ async fn sink_file_writes_exact_canal_json_lines() {
 async fn sink_file_writes_exact_csv_lines_and_rotates() {
     let rt = PluginRuntime::new(RuntimeConfig::default()).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut sink = sink_file(&rt, dir.path(), serde_json::json!({ "format": "csv", "prefix": "u", "max-file-bytes": 1024 }));
+    let mut sink = sink_file(
+        &rt,
+        dir.path(),
+        serde_json::json!({ "format": "csv", "prefix": "u", "max-file-bytes": 1024 }),
+    );
     let (schemas, mut batch) = sample();
     for _ in 0..10 {
         sink.write(&schemas, &mut batch).await.unwrap();
     }
     sink.flush(CommitTs(TS + 2)).await.unwrap();
     let lines = [
-        format!("\"I\",\"app\",\"users\",{TS},7,\"say \"\"hi\"\"\nbye\",\\N,\"2023-11-14 22:13:20.123456\",1\n"),
-        format!("\"U\",\"app\",\"users\",{},7,\"ada\",\\N,\"2023-11-14 22:13:20.123456\",0\n", TS + 1),
-        format!("\"D\",\"app\",\"users\",{},7,\"ada\",\"-0.25\",\\N,0\n", TS + 2),
+        format!(
+            "\"I\",\"app\",\"users\",{TS},7,\"say \"\"hi\"\"\nbye\",\\N,\"2023-11-14 22:13:20.123456\",1\n"
+        ),
+        format!(
+            "\"U\",\"app\",\"users\",{},7,\"ada\",\\N,\"2023-11-14 22:13:20.123456\",0\n",
+            TS + 1
+        ),
+        format!(
+            "\"D\",\"app\",\"users\",{},7,\"ada\",\"-0.25\",\\N,0\n",
+            TS + 2
+        ),
     ];
-    let mut files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     files.sort();
-    let names: Vec<_> = files.iter().map(|f| f.file_name().unwrap().to_string_lossy().into_owned()).collect();
-    let all: String = files.iter().map(|f| std::fs::read_to_string(f).unwrap()).collect();
+    let names: Vec<_> = files
+        .iter()
+        .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    let all: String = files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
     assert_eq!(all, lines.concat().repeat(10));
-    assert!(files.iter().all(|f| std::fs::metadata(f).unwrap().len() <= 1024));
+    assert!(
+        files
+            .iter()
+            .all(|f| std::fs::metadata(f).unwrap().len() <= 1024)
+    );
     assert_eq!(names[0], "u-000001.csv");
     assert!(names.len() >= 2, "{names:?}");
 }
@@ -141,14 +234,21 @@ fn sha256_hex(parts: &[&[u8]]) -> String {
 #[tokio::test]
 async fn filter_mask_hashes_and_nulls_matched_columns() {
     let rt = PluginRuntime::new(RuntimeConfig::default()).unwrap();
-    let mut f = filter(&rt, "filter-mask", serde_json::json!({ "columns": ["name", "app.users.score"], "salt": "s" }));
+    let mut f = filter(
+        &rt,
+        "filter-mask",
+        serde_json::json!({ "columns": ["name", "app.users.score"], "salt": "s" }),
+    );
     f.validate_config().await.unwrap();
     let (schemas, mut batch) = sample();
     f.transform(&schemas, &mut batch).await.unwrap();
     let t = &batch.tables[0];
     assert_eq!(t.ops, vec![0, 1, 2]);
     let name = |image: &[sluice_core::ColumnData], i| image[1].value(i);
-    assert_eq!(name(&t.after, 0), text(&sha256_hex(&[b"s", b"say \"hi\"\nbye"])));
+    assert_eq!(
+        name(&t.after, 0),
+        text(&sha256_hex(&[b"s", b"say \"hi\"\nbye"]))
+    );
     assert_eq!(name(&t.after, 1), text(&sha256_hex(&[b"s", b"ada"])));
     assert_eq!(name(&t.before, 0), text(&sha256_hex(&[b"s", b"ada"])));
     // score is a decimal: masked to NULL in either mode.
@@ -178,13 +278,21 @@ async fn filter_events_drops_matching_rows_and_keeps_the_rest() {
     assert_eq!(t.before[0].len(), 0);
     assert_eq!(f.stats().counters()["dropped"], 2);
 
-    let mut f = filter(&rt, "filter-events", serde_json::json!({ "rules": [{ "matcher": ["other.*"], "ignore-event": ["all-dml"] }] }));
+    let mut f = filter(
+        &rt,
+        "filter-events",
+        serde_json::json!({ "rules": [{ "matcher": ["other.*"], "ignore-event": ["all-dml"] }] }),
+    );
     let (schemas, mut batch) = sample();
     let before = batch.clone();
     f.transform(&schemas, &mut batch).await.unwrap();
     assert_eq!(batch, before);
 
-    let mut bad = filter(&rt, "filter-events", serde_json::json!({ "rules": [{ "matcher": ["*"], "ignore-event": ["truncate"] }] }));
+    let mut bad = filter(
+        &rt,
+        "filter-events",
+        serde_json::json!({ "rules": [{ "matcher": ["*"], "ignore-event": ["truncate"] }] }),
+    );
     let err = bad.validate_config().await.unwrap_err();
     assert!(err.to_string().contains("truncate"), "{err}");
 }

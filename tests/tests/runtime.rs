@@ -3,12 +3,14 @@
 //! plugins. Every test asserts the exact outcome and that the host keeps serving.
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sluice_core::{Batch, CommitTs, PluginError, Sink, TableSchema};
-use sluice_runtime::{LoadError, PluginKind, PluginLimits, PluginRuntime, PluginSettings, RuntimeConfig, WasmSink};
+use sluice_runtime::{
+    LoadError, PluginKind, PluginLimits, PluginRuntime, PluginSettings, RuntimeConfig, WasmSink,
+};
 use sluice_tests::{batch_of, plugin_path, transactions};
 
 fn runtime() -> PluginRuntime {
@@ -19,8 +21,15 @@ fn sample() -> (Vec<Arc<TableSchema>>, Batch) {
     batch_of(&transactions(7, 50))
 }
 
-fn misbehave(rt: &PluginRuntime, mode: &str, target: &str, tweak: impl FnOnce(&mut PluginSettings)) -> WasmSink {
-    let component = rt.load_file(PluginKind::Sink, &plugin_path("misbehave")).expect("misbehave loads");
+fn misbehave(
+    rt: &PluginRuntime,
+    mode: &str,
+    target: &str,
+    tweak: impl FnOnce(&mut PluginSettings),
+) -> WasmSink {
+    let component = rt
+        .load_file(PluginKind::Sink, &plugin_path("misbehave"))
+        .expect("misbehave loads");
     let config = serde_json::json!({ "mode": mode, "target": target }).to_string();
     let mut settings = PluginSettings::new(format!("misbehave-{mode}"), config);
     settings.limits.call_timeout = Duration::from_millis(300);
@@ -32,29 +41,48 @@ fn misbehave(rt: &PluginRuntime, mode: &str, target: &str, tweak: impl FnOnce(&m
 /// a fresh instance on its next call.
 async fn host_still_serves(rt: &PluginRuntime, bad: &mut WasmSink) {
     let (schemas, mut batch) = sample();
-    let component = rt.load_file(PluginKind::Sink, &plugin_path("sink-blackhole")).unwrap();
+    let component = rt
+        .load_file(PluginKind::Sink, &plugin_path("sink-blackhole"))
+        .unwrap();
     let mut good = WasmSink::new(component, PluginSettings::new("sink-blackhole", "{}")).unwrap();
-    good.write(&schemas, &mut batch).await.expect("good plugin writes");
-    good.flush(CommitTs(u64::MAX)).await.expect("good plugin flushes");
+    good.write(&schemas, &mut batch)
+        .await
+        .expect("good plugin writes");
+    good.flush(CommitTs(u64::MAX))
+        .await
+        .expect("good plugin flushes");
     assert_eq!(good.stats().counters()["rows"], batch.row_count() as u64);
     assert!(!bad.is_live(), "the failed instance was dropped");
     let before = bad.stats().instantiations.load(Ordering::Relaxed);
     let _ = bad.open().await;
-    assert_eq!(bad.stats().instantiations.load(Ordering::Relaxed), before + 1, "a fresh instance was made");
+    assert_eq!(
+        bad.stats().instantiations.load(Ordering::Relaxed),
+        before + 1,
+        "a fresh instance was made"
+    );
 }
 
 async fn write_err(sink: &mut WasmSink) -> PluginError {
     let (schemas, mut batch) = sample();
     let rows = batch.row_count();
-    let err = sink.write(&schemas, &mut batch).await.expect_err("the write must fail");
-    assert_eq!(batch.row_count(), rows, "the batch is handed back intact for a retry");
+    let err = sink
+        .write(&schemas, &mut batch)
+        .await
+        .expect_err("the write must fail");
+    assert_eq!(
+        batch.row_count(),
+        rows,
+        "the batch is handed back intact for a retry"
+    );
     err
 }
 
 #[tokio::test]
 async fn blackhole_reads_every_row_through_the_runtime() {
     let rt = runtime();
-    let component = rt.load_file(PluginKind::Sink, &plugin_path("sink-blackhole")).unwrap();
+    let component = rt
+        .load_file(PluginKind::Sink, &plugin_path("sink-blackhole"))
+        .unwrap();
     let mut sink = WasmSink::new(component, PluginSettings::new("sink-blackhole", "{}")).unwrap();
     let (schemas, mut batch) = sample();
     sink.write(&schemas, &mut batch).await.unwrap();
@@ -63,11 +91,20 @@ async fn blackhole_reads_every_row_through_the_runtime() {
     sink.flush(CommitTs(u64::MAX)).await.unwrap();
 
     // The same rows through the same logic natively must count the same bytes.
-    let mut native = sluice_sdk::testing::SinkHarness::<sink_blackhole::Blackhole>::open("{}").unwrap();
-    let sdk: Vec<_> = schemas.iter().map(|s| sluice_tests::sdk_schema(s)).collect();
+    let mut native =
+        sluice_sdk::testing::SinkHarness::<sink_blackhole::Blackhole>::open("{}").unwrap();
+    let sdk: Vec<_> = schemas
+        .iter()
+        .map(|s| sluice_tests::sdk_schema(s))
+        .collect();
     let refs: Vec<_> = sdk.iter().collect();
     for b in [&batch, &second] {
-        native.write(&refs, b.tables.iter().map(sluice_tests::sdk_table).collect()).unwrap();
+        native
+            .write(
+                &refs,
+                b.tables.iter().map(sluice_tests::sdk_table).collect(),
+            )
+            .unwrap();
     }
     native.flush(1).unwrap();
     let counters = sink.stats().counters();
@@ -84,8 +121,14 @@ async fn rejects_inputs_that_are_not_components_of_the_world() {
     assert!(matches!(err, LoadError::NotWasm), "{err}");
     let err = rt.load(PluginKind::Sink, b"\0asm\x01\0\0\0").unwrap_err();
     assert!(matches!(err, LoadError::CoreModule), "{err}");
-    assert!(err.to_string().contains("core WebAssembly module, not a component"), "{err}");
-    let err = rt.load(PluginKind::Sink, b"\0asm\x0d\0\x01\0garbage").unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("core WebAssembly module, not a component"),
+        "{err}"
+    );
+    let err = rt
+        .load(PluginKind::Sink, b"\0asm\x0d\0\x01\0garbage")
+        .unwrap_err();
     assert!(matches!(err, LoadError::Invalid(_)), "{err}");
     let filter = std::fs::read(plugin_path("filter-events")).unwrap();
     let err = rt.load(PluginKind::Sink, &filter).unwrap_err();
@@ -95,25 +138,47 @@ async fn rejects_inputs_that_are_not_components_of_the_world() {
     );
     let sink = std::fs::read(plugin_path("sink-blackhole")).unwrap();
     let err = rt.load(PluginKind::Filter, &sink).unwrap_err();
-    assert!(err.to_string().contains("missing export `sluice:plugin/filter-api@0.1.0`"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("missing export `sluice:plugin/filter-api@0.1.0`"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
 async fn precompiled_artifacts_are_cached_and_a_corrupt_one_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
-    let config = || RuntimeConfig { cache_dir: Some(dir.path().to_path_buf()), ..RuntimeConfig::default() };
+    let config = || RuntimeConfig {
+        cache_dir: Some(dir.path().to_path_buf()),
+        ..RuntimeConfig::default()
+    };
     let bytes = std::fs::read(plugin_path("sink-blackhole")).unwrap();
-    let first = PluginRuntime::new(config()).unwrap().load(PluginKind::Sink, &bytes).unwrap();
-    let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    let first = PluginRuntime::new(config())
+        .unwrap()
+        .load(PluginKind::Sink, &bytes)
+        .unwrap();
+    let files: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     assert_eq!(files.len(), 1);
     let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
-    assert!(name.starts_with(first.digest()) && name.ends_with(".cwasm"), "{name}");
+    assert!(
+        name.starts_with(first.digest()) && name.ends_with(".cwasm"),
+        "{name}"
+    );
     let modified = std::fs::metadata(&files[0]).unwrap().modified().unwrap();
 
     // A second host loads the artifact instead of compiling.
-    let second = PluginRuntime::new(config()).unwrap().load(PluginKind::Sink, &bytes).unwrap();
+    let second = PluginRuntime::new(config())
+        .unwrap()
+        .load(PluginKind::Sink, &bytes)
+        .unwrap();
     assert_eq!(second.digest(), first.digest());
-    assert_eq!(std::fs::metadata(&files[0]).unwrap().modified().unwrap(), modified);
+    assert_eq!(
+        std::fs::metadata(&files[0]).unwrap().modified().unwrap(),
+        modified
+    );
 
     // A corrupt artifact is dropped and rebuilt; the plugin still runs.
     std::fs::write(&files[0], b"not an artifact").unwrap();
@@ -130,7 +195,9 @@ async fn allocating_past_the_memory_quota_stops_the_instance() {
     let rt = runtime();
     let mut sink = misbehave(&rt, "oom", "", |s| s.limits.memory_bytes = 16 << 20);
     let err = write_err(&mut sink).await;
-    let PluginError::Stopped(reason) = &err else { panic!("{err:?}") };
+    let PluginError::Stopped(reason) = &err else {
+        panic!("{err:?}")
+    };
     assert!(reason.starts_with("memory quota exceeded"), "{reason}");
     assert!(reason.ends_with("its quota is 16777216 bytes"), "{reason}");
     assert!(err.is_retryable());
@@ -143,7 +210,10 @@ async fn an_infinite_loop_is_stopped_at_the_cpu_deadline() {
     let rt = runtime();
     let mut sink = misbehave(&rt, "loop", "", |_| {});
     let err = write_err(&mut sink).await;
-    assert_eq!(err, PluginError::Stopped("exceeded its CPU time limit of 300ms per call".into()));
+    assert_eq!(
+        err,
+        PluginError::Stopped("exceeded its CPU time limit of 300ms per call".into())
+    );
     host_still_serves(&rt, &mut sink).await;
 }
 
@@ -152,14 +222,25 @@ async fn a_panic_is_reported_with_its_message() {
     let rt = runtime();
     let mut sink = misbehave(&rt, "panic", "", |_| {});
     let err = write_err(&mut sink).await;
-    let PluginError::Stopped(reason) = &err else { panic!("{err:?}") };
-    assert!(reason.starts_with("plugin panicked: panicked at"), "{reason}");
-    assert!(reason.contains("misbehave: deliberate panic in write"), "{reason}");
+    let PluginError::Stopped(reason) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        reason.starts_with("plugin panicked: panicked at"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("misbehave: deliberate panic in write"),
+        "{reason}"
+    );
     host_still_serves(&rt, &mut sink).await;
 
     let mut sink = misbehave(&rt, "flush-panic", "", |_| {});
     let err = sink.flush(CommitTs(5)).await.unwrap_err();
-    assert!(matches!(&err, PluginError::Stopped(r) if r.contains("deliberate panic in flush")), "{err:?}");
+    assert!(
+        matches!(&err, PluginError::Stopped(r) if r.contains("deliberate panic in flush")),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
@@ -167,22 +248,38 @@ async fn files_outside_the_granted_directory_cannot_be_read() {
     let rt = runtime();
     let mut sink = misbehave(&rt, "read-file", "/etc/passwd", |_| {});
     let err = write_err(&mut sink).await;
-    let PluginError::Retryable(msg) = &err else { panic!("{err:?}") };
+    let PluginError::Retryable(msg) = &err else {
+        panic!("{err:?}")
+    };
     assert!(msg.starts_with("denied: read /etc/passwd"), "{msg}");
     host_still_serves(&rt, &mut sink).await;
 
     let dir = tempfile::tempdir().unwrap();
     let grant = |s: &mut PluginSettings| s.capabilities.data_dir = Some(dir.path().to_path_buf());
-    for path in ["/data/../etc/passwd", "/data/../../etc/passwd", "../etc/passwd", "/etc/passwd"] {
+    for path in [
+        "/data/../etc/passwd",
+        "/data/../../etc/passwd",
+        "../etc/passwd",
+        "/etc/passwd",
+    ] {
         let mut sink = misbehave(&rt, "read-file", path, grant);
         let err = write_err(&mut sink).await;
-        assert!(matches!(&err, PluginError::Retryable(m) if m.starts_with("denied: read")), "{path}: {err:?}");
+        assert!(
+            matches!(&err, PluginError::Retryable(m) if m.starts_with("denied: read")),
+            "{path}: {err:?}"
+        );
     }
     // Inside the granted directory the plugin may write.
     let mut sink = misbehave(&rt, "write-file", "/data/note.txt", grant);
     let err = write_err(&mut sink).await;
-    assert_eq!(err, PluginError::Fatal("ALLOWED: wrote /data/note.txt".into()));
-    assert_eq!(std::fs::read_to_string(dir.path().join("note.txt")).unwrap(), "written by misbehave\n");
+    assert_eq!(
+        err,
+        PluginError::Fatal("ALLOWED: wrote /data/note.txt".into())
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("note.txt")).unwrap(),
+        "written by misbehave\n"
+    );
 }
 
 #[tokio::test]
@@ -192,18 +289,29 @@ async fn tcp_only_to_allowlisted_addresses() {
     let rt = runtime();
     let mut sink = misbehave(&rt, "connect", &addr.to_string(), |_| {});
     let err = write_err(&mut sink).await;
-    assert!(matches!(&err, PluginError::Retryable(m) if m.starts_with(&format!("denied: connect {addr}"))), "{err:?}");
+    assert!(
+        matches!(&err, PluginError::Retryable(m) if m.starts_with(&format!("denied: connect {addr}"))),
+        "{err:?}"
+    );
 
     let other = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let mut sink = misbehave(&rt, "connect", &addr.to_string(), |s| {
         s.capabilities.tcp_allow = vec![other.local_addr().unwrap()];
     });
     let err = write_err(&mut sink).await;
-    assert!(matches!(&err, PluginError::Retryable(m) if m.starts_with("denied: connect")), "{err:?}");
+    assert!(
+        matches!(&err, PluginError::Retryable(m) if m.starts_with("denied: connect")),
+        "{err:?}"
+    );
 
-    let mut sink = misbehave(&rt, "connect", &addr.to_string(), |s| s.capabilities.tcp_allow = vec![addr]);
+    let mut sink = misbehave(&rt, "connect", &addr.to_string(), |s| {
+        s.capabilities.tcp_allow = vec![addr]
+    });
     let err = write_err(&mut sink).await;
-    assert_eq!(err, PluginError::Fatal(format!("ALLOWED: connected to {addr}")));
+    assert_eq!(
+        err,
+        PluginError::Fatal(format!("ALLOWED: connected to {addr}"))
+    );
     host_still_serves(&rt, &mut sink).await;
 }
 
@@ -224,7 +332,12 @@ async fn a_host_call_that_hangs_hits_the_call_timeout() {
         s.limits.host_call_timeout = Duration::from_millis(400);
     });
     let err = write_err(&mut sink).await;
-    assert_eq!(err, PluginError::Stopped("the call did not return within 400ms (blocked in a host call)".into()));
+    assert_eq!(
+        err,
+        PluginError::Stopped(
+            "the call did not return within 400ms (blocked in a host call)".into()
+        )
+    );
     host_still_serves(&rt, &mut sink).await;
     server.abort();
 }
@@ -237,7 +350,11 @@ async fn http_server() -> (SocketAddr, tokio::task::JoinHandle<()>) {
         while let Ok((mut s, _)) = listener.accept().await {
             let mut buf = [0u8; 4096];
             let _ = s.read(&mut buf).await;
-            let _ = s.write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+            let _ = s
+                .write_all(
+                    b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                )
+                .await;
         }
     });
     (addr, task)
@@ -250,15 +367,26 @@ async fn http_only_to_allowlisted_hosts() {
     let rt = runtime();
     let mut sink = misbehave(&rt, "http", &url, |_| {});
     let err = write_err(&mut sink).await;
-    assert_eq!(err, PluginError::Retryable(format!("denied: GET {url}: ErrorCode::HttpRequestDenied")));
+    assert_eq!(
+        err,
+        PluginError::Retryable(format!("denied: GET {url}: ErrorCode::HttpRequestDenied"))
+    );
     // Allowing TCP to the address does not open HTTP to it: wasi-http has its own check.
     let mut sink = misbehave(&rt, "http", &url, |s| s.capabilities.tcp_allow = vec![addr]);
     let err = write_err(&mut sink).await;
-    assert_eq!(err, PluginError::Retryable(format!("denied: GET {url}: ErrorCode::HttpRequestDenied")));
+    assert_eq!(
+        err,
+        PluginError::Retryable(format!("denied: GET {url}: ErrorCode::HttpRequestDenied"))
+    );
 
-    let mut sink = misbehave(&rt, "http", &url, |s| s.capabilities.http_allow = vec![addr.to_string()]);
+    let mut sink = misbehave(&rt, "http", &url, |s| {
+        s.capabilities.http_allow = vec![addr.to_string()]
+    });
     let err = write_err(&mut sink).await;
-    assert_eq!(err, PluginError::Fatal(format!("ALLOWED: GET {url} answered 204")));
+    assert_eq!(
+        err,
+        PluginError::Fatal(format!("ALLOWED: GET {url} answered 204"))
+    );
     host_still_serves(&rt, &mut sink).await;
     server.abort();
 }
@@ -267,9 +395,15 @@ async fn http_only_to_allowlisted_hosts() {
 async fn each_error_kind_reaches_the_host_typed() {
     let rt = runtime();
     for (mode, expected) in [
-        ("error-retryable", PluginError::Retryable("mode error-retryable".into())),
+        (
+            "error-retryable",
+            PluginError::Retryable("mode error-retryable".into()),
+        ),
         ("error-fatal", PluginError::Fatal("mode error-fatal".into())),
-        ("error-config", PluginError::Config("mode error-config".into())),
+        (
+            "error-config",
+            PluginError::Config("mode error-config".into()),
+        ),
     ] {
         let mut sink = misbehave(&rt, mode, "", |_| {});
         assert_eq!(write_err(&mut sink).await, expected);
@@ -280,27 +414,50 @@ async fn each_error_kind_reaches_the_host_typed() {
     let mut sink = misbehave(&rt, "reject-config", "", |_| {});
     assert_eq!(
         sink.validate_config().await,
-        Err(PluginError::Config("mode reject-config: this config is refused".into()))
+        Err(PluginError::Config(
+            "mode reject-config: this config is refused".into()
+        ))
     );
     let mut sink = misbehave(&rt, "ok", "", |_| {});
     sink.validate_config().await.unwrap();
-    let component = rt.load_file(PluginKind::Sink, &plugin_path("sink-blackhole")).unwrap();
-    let mut sink = WasmSink::new(component, PluginSettings::new("sink-blackhole", r#"{"nope": 1}"#)).unwrap();
+    let component = rt
+        .load_file(PluginKind::Sink, &plugin_path("sink-blackhole"))
+        .unwrap();
+    let mut sink = WasmSink::new(
+        component,
+        PluginSettings::new("sink-blackhole", r#"{"nope": 1}"#),
+    )
+    .unwrap();
     let err = sink.validate_config().await.unwrap_err();
-    assert!(matches!(&err, PluginError::Config(m) if m.contains("unknown field `nope`")), "{err:?}");
+    assert!(
+        matches!(&err, PluginError::Config(m) if m.contains("unknown field `nope`")),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
 async fn batches_over_the_plugin_bound_are_refused_before_the_call() {
     let rt = runtime();
-    let component = rt.load_file(PluginKind::Sink, &plugin_path("sink-blackhole")).unwrap();
+    let component = rt
+        .load_file(PluginKind::Sink, &plugin_path("sink-blackhole"))
+        .unwrap();
     let mut settings = PluginSettings::new("sink-blackhole", "{}");
-    settings.limits = PluginLimits { memory_bytes: 4 << 20, ..PluginLimits::default() };
+    settings.limits = PluginLimits {
+        memory_bytes: 4 << 20,
+        ..PluginLimits::default()
+    };
     let mut sink = WasmSink::new(component, settings).unwrap();
     assert_eq!(sink.max_batch_bytes(), 1 << 20);
     let (schemas, mut big) = batch_of(&transactions(1, 8000));
     assert!(big.wire_bytes() > 1 << 20);
     let err = sink.write(&schemas, &mut big).await.unwrap_err();
-    assert!(matches!(&err, PluginError::Refused(m) if m.contains("over this plugin's bound of 1048576 bytes")), "{err:?}");
-    assert_eq!(sink.stats().instantiations.load(Ordering::Relaxed), 0, "the plugin never saw it");
+    assert!(
+        matches!(&err, PluginError::Refused(m) if m.contains("over this plugin's bound of 1048576 bytes")),
+        "{err:?}"
+    );
+    assert_eq!(
+        sink.stats().instantiations.load(Ordering::Relaxed),
+        0,
+        "the plugin never saw it"
+    );
 }

@@ -10,10 +10,15 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 
 /// Plugins shipped to users.
-const PLUGINS: [&str; 4] = ["sink-file", "sink-blackhole", "filter-mask", "filter-events"];
+const PLUGINS: [&str; 4] = [
+    "sink-file",
+    "sink-blackhole",
+    "filter-mask",
+    "filter-events",
+];
 /// Guest components used only by tests.
 const TEST_GUESTS: [&str; 1] = ["misbehave"];
 const WASM_TARGET: &str = "wasm32-wasip2";
@@ -28,13 +33,29 @@ fn main() -> Result<()> {
             build_plugins(&root)?;
             // Start from an empty output directory so the output is exactly this run.
             let _ = std::fs::remove_dir_all(root.join("target/quickstart"));
-            cargo(&["run", "--quiet", "-p", "sluice-server", "--", "run", "--config", "examples/quickstart.toml"])
+            cargo(&[
+                "run",
+                "--quiet",
+                "-p",
+                "sluice-server",
+                "--",
+                "run",
+                "--config",
+                "examples/quickstart.toml",
+            ])
         }
         Some("test") => test(&root, &args[1..]),
         Some("ci") => {
             cargo(&["fmt", "--all", "--", "--check"])?;
             ensure_wasm_target()?;
-            cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+            cargo(&[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ])?;
             test(&root, &[])
         }
         Some("bench") => {
@@ -64,7 +85,9 @@ fn cargo(args: &[&str]) -> Result<()> {
 
 fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("+ {cmd:?}");
-    let status = cmd.status().with_context(|| format!("cannot start {cmd:?}"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed with {status}");
     }
@@ -77,7 +100,10 @@ fn ensure_wasm_target() -> Result<()> {
         .args(["target", "list", "--installed"])
         .output()
         .context("rustup is needed to add the wasm32-wasip2 target")?;
-    if !String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == WASM_TARGET) {
+    if !String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.trim() == WASM_TARGET)
+    {
         run(Command::new("rustup").args(["target", "add", WASM_TARGET]))?;
     }
     Ok(())
@@ -97,13 +123,17 @@ fn build_plugins(root: &Path) -> Result<()> {
     }
     cargo(&args)?;
     let built = target_dir(root).join(WASM_TARGET).join("plugin");
-    for (names, dir) in [(&PLUGINS[..], "plugins"), (&TEST_GUESTS[..], "test-plugins")] {
+    for (names, dir) in [
+        (&PLUGINS[..], "plugins"),
+        (&TEST_GUESTS[..], "test-plugins"),
+    ] {
         let dest = root.join("target").join(dir);
         std::fs::create_dir_all(&dest)?;
         for name in names {
             let from = built.join(format!("{}.wasm", name.replace('-', "_")));
             let to = dest.join(format!("{name}.wasm"));
-            std::fs::copy(&from, &to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+            std::fs::copy(&from, &to)
+                .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
         }
     }
     eprintln!("plugins are in target/plugins/, test guests in target/test-plugins/");

@@ -30,12 +30,18 @@ pub enum ColumnType {
 impl ColumnType {
     /// Whether values travel in a bytes column.
     pub const fn is_bytes(self) -> bool {
-        matches!(self, ColumnType::Decimal | ColumnType::Text | ColumnType::Blob | ColumnType::Json)
+        matches!(
+            self,
+            ColumnType::Decimal | ColumnType::Text | ColumnType::Blob | ColumnType::Json
+        )
     }
 
     /// Whether byte values must be UTF-8.
     pub const fn is_text(self) -> bool {
-        matches!(self, ColumnType::Decimal | ColumnType::Text | ColumnType::Json)
+        matches!(
+            self,
+            ColumnType::Decimal | ColumnType::Text | ColumnType::Json
+        )
     }
 
     fn empty_values(self) -> ColumnValues {
@@ -119,7 +125,9 @@ impl ColumnData {
 
     /// Whether value `i` is NULL.
     pub fn is_null(&self, i: usize) -> bool {
-        self.nulls.get(i / 8).is_some_and(|b| b & (1 << (i % 8)) != 0)
+        self.nulls
+            .get(i / 8)
+            .is_some_and(|b| b & (1 << (i % 8)) != 0)
     }
 
     /// Bytes the values occupy on the wire.
@@ -245,7 +253,11 @@ impl TableBatch {
     /// Bytes the batch occupies on the wire (roughly what lowering allocates in the guest).
     pub fn wire_bytes(&self) -> usize {
         self.ops.len() * 10
-            + self.before.iter().map(ColumnData::wire_bytes).sum::<usize>()
+            + self
+                .before
+                .iter()
+                .map(ColumnData::wire_bytes)
+                .sum::<usize>()
             + self.after.iter().map(ColumnData::wire_bytes).sum::<usize>()
     }
 
@@ -287,7 +299,10 @@ impl TableBatch {
         if self.commit_ts.windows(2).any(|w| w[0] > w[1]) {
             return Err(fail("rows are not in commit-ts order".into()));
         }
-        for (image, columns, rows) in [("before", &self.before, n_before), ("after", &self.after, n_after)] {
+        for (image, columns, rows) in [
+            ("before", &self.before, n_before),
+            ("after", &self.after, n_after),
+        ] {
             if columns.len() != schema.columns.len() {
                 return Err(fail(format!(
                     "{image} image has {} columns, schema version {} has {}",
@@ -301,11 +316,26 @@ impl TableBatch {
                     (&data.values, column.ty),
                     (ColumnValues::Uint64(_), ColumnType::Uint)
                         | (ColumnValues::Float64(_), ColumnType::Float)
-                        | (ColumnValues::Bytes(_), ColumnType::Decimal | ColumnType::Text | ColumnType::Blob | ColumnType::Json)
-                        | (ColumnValues::Int64(_), ColumnType::Int | ColumnType::Datetime | ColumnType::Date | ColumnType::Boolean)
+                        | (
+                            ColumnValues::Bytes(_),
+                            ColumnType::Decimal
+                                | ColumnType::Text
+                                | ColumnType::Blob
+                                | ColumnType::Json
+                        )
+                        | (
+                            ColumnValues::Int64(_),
+                            ColumnType::Int
+                                | ColumnType::Datetime
+                                | ColumnType::Date
+                                | ColumnType::Boolean
+                        )
                 );
                 if !kind_ok {
-                    return Err(fail(format!("{image} column `{}` carries the wrong value kind for {:?}", column.name, column.ty)));
+                    return Err(fail(format!(
+                        "{image} column `{}` carries the wrong value kind for {:?}",
+                        column.name, column.ty
+                    )));
                 }
                 if data.len() != rows {
                     return Err(fail(format!(
@@ -315,20 +345,29 @@ impl TableBatch {
                     )));
                 }
                 if data.nulls.len() > rows.div_ceil(8) {
-                    return Err(fail(format!("{image} column `{}` has an oversized NULL bitmap", column.name)));
+                    return Err(fail(format!(
+                        "{image} column `{}` has an oversized NULL bitmap",
+                        column.name
+                    )));
                 }
                 if let ColumnValues::Bytes(b) = &data.values {
                     if b.offsets.first() != Some(&0)
                         || b.offsets.windows(2).any(|w| w[0] > w[1])
                         || *b.offsets.last().unwrap_or(&0) as usize != b.data.len()
                     {
-                        return Err(fail(format!("{image} column `{}` has bad offsets", column.name)));
+                        return Err(fail(format!(
+                            "{image} column `{}` has bad offsets",
+                            column.name
+                        )));
                     }
                     if column.ty.is_text() {
                         for i in 0..rows {
                             let v = &b.data[b.offsets[i] as usize..b.offsets[i + 1] as usize];
                             if std::str::from_utf8(v).is_err() {
-                                return Err(fail(format!("{image} column `{}` row {i} is not UTF-8", column.name)));
+                                return Err(fail(format!(
+                                    "{image} column `{}` row {i} is not UTF-8",
+                                    column.name
+                                )));
                             }
                         }
                     }
@@ -401,7 +440,8 @@ impl BatchBuilder {
         {
             Some(p) => p,
             None => {
-                self.tables.push((row.table.clone(), TableBatch::new(&row.table)));
+                self.tables
+                    .push((row.table.clone(), TableBatch::new(&row.table)));
                 self.tables.len() - 1
             }
         };
@@ -444,8 +484,20 @@ mod tests {
             schema_name: "db".into(),
             table_name: "t".into(),
             columns: vec![
-                Column { name: "id".into(), ty: ColumnType::Int, sql_type: "bigint".into(), nullable: false, key: true },
-                Column { name: "name".into(), ty: ColumnType::Text, sql_type: "text".into(), nullable: true, key: false },
+                Column {
+                    name: "id".into(),
+                    ty: ColumnType::Int,
+                    sql_type: "bigint".into(),
+                    nullable: false,
+                    key: true,
+                },
+                Column {
+                    name: "name".into(),
+                    ty: ColumnType::Text,
+                    sql_type: "text".into(),
+                    nullable: true,
+                    key: false,
+                },
             ],
         })
     }
@@ -454,8 +506,18 @@ mod tests {
     fn builder_keeps_images_dense_and_valid() {
         let s = schema();
         let mut b = BatchBuilder::new();
-        let ins = RowChange { table: s.clone(), op: Op::Insert, before: None, after: Some(vec![Value::Int(1), Value::Bytes(b"a".to_vec())]) };
-        let del = RowChange { table: s.clone(), op: Op::Delete, before: Some(vec![Value::Int(1), Value::Null]), after: None };
+        let ins = RowChange {
+            table: s.clone(),
+            op: Op::Insert,
+            before: None,
+            after: Some(vec![Value::Int(1), Value::Bytes(b"a".to_vec())]),
+        };
+        let del = RowChange {
+            table: s.clone(),
+            op: Op::Delete,
+            before: Some(vec![Value::Int(1), Value::Null]),
+            after: None,
+        };
         b.push(CommitTs(5), 0, &ins);
         b.push(CommitTs(6), 0, &del);
         let (schemas, batch) = b.finish();
@@ -473,7 +535,16 @@ mod tests {
     fn validate_rejects_inconsistent_batches() {
         let s = schema();
         let mut t = TableBatch::new(&s);
-        t.push(CommitTs(1), 0, &RowChange { table: s.clone(), op: Op::Insert, before: None, after: Some(vec![Value::Int(1), Value::Bytes(vec![0xff])]) });
+        t.push(
+            CommitTs(1),
+            0,
+            &RowChange {
+                table: s.clone(),
+                op: Op::Insert,
+                before: None,
+                after: Some(vec![Value::Int(1), Value::Bytes(vec![0xff])]),
+            },
+        );
         let err = t.validate(&s).unwrap_err();
         assert!(err.reason.contains("not UTF-8"), "{err}");
         let mut t2 = TableBatch::new(&s);

@@ -9,8 +9,8 @@ mod traits;
 mod ts;
 
 pub use batch::{
-    Batch, BatchBuilder, ByteValues, Column, ColumnData, ColumnType, ColumnValues, TableBatch,
-    TableSchema, FLAG_REPLAY, FLAG_SPLIT,
+    Batch, BatchBuilder, ByteValues, Column, ColumnData, ColumnType, ColumnValues, FLAG_REPLAY,
+    FLAG_SPLIT, TableBatch, TableSchema,
 };
 pub use error::{BatchError, PluginError};
 pub use event::{DdlEvent, Op, RowChange, Transaction, Value};

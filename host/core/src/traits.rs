@@ -51,7 +51,8 @@ pub trait Sink: Send {
     /// Make everything written with commit ts <= `ts` durable.
     fn flush(&mut self, ts: CommitTs) -> impl Future<Output = Result<(), PluginError>> + Send;
     /// Apply a schema change after everything before it was flushed.
-    fn apply_ddl(&mut self, ddl: &DdlEvent) -> impl Future<Output = Result<(), PluginError>> + Send;
+    fn apply_ddl(&mut self, ddl: &DdlEvent)
+    -> impl Future<Output = Result<(), PluginError>> + Send;
     /// Release resources.
     fn close(&mut self) -> impl Future<Output = Result<(), PluginError>> + Send;
 }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_core::{
-    Batch, BatchBuilder, CheckpointTs, CommitTs, DdlEvent, FLAG_SPLIT, Filter, PluginError, ResolvedTs, Sink,
-    Source, SourceEvent, TableSchema, Transaction, RowChange,
+    Batch, BatchBuilder, CheckpointTs, CommitTs, DdlEvent, FLAG_SPLIT, Filter, PluginError,
+    ResolvedTs, RowChange, Sink, Source, SourceEvent, TableSchema, Transaction,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -247,7 +247,9 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         loop {
             match self.sink.apply_ddl(ddl).await {
                 Ok(()) => break,
-                Err(e) if attempts >= self.config.max_retries => return Err(PipelineError::Sink(e)),
+                Err(e) if attempts >= self.config.max_retries => {
+                    return Err(PipelineError::Sink(e));
+                }
                 Err(e) => {
                     attempts += 1;
                     self.retry_sink(Err(e)).await?;

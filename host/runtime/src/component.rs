@@ -1,7 +1,7 @@
 //! Loading and checking a plugin component.
 
-use wasmtime::component::types::ComponentItem;
 use wasmtime::component::Component;
+use wasmtime::component::types::ComponentItem;
 
 use crate::bindings;
 use crate::cache::digest;
@@ -30,9 +30,19 @@ impl PluginKind {
         match self {
             PluginKind::Sink => (
                 "sluice:plugin/sink-api@0.1.0",
-                &["validate-config", "open", "write", "flush", "apply-ddl", "close"],
+                &[
+                    "validate-config",
+                    "open",
+                    "write",
+                    "flush",
+                    "apply-ddl",
+                    "close",
+                ],
             ),
-            PluginKind::Filter => ("sluice:plugin/filter-api@0.1.0", &["validate-config", "open", "transform"]),
+            PluginKind::Filter => (
+                "sluice:plugin/filter-api@0.1.0",
+                &["validate-config", "open", "transform"],
+            ),
         }
     }
 }
@@ -62,7 +72,11 @@ impl std::fmt::Debug for PluginComponent {
 }
 
 impl PluginComponent {
-    pub(crate) fn load(runtime: &PluginRuntime, kind: PluginKind, bytes: &[u8]) -> Result<Self, LoadError> {
+    pub(crate) fn load(
+        runtime: &PluginRuntime,
+        kind: PluginKind,
+        bytes: &[u8],
+    ) -> Result<Self, LoadError> {
         if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
             return Err(LoadError::NotWasm);
         }
@@ -102,7 +116,10 @@ impl PluginComponent {
                 export: interface.to_string(),
             });
         };
-        let exported: Vec<String> = instance.exports(engine).map(|(name, _)| name.to_string()).collect();
+        let exported: Vec<String> = instance
+            .exports(engine)
+            .map(|(name, _)| name.to_string())
+            .collect();
         if let Some(missing) = functions.iter().find(|f| !exported.iter().any(|x| x == *f)) {
             return Err(LoadError::MissingExport {
                 world,
@@ -115,11 +132,17 @@ impl PluginComponent {
         };
         let pre = match kind {
             PluginKind::Sink => {
-                let pre = inner.sink_linker.instantiate_pre(&component).map_err(wrong)?;
+                let pre = inner
+                    .sink_linker
+                    .instantiate_pre(&component)
+                    .map_err(wrong)?;
                 Pre::Sink(bindings::sink::SinkPre::new(pre).map_err(wrong)?)
             }
             PluginKind::Filter => {
-                let pre = inner.filter_linker.instantiate_pre(&component).map_err(wrong)?;
+                let pre = inner
+                    .filter_linker
+                    .instantiate_pre(&component)
+                    .map_err(wrong)?;
                 Pre::Filter(bindings::filter::FilterPre::new(pre).map_err(wrong)?)
             }
         };

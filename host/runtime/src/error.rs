@@ -12,7 +12,9 @@ pub enum LoadError {
     CoreModule,
     #[error("not a valid WebAssembly component: {0}")]
     Invalid(String),
-    #[error("component does not implement the sluice:plugin {world} world: missing export `{export}`")]
+    #[error(
+        "component does not implement the sluice:plugin {world} world: missing export `{export}`"
+    )]
     MissingExport { world: &'static str, export: String },
     #[error("component does not fit the sluice:plugin {world} world: {reason}")]
     WrongWorld { world: &'static str, reason: String },

@@ -10,7 +10,7 @@ use crate::component::{PluginComponent, PluginKind, Pre};
 use crate::config::PluginSettings;
 use crate::convert;
 use crate::error::LoadError;
-use crate::instance::{guarded_call, Slot};
+use crate::instance::{Slot, guarded_call};
 use crate::state::PluginStats;
 
 /// Runs a filter component: one live instance at a time.
@@ -56,7 +56,11 @@ impl WasmFilter {
         match tokio::time::timeout(timeout, pre.instantiate_async(&mut store)).await {
             Ok(Ok(bindings)) => self.slot.install(store, bindings, stderr),
             Ok(Err(e)) => return Err(PluginError::Stopped(format!("instantiation failed: {e:#}"))),
-            Err(_) => return Err(PluginError::Stopped(format!("instantiation took longer than {timeout:?}"))),
+            Err(_) => {
+                return Err(PluginError::Stopped(format!(
+                    "instantiation took longer than {timeout:?}"
+                )));
+            }
         }
         Ok(())
     }
@@ -65,7 +69,10 @@ impl WasmFilter {
     pub async fn validate_config(&mut self) -> Result<(), PluginError> {
         self.instantiate().await?;
         let config = self.slot.settings.config_json.clone();
-        let result = guarded_call!(self.slot, |live| live.bindings.sluice_plugin_filter_api().call_validate_config(&mut live.store, &config));
+        let result = guarded_call!(self.slot, |live| live
+            .bindings
+            .sluice_plugin_filter_api()
+            .call_validate_config(&mut live.store, &config));
         self.slot.live = None;
         result
     }
@@ -74,7 +81,10 @@ impl WasmFilter {
         if self.slot.live.is_none() {
             self.instantiate().await?;
             let config = self.slot.settings.config_json.clone();
-            guarded_call!(self.slot, |live| live.bindings.sluice_plugin_filter_api().call_open(&mut live.store, &config))?;
+            guarded_call!(self.slot, |live| live
+                .bindings
+                .sluice_plugin_filter_api()
+                .call_open(&mut live.store, &config))?;
         }
         Ok(())
     }
@@ -89,7 +99,11 @@ impl Filter for WasmFilter {
         self.live().await
     }
 
-    async fn transform(&mut self, schemas: &[Arc<TableSchema>], batch: &mut Batch) -> Result<(), PluginError> {
+    async fn transform(
+        &mut self,
+        schemas: &[Arc<TableSchema>],
+        batch: &mut Batch,
+    ) -> Result<(), PluginError> {
         let bytes = batch.wire_bytes() as u64;
         if bytes > self.max_batch_bytes() {
             return Err(PluginError::Refused(format!(
@@ -102,30 +116,54 @@ impl Filter for WasmFilter {
         let new: Vec<&Arc<TableSchema>> = schemas
             .iter()
             .filter(|s| !sent.contains(&(s.table_id, s.version)))
-            .filter(|s| batch.tables.iter().any(|t| (t.table_id, t.schema_version) == (s.table_id, s.version)))
+            .filter(|s| {
+                batch
+                    .tables
+                    .iter()
+                    .any(|t| (t.table_id, t.schema_version) == (s.table_id, s.version))
+            })
             .collect();
         let wire = wit::Batch {
             schemas: new.iter().map(|s| convert::schema(s)).collect(),
-            tables: std::mem::take(&mut batch.tables).into_iter().map(convert::table_to_wit).collect(),
+            tables: std::mem::take(&mut batch.tables)
+                .into_iter()
+                .map(convert::table_to_wit)
+                .collect(),
         };
-        let result = guarded_call!(self.slot, |live| live.bindings.sluice_plugin_filter_api().call_transform(&mut live.store, &wire));
+        let result = guarded_call!(self.slot, |live| live
+            .bindings
+            .sluice_plugin_filter_api()
+            .call_transform(&mut live.store, &wire));
         let output = match result {
             Ok(output) => output,
             Err(err) => {
-                batch.tables = wire.tables.into_iter().map(convert::table_from_wit).collect();
+                batch.tables = wire
+                    .tables
+                    .into_iter()
+                    .map(convert::table_from_wit)
+                    .collect();
                 return Err(err);
             }
         };
         if let Some(live) = &mut self.slot.live {
-            live.sent.extend(new.iter().map(|s| (s.table_id, s.version)));
+            live.sent
+                .extend(new.iter().map(|s| (s.table_id, s.version)));
         }
         if !output.schemas.is_empty() {
-            batch.tables = wire.tables.into_iter().map(convert::table_from_wit).collect();
+            batch.tables = wire
+                .tables
+                .into_iter()
+                .map(convert::table_from_wit)
+                .collect();
             return Err(PluginError::Fatal(
                 "the filter returned new schemas; schema-changing filters are not supported by this host yet".into(),
             ));
         }
-        let tables: Vec<_> = output.tables.into_iter().map(convert::table_from_wit).collect();
+        let tables: Vec<_> = output
+            .tables
+            .into_iter()
+            .map(convert::table_from_wit)
+            .collect();
         for t in &tables {
             let schema = schemas
                 .iter()
@@ -139,13 +177,23 @@ impl Filter for WasmFilter {
             let schema = match schema {
                 Ok(s) => s,
                 Err(e) => {
-                    batch.tables = wire.tables.into_iter().map(convert::table_from_wit).collect();
+                    batch.tables = wire
+                        .tables
+                        .into_iter()
+                        .map(convert::table_from_wit)
+                        .collect();
                     return Err(e);
                 }
             };
             if let Err(e) = t.validate(schema) {
-                batch.tables = wire.tables.into_iter().map(convert::table_from_wit).collect();
-                return Err(PluginError::Fatal(format!("the filter returned a malformed batch: {e}")));
+                batch.tables = wire
+                    .tables
+                    .into_iter()
+                    .map(convert::table_from_wit)
+                    .collect();
+                return Err(PluginError::Fatal(format!(
+                    "the filter returned a malformed batch: {e}"
+                )));
             }
         }
         batch.tables = tables;

@@ -2,8 +2,8 @@
 //! deadline and a wall-clock timeout per call, dropped after any failure.
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sluice_core::PluginError;
@@ -26,7 +26,8 @@ pub(crate) struct Live<B> {
 }
 
 /// How a guarded call ended, before classification.
-pub(crate) type Outcome<T> = Result<wasmtime::Result<Result<T, wit::Error>>, tokio::time::error::Elapsed>;
+pub(crate) type Outcome<T> =
+    Result<wasmtime::Result<Result<T, wit::Error>>, tokio::time::error::Elapsed>;
 
 /// At most one live instance of a component, with its settings.
 pub(crate) struct Slot<B> {
@@ -48,16 +49,24 @@ impl<B> Slot<B> {
 
     /// A fresh store for a new instance, with exactly the granted capabilities.
     pub(crate) fn new_store(&self) -> Result<(Store<PluginState>, MemoryOutputPipe), PluginError> {
-        let (state, stderr) = PluginState::new(&self.settings, self.stats.clone()).map_err(PluginError::Retryable)?;
+        let (state, stderr) =
+            PluginState::new(&self.settings, self.stats.clone()).map_err(PluginError::Retryable)?;
         let mut store = Store::new(&self.component.runtime.inner.engine, state);
         store.limiter(|s| &mut s.quota);
         store.epoch_deadline_trap();
         Ok((store, stderr))
     }
 
-    pub(crate) fn install(&mut self, store: Store<PluginState>, bindings: B, stderr: MemoryOutputPipe) {
+    pub(crate) fn install(
+        &mut self,
+        store: Store<PluginState>,
+        bindings: B,
+        stderr: MemoryOutputPipe,
+    ) {
         self.stats.instantiations.fetch_add(1, Ordering::Relaxed);
-        self.stats.peak_memory_bytes.fetch_max(store.data().quota.used, Ordering::Relaxed);
+        self.stats
+            .peak_memory_bytes
+            .fetch_max(store.data().quota.used, Ordering::Relaxed);
         self.live = Some(Live {
             store,
             bindings,
@@ -76,7 +85,9 @@ impl<B> Slot<B> {
         match outcome {
             Ok(Ok(Ok(value))) => {
                 if let Some(live) = &self.live {
-                    self.stats.peak_memory_bytes.fetch_max(live.store.data().quota.used, Ordering::Relaxed);
+                    self.stats
+                        .peak_memory_bytes
+                        .fetch_max(live.store.data().quota.used, Ordering::Relaxed);
                 }
                 Ok(value)
             }
@@ -119,7 +130,9 @@ impl<B> Slot<B> {
                 self.settings.limits.call_timeout
             );
         }
-        let stderr = live.map(|l| String::from_utf8_lossy(&l.stderr.contents()).into_owned()).unwrap_or_default();
+        let stderr = live
+            .map(|l| String::from_utf8_lossy(&l.stderr.contents()).into_owned())
+            .unwrap_or_default();
         if let Some(pos) = stderr.find("panicked at") {
             let text: String = stderr[pos..].lines().take(2).collect::<Vec<_>>().join(": ");
             return format!("plugin panicked: {}", text.trim());
@@ -153,9 +166,10 @@ macro_rules! guarded_call {
         let outcome = {
             let $live = slot.live.as_mut().expect("an instance is live");
             let tick = slot.component.runtime.inner.epoch_tick;
-            $live
-                .store
-                .set_epoch_deadline($crate::instance::ticks(slot.settings.limits.call_timeout, tick));
+            $live.store.set_epoch_deadline($crate::instance::ticks(
+                slot.settings.limits.call_timeout,
+                tick,
+            ));
             $crate::instance::guard(timeout, $call).await
         };
         slot.settle(outcome)

@@ -1,8 +1,8 @@
 //! The engine, its linkers and the epoch ticker.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use wasmtime::component::{HasSelf, Linker};

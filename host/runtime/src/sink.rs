@@ -10,7 +10,7 @@ use crate::component::{PluginComponent, PluginKind, Pre};
 use crate::config::PluginSettings;
 use crate::convert;
 use crate::error::LoadError;
-use crate::instance::{guarded_call, Slot};
+use crate::instance::{Slot, guarded_call};
 use crate::state::PluginStats;
 
 /// Runs a sink component: one live instance at a time, created on first use and
@@ -68,7 +68,11 @@ impl WasmSink {
         match made {
             Ok(Ok(bindings)) => self.slot.install(store, bindings, stderr),
             Ok(Err(e)) => return Err(PluginError::Stopped(format!("instantiation failed: {e:#}"))),
-            Err(_) => return Err(PluginError::Stopped(format!("instantiation took longer than {timeout:?}"))),
+            Err(_) => {
+                return Err(PluginError::Stopped(format!(
+                    "instantiation took longer than {timeout:?}"
+                )));
+            }
         }
         Ok(())
     }
@@ -78,7 +82,10 @@ impl WasmSink {
     pub async fn validate_config(&mut self) -> Result<(), PluginError> {
         self.instantiate().await?;
         let config = self.slot.settings.config_json.clone();
-        let result = guarded_call!(self.slot, |live| live.bindings.sluice_plugin_sink_api().call_validate_config(&mut live.store, &config));
+        let result = guarded_call!(self.slot, |live| live
+            .bindings
+            .sluice_plugin_sink_api()
+            .call_validate_config(&mut live.store, &config));
         self.slot.live = None;
         result
     }
@@ -87,7 +94,10 @@ impl WasmSink {
         if self.slot.live.is_none() {
             self.instantiate().await?;
             let config = self.slot.settings.config_json.clone();
-            guarded_call!(self.slot, |live| live.bindings.sluice_plugin_sink_api().call_open(&mut live.store, &config))?;
+            guarded_call!(self.slot, |live| live
+                .bindings
+                .sluice_plugin_sink_api()
+                .call_open(&mut live.store, &config))?;
         }
         Ok(())
     }
@@ -102,7 +112,11 @@ impl Sink for WasmSink {
         self.live().await
     }
 
-    async fn write(&mut self, schemas: &[Arc<TableSchema>], batch: &mut Batch) -> Result<(), PluginError> {
+    async fn write(
+        &mut self,
+        schemas: &[Arc<TableSchema>],
+        batch: &mut Batch,
+    ) -> Result<(), PluginError> {
         let bytes = batch.wire_bytes() as u64;
         if bytes > self.max_batch_bytes() {
             return Err(PluginError::Refused(format!(
@@ -115,38 +129,61 @@ impl Sink for WasmSink {
         let new: Vec<&Arc<TableSchema>> = schemas
             .iter()
             .filter(|s| !sent.contains(&(s.table_id, s.version)))
-            .filter(|s| batch.tables.iter().any(|t| (t.table_id, t.schema_version) == (s.table_id, s.version)))
+            .filter(|s| {
+                batch
+                    .tables
+                    .iter()
+                    .any(|t| (t.table_id, t.schema_version) == (s.table_id, s.version))
+            })
             .collect();
         let wire = wit::Batch {
             schemas: new.iter().map(|s| convert::schema(s)).collect(),
-            tables: std::mem::take(&mut batch.tables).into_iter().map(convert::table_to_wit).collect(),
+            tables: std::mem::take(&mut batch.tables)
+                .into_iter()
+                .map(convert::table_to_wit)
+                .collect(),
         };
-        let result = guarded_call!(self.slot, |live| live.bindings.sluice_plugin_sink_api().call_write(&mut live.store, &wire));
-        batch.tables = wire.tables.into_iter().map(convert::table_from_wit).collect();
-        if result.is_ok() {
-            if let Some(live) = &mut self.slot.live {
-                live.sent.extend(new.iter().map(|s| (s.table_id, s.version)));
-            }
+        let result = guarded_call!(self.slot, |live| live
+            .bindings
+            .sluice_plugin_sink_api()
+            .call_write(&mut live.store, &wire));
+        batch.tables = wire
+            .tables
+            .into_iter()
+            .map(convert::table_from_wit)
+            .collect();
+        if let (Ok(()), Some(live)) = (&result, &mut self.slot.live) {
+            live.sent
+                .extend(new.iter().map(|s| (s.table_id, s.version)));
         }
         result
     }
 
     async fn flush(&mut self, ts: CommitTs) -> Result<(), PluginError> {
         self.live().await?;
-        guarded_call!(self.slot, |live| live.bindings.sluice_plugin_sink_api().call_flush(&mut live.store, ts.get()))
+        guarded_call!(self.slot, |live| live
+            .bindings
+            .sluice_plugin_sink_api()
+            .call_flush(&mut live.store, ts.get()))
     }
 
     async fn apply_ddl(&mut self, ddl: &DdlEvent) -> Result<(), PluginError> {
         self.live().await?;
         let wire = convert::ddl(ddl);
-        guarded_call!(self.slot, |live| live.bindings.sluice_plugin_sink_api().call_apply_ddl(&mut live.store, &wire))
+        guarded_call!(self.slot, |live| live
+            .bindings
+            .sluice_plugin_sink_api()
+            .call_apply_ddl(&mut live.store, &wire))
     }
 
     async fn close(&mut self) -> Result<(), PluginError> {
         if self.slot.live.is_none() {
             return Ok(());
         }
-        let result = guarded_call!(self.slot, |live| live.bindings.sluice_plugin_sink_api().call_close(&mut live.store));
+        let result = guarded_call!(self.slot, |live| live
+            .bindings
+            .sluice_plugin_sink_api()
+            .call_close(&mut live.store));
         self.slot.live = None;
         result
     }

@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -61,7 +61,12 @@ pub(crate) struct MemoryQuota {
 }
 
 impl ResourceLimiter for MemoryQuota {
-    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         let grow = desired.saturating_sub(current) as u64;
         if self.used + grow > self.limit {
             let msg = format!(
@@ -76,7 +81,12 @@ impl ResourceLimiter for MemoryQuota {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 1 << 20)
     }
 }
@@ -90,7 +100,13 @@ pub(crate) struct HttpPolicy {
 impl HttpPolicy {
     fn allows(&self, uri: &http::Uri) -> bool {
         let Some(host) = uri.host() else { return false };
-        let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 });
+        let port = uri
+            .port_u16()
+            .unwrap_or(if uri.scheme_str() == Some("https") {
+                443
+            } else {
+                80
+            });
         let with_port = format!("{host}:{port}");
         self.allow.iter().any(|a| *a == host || *a == with_port)
     }
@@ -120,7 +136,8 @@ impl WasiHttpHooks for HttpPolicy {
             let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
             Ok((
                 res.map(BodyExt::boxed_unsync),
-                Box::new(io) as Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+                Box::new(io)
+                    as Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
             ))
         })
     }
@@ -140,27 +157,37 @@ pub(crate) struct PluginState {
 impl PluginState {
     /// State for a new instance with exactly the granted capabilities. Returns the
     /// pipe that collects the plugin's stderr (panic messages end up there).
-    pub(crate) fn new(settings: &PluginSettings, stats: Arc<PluginStats>) -> Result<(Self, MemoryOutputPipe), String> {
+    pub(crate) fn new(
+        settings: &PluginSettings,
+        stats: Arc<PluginStats>,
+    ) -> Result<(Self, MemoryOutputPipe), String> {
         let caps = &settings.capabilities;
         let stderr = MemoryOutputPipe::new(16 * 1024);
         let mut wasi = WasiCtxBuilder::new();
         wasi.stderr(stderr.clone());
         if let Some(dir) = &caps.data_dir {
-            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create the plugin directory {}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(|e| {
+                format!("cannot create the plugin directory {}: {e}", dir.display())
+            })?;
             wasi.preopened_dir(dir, "/data", FsPerms::ReadWrite)
-                .map_err(|e| format!("cannot open the plugin directory {}: {e:#}", dir.display()))?;
+                .map_err(|e| {
+                    format!("cannot open the plugin directory {}: {e:#}", dir.display())
+                })?;
         }
         if !caps.tcp_allow.is_empty() {
-            let allow: Arc<HashSet<SocketAddr>> = Arc::new(caps.tcp_allow.iter().copied().collect());
-            wasi.allow_tcp(true).allow_udp(false).socket_addr_check(move |addr, use_| {
-                let ok = match use_ {
-                    SocketAddrUse::TcpConnect => allow.contains(&addr),
-                    // `connect` first binds implicitly to the wildcard address.
-                    SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
-                    _ => false,
-                };
-                Box::pin(async move { ok })
-            });
+            let allow: Arc<HashSet<SocketAddr>> =
+                Arc::new(caps.tcp_allow.iter().copied().collect());
+            wasi.allow_tcp(true)
+                .allow_udp(false)
+                .socket_addr_check(move |addr, use_| {
+                    let ok = match use_ {
+                        SocketAddrUse::TcpConnect => allow.contains(&addr),
+                        // `connect` first binds implicitly to the wildcard address.
+                        SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
+                        _ => false,
+                    };
+                    Box::pin(async move { ok })
+                });
         } else {
             wasi.allow_tcp(false).allow_udp(false);
         }
@@ -219,18 +246,19 @@ impl host::Host for PluginState {
     }
 
     fn counter_add(&mut self, name: String, value: u64) {
-        if let Ok(mut c) = self.stats.counters.lock() {
-            if c.len() < 256 || c.contains_key(&name) {
-                *c.entry(name).or_default() += value;
-            }
+        // At most 256 distinct names per plugin, so a plugin cannot grow host memory.
+        if let Ok(mut c) = self.stats.counters.lock()
+            && (c.len() < 256 || c.contains_key(&name))
+        {
+            *c.entry(name).or_default() += value;
         }
     }
 
     fn gauge_set(&mut self, name: String, value: f64) {
-        if let Ok(mut g) = self.stats.gauges.lock() {
-            if g.len() < 256 || g.contains_key(&name) {
-                g.insert(name, value);
-            }
+        if let Ok(mut g) = self.stats.gauges.lock()
+            && (g.len() < 256 || g.contains_key(&name))
+        {
+            g.insert(name, value);
         }
     }
 

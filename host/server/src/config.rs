@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::{Context, bail};
 use serde::Deserialize;
 use sluice_source::DatagenConfig;
 
@@ -181,7 +181,9 @@ impl<'de> Deserialize<'de> for ByteSize {
         }
         match Raw::deserialize(d)? {
             Raw::Int(n) => Ok(ByteSize(n)),
-            Raw::Text(s) => parse_size(&s).map(ByteSize).map_err(serde::de::Error::custom),
+            Raw::Text(s) => parse_size(&s)
+                .map(ByteSize)
+                .map_err(serde::de::Error::custom),
         }
     }
 }
@@ -198,15 +200,21 @@ fn parse_size(s: &str) -> Result<u64, String> {
         "KiB" => 1 << 10,
         "MiB" => 1 << 20,
         "GiB" => 1 << 30,
-        other => return Err(format!("unknown size unit `{other}` in `{s}`; use B, KiB, MiB or GiB")),
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}` in `{s}`; use B, KiB, MiB or GiB"
+            ));
+        }
     };
-    n.checked_mul(mult).ok_or_else(|| format!("`{s}` is too large"))
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("`{s}` is too large"))
 }
 
 impl ChangefeedFile {
     /// Read and parse `path`, then validate.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
         Self::parse(&text).with_context(|| format!("invalid changefeed file {}", path.display()))
     }
 
@@ -225,7 +233,9 @@ impl ChangefeedFile {
             && chars.all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
             && id.len() <= 128;
         if !ok {
-            bail!("changefeed.id `{id}` is invalid: use letters, digits, `-` and `_`, starting with a letter or digit");
+            bail!(
+                "changefeed.id `{id}` is invalid: use letters, digits, `-` and `_`, starting with a letter or digit"
+            );
         }
         match &self.source {
             SourceConfig::Datagen(d) => d.validate().context("in [source]")?,
@@ -264,14 +274,18 @@ impl PluginSection {
             bail!("{at}.plugin is empty: name a plugin (e.g. \"sink-file\") or a .wasm path");
         }
         if self.limits.memory.0 < (1 << 20) {
-            bail!("{at}.limits.memory is {} bytes; give a plugin at least 1MiB", self.limits.memory.0);
+            bail!(
+                "{at}.limits.memory is {} bytes; give a plugin at least 1MiB",
+                self.limits.memory.0
+            );
         }
         if self.limits.call_timeout_ms == 0 || self.limits.host_call_timeout_ms == 0 {
             bail!("{at}.limits: timeouts must be at least 1 ms");
         }
         for addr in &self.capabilities.tcp {
-            addr.parse::<SocketAddr>()
-                .map_err(|_| anyhow::anyhow!("{at}.capabilities.tcp: `{addr}` is not an ip:port pair"))?;
+            addr.parse::<SocketAddr>().map_err(|_| {
+                anyhow::anyhow!("{at}.capabilities.tcp: `{addr}` is not an ip:port pair")
+            })?;
         }
         Ok(())
     }
@@ -295,7 +309,8 @@ impl PluginSection {
 
     /// Runtime settings for this plugin.
     pub fn settings(&self) -> anyhow::Result<sluice_runtime::PluginSettings> {
-        let config_json = serde_json::to_string(&self.config).context("plugin config cannot be turned into JSON")?;
+        let config_json = serde_json::to_string(&self.config)
+            .context("plugin config cannot be turned into JSON")?;
         Ok(sluice_runtime::PluginSettings {
             name: self.name(),
             config_json,
@@ -307,7 +322,12 @@ impl PluginSection {
             },
             capabilities: sluice_runtime::Capabilities {
                 data_dir: self.capabilities.data_dir.clone(),
-                tcp_allow: self.capabilities.tcp.iter().filter_map(|a| a.parse().ok()).collect(),
+                tcp_allow: self
+                    .capabilities
+                    .tcp
+                    .iter()
+                    .filter_map(|a| a.parse().ok())
+                    .collect(),
                 http_allow: self.capabilities.http.clone(),
             },
         })
@@ -348,7 +368,10 @@ data-dir = "out/demo"
         assert_eq!(f.filters.len(), 1);
         let s = f.sink.settings().unwrap();
         assert_eq!(s.config_json, r#"{"dir":"out"}"#);
-        assert_eq!(f.sink.resolve(Path::new("p")), PathBuf::from("p/sink-file.wasm"));
+        assert_eq!(
+            f.sink.resolve(Path::new("p")),
+            PathBuf::from("p/sink-file.wasm")
+        );
         let SourceConfig::Datagen(d) = &f.source;
         assert_eq!(d.total_rows, 100);
     }

@@ -43,12 +43,16 @@ enum Command {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| "warn,sluice=info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
+                .unwrap_or_else(|_| "warn,sluice=info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -57,7 +61,11 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Run { config, plugin_dir, quiet } => run::run(&config, plugin_dir, quiet).await,
+            Command::Run {
+                config,
+                plugin_dir,
+                quiet,
+            } => run::run(&config, plugin_dir, quiet).await,
             Command::CheckPlugin { path, kind } => run::check_plugin(&path, &kind),
         }
     });

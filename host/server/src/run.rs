@@ -25,7 +25,9 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
         let file_path = section.resolve(&plugin_dir);
         let component = runtime
             .load_file(PluginKind::Filter, &file_path)
-            .with_context(|| format!("{at}.plugin `{}` ({})", section.plugin, file_path.display()))?;
+            .with_context(|| {
+                format!("{at}.plugin `{}` ({})", section.plugin, file_path.display())
+            })?;
         let mut filter = WasmFilter::new(component, section.settings()?)?;
         filter
             .validate_config()
@@ -36,7 +38,13 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
     let sink_path = file.sink.resolve(&plugin_dir);
     let component = runtime
         .load_file(PluginKind::Sink, &sink_path)
-        .with_context(|| format!("sink.plugin `{}` ({})", file.sink.plugin, sink_path.display()))?;
+        .with_context(|| {
+            format!(
+                "sink.plugin `{}` ({})",
+                file.sink.plugin,
+                sink_path.display()
+            )
+        })?;
     let mut sink = WasmSink::new(component, file.sink.settings()?)?;
     sink.validate_config()
         .await
@@ -59,7 +67,9 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
         .chain([sink.max_batch_bytes()])
         .min()
         .unwrap_or(u64::MAX);
-    pipeline_config.max_batch_bytes = pipeline_config.max_batch_bytes.min((plugin_bound / 2) as usize);
+    pipeline_config.max_batch_bytes = pipeline_config
+        .max_batch_bytes
+        .min((plugin_bound / 2) as usize);
     let mut pipeline = Pipeline::new(pipeline_config, filters, sink, CheckpointTs::ZERO);
     let reporter = (!quiet).then(|| {
         let mut progress = pipeline.progress();
@@ -110,7 +120,11 @@ fn describe_ts(ts: CommitTs) -> String {
 
 fn print_summary(id: &str, report: &Report, pipeline: &Pipeline<WasmSink, WasmFilter>) {
     let p = &report.progress;
-    let how = if report.interrupted { "stopped" } else { "finished" };
+    let how = if report.interrupted {
+        "stopped"
+    } else {
+        "finished"
+    };
     println!(
         "changefeed {id} {how} in {:.2}s: {} rows in {} transactions read, {} rows written, checkpoint {}",
         report.elapsed.as_secs_f64(),
@@ -134,23 +148,43 @@ fn print_summary(id: &str, report: &Report, pipeline: &Pipeline<WasmSink, WasmFi
 
 fn print_plugin(role: &str, name: &str, stats: &sluice_runtime::PluginStats) {
     use std::sync::atomic::Ordering;
-    let counters: Vec<String> = stats.counters().iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let counters: Vec<String> = stats
+        .counters()
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     println!(
         "{role} {name}: instances {}, stopped {}, peak memory {} KiB{}{}",
         stats.instantiations.load(Ordering::Relaxed),
         stats.stops.load(Ordering::Relaxed),
         stats.peak_memory_bytes.load(Ordering::Relaxed) / 1024,
-        if counters.is_empty() { String::new() } else { format!(", counters {}", counters.join(" ")) },
-        stats.last_stop().map(|r| format!(", last stop: {r}")).unwrap_or_default(),
+        if counters.is_empty() {
+            String::new()
+        } else {
+            format!(", counters {}", counters.join(" "))
+        },
+        stats
+            .last_stop()
+            .map(|r| format!(", last stop: {r}"))
+            .unwrap_or_default(),
     );
 }
 
 pub fn check_plugin(path: &Path, kind: &str) -> anyhow::Result<()> {
-    let kind = if kind == "sink" { PluginKind::Sink } else { PluginKind::Filter };
+    let kind = if kind == "sink" {
+        PluginKind::Sink
+    } else {
+        PluginKind::Filter
+    };
     let runtime = PluginRuntime::new(RuntimeConfig::default())?;
     let component = runtime
         .load_file(kind, path)
         .with_context(|| format!("{} is not a usable {} plugin", path.display(), kind.world()))?;
-    println!("{}: ok, implements the {} world, sha256 {}", path.display(), kind.world(), component.digest());
+    println!(
+        "{}: ok, implements the {} world, sha256 {}",
+        path.display(),
+        kind.world(),
+        component.digest()
+    );
     Ok(())
 }

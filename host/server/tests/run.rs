@@ -16,12 +16,24 @@ fn quickstart_in(dir: &Path, edit: impl FnOnce(&mut toml::Table)) -> PathBuf {
     let mut t: toml::Table = toml::from_str(&text).unwrap();
     let plugins = plugin_path("sink-file").parent().unwrap().to_path_buf();
     t.insert("plugin-dir".into(), plugins.display().to_string().into());
-    t.insert("data-dir".into(), dir.join("state").display().to_string().into());
+    t.insert(
+        "data-dir".into(),
+        dir.join("state").display().to_string().into(),
+    );
     let caps = t["sink"]["capabilities"].as_table().unwrap().clone();
     let mut caps = caps;
-    caps.insert("data-dir".into(), dir.join("out").display().to_string().into());
-    t["sink"].as_table_mut().unwrap().insert("capabilities".into(), caps.into());
-    t["source"].as_table_mut().unwrap().insert("rate".into(), 0.into());
+    caps.insert(
+        "data-dir".into(),
+        dir.join("out").display().to_string().into(),
+    );
+    t["sink"]
+        .as_table_mut()
+        .unwrap()
+        .insert("capabilities".into(), caps.into());
+    t["source"]
+        .as_table_mut()
+        .unwrap()
+        .insert("rate".into(), 0.into());
     edit(&mut t);
     let path = dir.join("changefeed.toml");
     std::fs::write(&path, toml::to_string(&t).unwrap()).unwrap();
@@ -29,15 +41,27 @@ fn quickstart_in(dir: &Path, edit: impl FnOnce(&mut toml::Table)) -> PathBuf {
 }
 
 fn sluice(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice")).args(args).output().expect("sluice runs")
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .output()
+        .expect("sluice runs")
 }
 
 fn lines_in(dir: &Path) -> Vec<Json> {
-    let mut files: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     files.sort();
     files
         .iter()
-        .flat_map(|f| std::fs::read_to_string(f).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect::<Vec<_>>())
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect::<Vec<_>>()
+        })
         .collect()
 }
 
@@ -54,12 +78,25 @@ fn quickstart_writes_exactly_the_generated_rows_masked() {
     let config = quickstart_in(dir.path(), |_| {});
     let out = sluice(&["run", "--quiet", "--config", config.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("changefeed quickstart finished"), "{stdout}");
+    assert!(
+        out.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("changefeed quickstart finished"),
+        "{stdout}"
+    );
     assert!(stdout.contains("20000 rows written"), "{stdout}");
 
     // Expected: the generator's rows, per table in commit-ts order, masked.
-    let mut g = DatagenSource::new(DatagenConfig { seed: 42, total_rows: 20_000, rate: 0, ..Default::default() }).unwrap();
+    let mut g = DatagenSource::new(DatagenConfig {
+        seed: 42,
+        total_rows: 20_000,
+        rate: 0,
+        ..Default::default()
+    })
+    .unwrap();
     let mut expected: BTreeMap<String, Vec<Json>> = BTreeMap::new();
     while let Some(txn) = g.next_transaction() {
         for row in &txn.rows {
@@ -67,7 +104,8 @@ fn quickstart_writes_exactly_the_generated_rows_masked() {
             let mut data = serde_json::Map::new();
             for (col, v) in row.table.columns.iter().zip(image) {
                 let text = text_of(v, col.ty);
-                let masked = row.table.table_name == "users" && (col.name == "email" || col.name == "name");
+                let masked =
+                    row.table.table_name == "users" && (col.name == "email" || col.name == "name");
                 let text = match text {
                     Some(t) if masked => Some(hash("quickstart", &t)),
                     t => t,
@@ -79,11 +117,14 @@ fn quickstart_writes_exactly_the_generated_rows_masked() {
                 Op::Update => "UPDATE",
                 Op::Delete => "DELETE",
             };
-            expected.entry(row.table.table_name.clone()).or_default().push(serde_json::json!({
-                "type": kind,
-                "commitTs": txn.commit_ts.get(),
-                "data": data,
-            }));
+            expected
+                .entry(row.table.table_name.clone())
+                .or_default()
+                .push(serde_json::json!({
+                    "type": kind,
+                    "commitTs": txn.commit_ts.get(),
+                    "data": data,
+                }));
         }
     }
 
@@ -93,13 +134,19 @@ fn quickstart_writes_exactly_the_generated_rows_masked() {
     for l in &lines {
         assert_eq!(l["database"], "shop");
         assert_eq!(l["_sluice"]["replay"], false);
-        actual.entry(l["table"].as_str().unwrap().to_string()).or_default().push(serde_json::json!({
-            "type": l["type"],
-            "commitTs": l["_sluice"]["commitTs"],
-            "data": l["data"][0],
-        }));
+        actual
+            .entry(l["table"].as_str().unwrap().to_string())
+            .or_default()
+            .push(serde_json::json!({
+                "type": l["type"],
+                "commitTs": l["_sluice"]["commitTs"],
+                "data": l["data"][0],
+            }));
     }
-    assert_eq!(actual.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>());
+    assert_eq!(
+        actual.keys().collect::<Vec<_>>(),
+        expected.keys().collect::<Vec<_>>()
+    );
     for (table, rows) in &expected {
         let got = &actual[table];
         assert_eq!(got.len(), rows.len(), "{table}");
@@ -113,7 +160,10 @@ fn quickstart_writes_exactly_the_generated_rows_masked() {
 fn bad_config_fails_with_the_key_named_and_nothing_written() {
     let dir = tempfile::tempdir().unwrap();
     let config = quickstart_in(dir.path(), |t| {
-        t["source"].as_table_mut().unwrap().insert("total-rowz".into(), 5.into());
+        t["source"]
+            .as_table_mut()
+            .unwrap()
+            .insert("total-rowz".into(), 5.into());
     });
     let out = sluice(&["run", "--config", config.to_str().unwrap()]);
     assert!(!out.status.success());
@@ -122,7 +172,10 @@ fn bad_config_fails_with_the_key_named_and_nothing_written() {
     assert!(!dir.path().join("out").exists());
 
     let config = quickstart_in(dir.path(), |t| {
-        t["sink"].as_table_mut().unwrap().insert("plugin".into(), "sink-nope".into());
+        t["sink"]
+            .as_table_mut()
+            .unwrap()
+            .insert("plugin".into(), "sink-nope".into());
     });
     let out = sluice(&["run", "--config", config.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -131,23 +184,49 @@ fn bad_config_fails_with_the_key_named_and_nothing_written() {
     assert!(stderr.contains("No such file or directory"), "{stderr}");
 
     let config = quickstart_in(dir.path(), |t| {
-        t["sink"]["config"].as_table_mut().unwrap().insert("format".into(), "xml".into());
+        t["sink"]["config"]
+            .as_table_mut()
+            .unwrap()
+            .insert("format".into(), "xml".into());
     });
     let out = sluice(&["run", "--config", config.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("sink.config was rejected by `sink-file`"), "{stderr}");
-    assert!(!dir.path().join("out/changes").exists(), "a rejected config writes nothing");
+    assert!(
+        stderr.contains("sink.config was rejected by `sink-file`"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("out/changes").exists(),
+        "a rejected config writes nothing"
+    );
 }
 
 #[test]
 fn check_plugin_names_the_missing_export() {
-    let out = sluice(&["check-plugin", "--kind", "sink", plugin_path("filter-mask").to_str().unwrap()]);
+    let out = sluice(&[
+        "check-plugin",
+        "--kind",
+        "sink",
+        plugin_path("filter-mask").to_str().unwrap(),
+    ]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("missing export `sluice:plugin/sink-api@0.1.0`"), "{stderr}");
-    let out = sluice(&["check-plugin", "--kind", "sink", plugin_path("sink-file").to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stderr.contains("missing export `sluice:plugin/sink-api@0.1.0`"),
+        "{stderr}"
+    );
+    let out = sluice(&[
+        "check-plugin",
+        "--kind",
+        "sink",
+        plugin_path("sink-file").to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -165,11 +244,18 @@ fn ctrl_c_writes_what_was_read_and_exits_cleanly() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("changefeed quickstart stopped"), "{stdout}");
     // Every row read was written and flushed before exit.
     let read: usize = stdout

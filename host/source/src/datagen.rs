@@ -4,11 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
 use serde::Deserialize;
 use sluice_core::{
-    Column, ColumnType, CommitTs, Op, ResolvedTs, RowChange, Source, SourceEvent, TableSchema, Transaction, Value,
+    Column, ColumnType, CommitTs, Op, ResolvedTs, RowChange, Source, SourceEvent, TableSchema,
+    Transaction, Value,
 };
 
 /// Weights of the operation mix (they need not sum to anything in particular).
@@ -22,7 +23,11 @@ pub struct Mix {
 
 impl Default for Mix {
     fn default() -> Self {
-        Self { insert: 6, update: 3, delete: 1 }
+        Self {
+            insert: 6,
+            update: 3,
+            delete: 1,
+        }
     }
 }
 
@@ -106,10 +111,14 @@ impl DatagenConfig {
             }
         }
         if self.max_txn_rows == 0 {
-            return Err(DatagenError::Invalid("max-txn-rows must be at least 1".into()));
+            return Err(DatagenError::Invalid(
+                "max-txn-rows must be at least 1".into(),
+            ));
         }
         if self.mix.insert == 0 {
-            return Err(DatagenError::Invalid("mix.insert must be above 0 (nothing to update or delete otherwise)".into()));
+            return Err(DatagenError::Invalid(
+                "mix.insert must be above 0 (nothing to update or delete otherwise)".into(),
+            ));
         }
         Ok(())
     }
@@ -140,33 +149,45 @@ pub fn schemas(schema_name: &str) -> Vec<Arc<TableSchema>> {
         })
     };
     vec![
-        t(1, "users", vec![
-            col("id", Int, "bigint", true),
-            col("name", Text, "varchar(64)", false),
-            col("email", Text, "varchar(128)", false),
-            col("balance", Decimal, "decimal(12,2)", false),
-            col("created_at", Datetime, "datetime(6)", false),
-            col("profile", Json, "json", false),
-            col("avatar", Blob, "blob", false),
-            col("version", Int, "int", false),
-        ]),
-        t(2, "orders", vec![
-            col("id", Uint, "bigint unsigned", true),
-            col("user_id", Int, "bigint", false),
-            col("amount", Float, "double", false),
-            col("status", Text, "varchar(16)", false),
-            col("note", Text, "text", false),
-            col("ordered_on", Date, "date", false),
-            col("version", Int, "int", false),
-        ]),
-        t(3, "events", vec![
-            col("id", Int, "bigint", true),
-            col("kind", Uint, "tinyint unsigned", false),
-            col("payload", Json, "json", false),
-            col("happened_at", Datetime, "datetime(6)", false),
-            col("flagged", Boolean, "tinyint(1)", false),
-            col("version", Int, "int", false),
-        ]),
+        t(
+            1,
+            "users",
+            vec![
+                col("id", Int, "bigint", true),
+                col("name", Text, "varchar(64)", false),
+                col("email", Text, "varchar(128)", false),
+                col("balance", Decimal, "decimal(12,2)", false),
+                col("created_at", Datetime, "datetime(6)", false),
+                col("profile", Json, "json", false),
+                col("avatar", Blob, "blob", false),
+                col("version", Int, "int", false),
+            ],
+        ),
+        t(
+            2,
+            "orders",
+            vec![
+                col("id", Uint, "bigint unsigned", true),
+                col("user_id", Int, "bigint", false),
+                col("amount", Float, "double", false),
+                col("status", Text, "varchar(16)", false),
+                col("note", Text, "text", false),
+                col("ordered_on", Date, "date", false),
+                col("version", Int, "int", false),
+            ],
+        ),
+        t(
+            3,
+            "events",
+            vec![
+                col("id", Int, "bigint", true),
+                col("kind", Uint, "tinyint unsigned", false),
+                col("payload", Json, "json", false),
+                col("happened_at", Datetime, "datetime(6)", false),
+                col("flagged", Boolean, "tinyint(1)", false),
+                col("version", Int, "int", false),
+            ],
+        ),
     ]
 }
 
@@ -190,8 +211,12 @@ pub struct DatagenSource {
     ended: bool,
 }
 
-const FIRST: [&str; 8] = ["ada", "grace", "alan", "edsger", "barbara", "ken", "linus", "margaret"];
-const LAST: [&str; 6] = ["lovelace", "hopper", "turing", "dijkstra", "liskov", "o'neil"];
+const FIRST: [&str; 8] = [
+    "ada", "grace", "alan", "edsger", "barbara", "ken", "linus", "margaret",
+];
+const LAST: [&str; 6] = [
+    "lovelace", "hopper", "turing", "dijkstra", "liskov", "o'neil",
+];
 const STATUS: [&str; 4] = ["new", "paid", "shipped", "cancelled"];
 
 impl DatagenSource {
@@ -200,8 +225,14 @@ impl DatagenSource {
         config.validate()?;
         let tables = schemas(&config.schema)
             .into_iter()
-            .filter(|s| config.tables.is_empty() || config.tables.iter().any(|t| *t == s.table_name))
-            .map(|schema| TableState { schema, next_id: 1, live: Vec::new() })
+            .filter(|s| {
+                config.tables.is_empty() || config.tables.iter().any(|t| *t == s.table_name)
+            })
+            .map(|schema| TableState {
+                schema,
+                next_id: 1,
+                live: Vec::new(),
+            })
             .collect();
         Ok(Self {
             rng: ChaCha8Rng::seed_from_u64(config.seed),
@@ -246,7 +277,15 @@ impl DatagenSource {
                     Value::Bytes(format!("{}.{:02}", cents / 100, cents % 100).into_bytes()),
                     Value::Int(ms * 1000 + self.below(1000) as i64),
                     if with_profile {
-                        Value::Bytes(format!(r#"{{"tier":{},"tags":["{}","{}"]}}"#, self.below(4), first, last).into_bytes())
+                        Value::Bytes(
+                            format!(
+                                r#"{{"tier":{},"tags":["{}","{}"]}}"#,
+                                self.below(4),
+                                first,
+                                last
+                            )
+                            .into_bytes(),
+                        )
                     } else {
                         Value::Null
                     },
@@ -261,7 +300,9 @@ impl DatagenSource {
                 let note = if self.below(3) == 0 {
                     Value::Null
                 } else {
-                    Value::Bytes(format!("deliver \"fast\", line {}\nthanks", self.below(100)).into_bytes())
+                    Value::Bytes(
+                        format!("deliver \"fast\", line {}\nthanks", self.below(100)).into_bytes(),
+                    )
                 };
                 vec![
                     Value::UInt(id as u64),
@@ -278,7 +319,10 @@ impl DatagenSource {
                 vec![
                     Value::Int(id),
                     Value::UInt(kind),
-                    Value::Bytes(format!(r#"{{"kind":{kind},"seq":{id},"msg":"ev\u00e9nement {id}"}}"#).into_bytes()),
+                    Value::Bytes(
+                        format!(r#"{{"kind":{kind},"seq":{id},"msg":"ev\u00e9nement {id}"}}"#)
+                            .into_bytes(),
+                    ),
                     Value::Int(ms * 1000),
                     Value::Int((self.below(2)) as i64),
                     Value::Int(version),
@@ -291,7 +335,12 @@ impl DatagenSource {
         let table = self.below(self.tables.len() as u64) as usize;
         let mix = self.config.mix.clone();
         let live = self.tables[table].live.len() as u64;
-        let total = mix.insert as u64 + if live > 0 { (mix.update + mix.delete) as u64 } else { 0 };
+        let total = mix.insert as u64
+            + if live > 0 {
+                (mix.update + mix.delete) as u64
+            } else {
+                0
+            };
         let pick = self.below(total);
         let schema = self.tables[table].schema.clone();
         if pick < mix.insert as u64 {
@@ -299,7 +348,12 @@ impl DatagenSource {
             self.tables[table].next_id += 1;
             let after = self.image(table, id, 1);
             self.tables[table].live.push(after.clone());
-            RowChange { table: schema, op: Op::Insert, before: None, after: Some(after) }
+            RowChange {
+                table: schema,
+                op: Op::Insert,
+                before: None,
+                after: Some(after),
+            }
         } else if pick < (mix.insert + mix.update) as u64 {
             let pos = self.below(live) as usize;
             let before = self.tables[table].live[pos].clone();
@@ -314,11 +368,21 @@ impl DatagenSource {
             };
             let after = self.image(table, id, version);
             self.tables[table].live[pos] = after.clone();
-            RowChange { table: schema, op: Op::Update, before: Some(before), after: Some(after) }
+            RowChange {
+                table: schema,
+                op: Op::Update,
+                before: Some(before),
+                after: Some(after),
+            }
         } else {
             let pos = self.below(live) as usize;
             let before = self.tables[table].live.swap_remove(pos);
-            RowChange { table: schema, op: Op::Delete, before: Some(before), after: None }
+            RowChange {
+                table: schema,
+                op: Op::Delete,
+                before: Some(before),
+                after: None,
+            }
         }
     }
 
@@ -361,7 +425,8 @@ impl Source for DatagenSource {
             }
             if self.config.rate > 0 {
                 let started = *self.started.get_or_insert_with(tokio::time::Instant::now);
-                let due = started + Duration::from_secs_f64(self.emitted_rows as f64 / self.config.rate as f64);
+                let due = started
+                    + Duration::from_secs_f64(self.emitted_rows as f64 / self.config.rate as f64);
                 tokio::time::sleep_until(due).await;
             }
             // The next transaction has a larger ts, so this one is resolved.
@@ -386,22 +451,36 @@ mod tests {
 
     #[test]
     fn same_seed_same_workload() {
-        let a = drain(DatagenConfig { total_rows: 500, ..Default::default() });
-        let b = drain(DatagenConfig { total_rows: 500, ..Default::default() });
+        let a = drain(DatagenConfig {
+            total_rows: 500,
+            ..Default::default()
+        });
+        let b = drain(DatagenConfig {
+            total_rows: 500,
+            ..Default::default()
+        });
         assert_eq!(a, b);
         assert_eq!(a.iter().map(|t| t.rows.len()).sum::<usize>(), 500);
-        let c = drain(DatagenConfig { total_rows: 500, seed: 7, ..Default::default() });
+        let c = drain(DatagenConfig {
+            total_rows: 500,
+            seed: 7,
+            ..Default::default()
+        });
         assert_ne!(a, c);
     }
 
     #[test]
     fn commit_ts_strictly_increases_and_ops_are_consistent() {
-        let txns = drain(DatagenConfig { total_rows: 2000, ..Default::default() });
+        let txns = drain(DatagenConfig {
+            total_rows: 2000,
+            ..Default::default()
+        });
         assert!(txns.windows(2).all(|w| w[0].commit_ts < w[1].commit_ts));
         let mut live = std::collections::HashSet::new();
         let mut ops = [0usize; 3];
         for row in txns.iter().flat_map(|t| &t.rows) {
-            let key = |img: &Option<Vec<Value>>| (row.table.table_id, img.as_ref().unwrap()[0].clone());
+            let key =
+                |img: &Option<Vec<Value>>| (row.table.table_id, img.as_ref().unwrap()[0].clone());
             match row.op {
                 Op::Insert => assert!(live.insert(format!("{:?}", key(&row.after)))),
                 Op::Update => assert!(live.contains(&format!("{:?}", key(&row.before)))),
@@ -417,7 +496,12 @@ mod tests {
 
     #[test]
     fn rejects_unknown_tables() {
-        let err = DatagenSource::new(DatagenConfig { tables: vec!["nope".into()], ..Default::default() }).err().unwrap();
+        let err = DatagenSource::new(DatagenConfig {
+            tables: vec!["nope".into()],
+            ..Default::default()
+        })
+        .err()
+        .unwrap();
         assert!(err.to_string().contains("unknown table `nope`"));
     }
 }

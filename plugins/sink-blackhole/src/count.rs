@@ -1,4 +1,6 @@
-use sluice_sdk::{host, BatchView, ColumnData, ColumnType, ColumnValues, Error, Image, Sink, TableView, Value};
+use sluice_sdk::{
+    BatchView, ColumnData, ColumnType, ColumnValues, Error, Image, Sink, TableView, Value, host,
+};
 
 use crate::config::{Config, Read};
 
@@ -52,7 +54,11 @@ fn image_bytes(image: &Image<'_>, nulls: &mut u64) -> u64 {
                 *nulls += 1;
                 0
             }
-            Value::Int(_) | Value::UInt(_) | Value::Float(_) | Value::DateTime(_) | Value::Date(_) => 8,
+            Value::Int(_)
+            | Value::UInt(_)
+            | Value::Float(_)
+            | Value::DateTime(_)
+            | Value::Date(_) => 8,
             Value::Bool(_) => 1,
             Value::Decimal(s) | Value::Text(s) | Value::Json(s) => s.len() as u64,
             Value::Blob(b) => b.len() as u64,
@@ -66,7 +72,9 @@ impl Sink for Blackhole {
 
     fn validate(config: &Config) -> Result<(), Error> {
         if config.reject {
-            return Err(Error::config("reject = true: this sink was told to refuse its config"));
+            return Err(Error::config(
+                "reject = true: this sink was told to refuse its config",
+            ));
         }
         Ok(())
     }
@@ -109,7 +117,7 @@ impl Sink for Blackhole {
 
 #[cfg(test)]
 mod tests {
-    use sluice_sdk::testing::{schema, SinkHarness};
+    use sluice_sdk::testing::{SinkHarness, schema};
     use sluice_sdk::{ColumnType, TableBatchBuilder, Value};
 
     use super::Blackhole;
@@ -120,12 +128,24 @@ mod tests {
             1,
             "db",
             "t",
-            &[("id", ColumnType::Int, true), ("name", ColumnType::Text, false), ("ok", ColumnType::Boolean, false)],
+            &[
+                ("id", ColumnType::Int, true),
+                ("name", ColumnType::Text, false),
+                ("ok", ColumnType::Boolean, false),
+            ],
         );
         let mut b = TableBatchBuilder::new(&t);
         for i in 0..40i64 {
             let name = format!("n{i}");
-            let v = [Value::Int(i), if i % 3 == 0 { Value::Null } else { Value::Text(&name) }, Value::Bool(i % 2 == 0)];
+            let v = [
+                Value::Int(i),
+                if i % 3 == 0 {
+                    Value::Null
+                } else {
+                    Value::Text(&name)
+                },
+                Value::Bool(i % 2 == 0),
+            ];
             match i % 4 {
                 0 | 1 => b.insert(i as u64, &v),
                 2 => b.update(i as u64, &v, &v),
@@ -135,7 +155,8 @@ mod tests {
         let batch = b.finish();
         let mut counts = Vec::new();
         for read in ["rows", "columns"] {
-            let mut sink = SinkHarness::<Blackhole>::open(&format!(r#"{{"read": "{read}"}}"#)).unwrap();
+            let mut sink =
+                SinkHarness::<Blackhole>::open(&format!(r#"{{"read": "{read}"}}"#)).unwrap();
             sink.write(&[&t], vec![batch.clone()]).unwrap();
             let s = sink.sink();
             counts.push((s.rows, s.bytes, s.nulls));
@@ -146,26 +167,47 @@ mod tests {
 
     #[test]
     fn counts_rows_bytes_and_nulls() {
-        let t = schema(1, "db", "t", &[("id", ColumnType::Int, true), ("name", ColumnType::Text, false)]);
+        let t = schema(
+            1,
+            "db",
+            "t",
+            &[
+                ("id", ColumnType::Int, true),
+                ("name", ColumnType::Text, false),
+            ],
+        );
         let mut b = TableBatchBuilder::new(&t);
         b.insert(10, &[Value::Int(1), Value::Text("abc")]);
-        b.update(11, &[Value::Int(1), Value::Text("abc")], &[Value::Int(1), Value::Null]);
+        b.update(
+            11,
+            &[Value::Int(1), Value::Text("abc")],
+            &[Value::Int(1), Value::Null],
+        );
         b.delete(12, &[Value::Int(1), Value::Null]);
         let batch = b.finish();
         for read in ["rows", "columns"] {
-            let mut sink = SinkHarness::<Blackhole>::open(&format!(r#"{{"read": "{read}"}}"#)).unwrap();
+            let mut sink =
+                SinkHarness::<Blackhole>::open(&format!(r#"{{"read": "{read}"}}"#)).unwrap();
             sink.write(&[&t], vec![batch.clone()]).unwrap();
             sink.flush(12).unwrap();
             let s = sink.sink();
-            assert_eq!((s.rows, s.bytes, s.nulls, s.flushed), (3, 8 + 3 + 8 + 3 + 8 + 8, 2, 12), "{read}");
+            assert_eq!(
+                (s.rows, s.bytes, s.nulls, s.flushed),
+                (3, 8 + 3 + 8 + 3 + 8 + 8, 2, 12),
+                "{read}"
+            );
         }
     }
 
     #[test]
     fn rejects_its_config_when_told() {
-        let err = SinkHarness::<Blackhole>::open(r#"{"reject": true}"#).err().unwrap();
+        let err = SinkHarness::<Blackhole>::open(r#"{"reject": true}"#)
+            .err()
+            .unwrap();
         assert!(matches!(err, sluice_sdk::Error::Config(_)), "{err}");
-        let err = SinkHarness::<Blackhole>::open(r#"{"nope": 1}"#).err().unwrap();
+        let err = SinkHarness::<Blackhole>::open(r#"{"nope": 1}"#)
+            .err()
+            .unwrap();
         assert!(err.message().contains("unknown field `nope`"), "{err}");
     }
 }

@@ -8,8 +8,8 @@ mod files;
 mod sink;
 
 pub use config::{Config, Format};
-pub use sink::SinkFile;
 #[cfg(not(target_arch = "wasm32"))]
 pub use files::set_native_data_root;
+pub use sink::SinkFile;
 
 sluice_sdk::export_sink!(SinkFile);

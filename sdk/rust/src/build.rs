@@ -36,7 +36,12 @@ impl TableBatchBuilder {
     }
 
     /// Append an update.
-    pub fn update(&mut self, commit_ts: u64, before: &[Value<'_>], after: &[Value<'_>]) -> &mut Self {
+    pub fn update(
+        &mut self,
+        commit_ts: u64,
+        before: &[Value<'_>],
+        after: &[Value<'_>],
+    ) -> &mut Self {
         self.push(Op::Update, commit_ts, 0, Some(before), Some(after))
     }
 
@@ -57,8 +62,16 @@ impl TableBatchBuilder {
         before: Option<&[Value<'_>]>,
         after: Option<&[Value<'_>]>,
     ) -> &mut Self {
-        assert_eq!(op.has_before(), before.is_some(), "before image does not match {op:?}");
-        assert_eq!(op.has_after(), after.is_some(), "after image does not match {op:?}");
+        assert_eq!(
+            op.has_before(),
+            before.is_some(),
+            "before image does not match {op:?}"
+        );
+        assert_eq!(
+            op.has_after(),
+            after.is_some(),
+            "after image does not match {op:?}"
+        );
         self.batch.ops.push(op.code());
         self.batch.commit_ts.push(commit_ts);
         self.batch.row_flags.push(flags);
@@ -104,7 +117,11 @@ fn empty_column(ty: ColumnType) -> ColumnData {
 }
 
 fn append_image(columns: &mut [ColumnData], types: &[ColumnType], values: &[Value<'_>]) {
-    assert_eq!(values.len(), types.len(), "image has the wrong number of values");
+    assert_eq!(
+        values.len(),
+        types.len(),
+        "image has the wrong number of values"
+    );
     for (column, value) in columns.iter_mut().zip(values) {
         append_value(column, value);
     }
@@ -183,7 +200,11 @@ impl TableBatch {
             }
         }
         let pick = |v: &[u8]| -> Vec<u8> {
-            v.iter().zip(keep).filter(|(_, k)| **k).map(|(x, _)| *x).collect()
+            v.iter()
+                .zip(keep)
+                .filter(|(_, k)| **k)
+                .map(|(x, _)| *x)
+                .collect()
         };
         TableBatch {
             table_id: self.table_id,
@@ -260,7 +281,10 @@ impl ColumnData {
                 .get(i / 8)
                 .is_some_and(|byte| byte & (1 << (i % 8)) != 0);
             if !null {
-                f(&b.data[b.offsets[i] as usize..b.offsets[i + 1] as usize], &mut data);
+                f(
+                    &b.data[b.offsets[i] as usize..b.offsets[i + 1] as usize],
+                    &mut data,
+                );
             }
             offsets.push(data.len() as u32);
         }
@@ -270,5 +294,9 @@ impl ColumnData {
 }
 
 fn filter<T: Copy>(v: &[T], keep: &[bool]) -> Vec<T> {
-    v.iter().zip(keep).filter(|(_, k)| **k).map(|(x, _)| *x).collect()
+    v.iter()
+        .zip(keep)
+        .filter(|(_, k)| **k)
+        .map(|(x, _)| *x)
+        .collect()
 }

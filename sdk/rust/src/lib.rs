@@ -79,17 +79,17 @@ mod build;
 pub mod host;
 mod plugin;
 pub mod testing;
-mod types;
 mod text;
+mod types;
 mod view;
 
-pub use build::{append_value, TableBatchBuilder};
-pub use plugin::{parse_config, Filter, FilterInstance, Sink, SinkInstance};
-pub use types::{
-    Batch, ByteValues, Column, ColumnData, ColumnType, ColumnValues, DdlEvent, Error, Op, TableBatch,
-    TableSchema, FLAG_REPLAY, FLAG_SPLIT,
-};
+pub use build::{TableBatchBuilder, append_value};
+pub use plugin::{Filter, FilterInstance, Sink, SinkInstance, parse_config};
 pub use text::{civil_from_days, glob_match};
+pub use types::{
+    Batch, ByteValues, Column, ColumnData, ColumnType, ColumnValues, DdlEvent, Error, FLAG_REPLAY,
+    FLAG_SPLIT, Op, TableBatch, TableSchema,
+};
 pub use view::{BatchView, Image, Row, Rows, Schemas, TableView, Value};
 
 #[doc(hidden)]

@@ -60,12 +60,20 @@ pub trait Filter: Sized + 'static {
     /// Transform the table batches of one batch. `schemas` resolves every table
     /// batch's schema. Return the batches to pass on (drop a table by leaving it out,
     /// drop rows with [`TableBatch::select`], rewrite values in place).
-    fn transform(&mut self, schemas: &Schemas, tables: Vec<TableBatch>) -> Result<Vec<TableBatch>, Error>;
+    fn transform(
+        &mut self,
+        schemas: &Schemas,
+        tables: Vec<TableBatch>,
+    ) -> Result<Vec<TableBatch>, Error>;
 }
 
 /// Parse a JSON configuration into `C`, as a `config` error on failure.
 pub fn parse_config<C: DeserializeOwned>(config: &str) -> Result<C, Error> {
-    let text = if config.trim().is_empty() { "{}" } else { config };
+    let text = if config.trim().is_empty() {
+        "{}"
+    } else {
+        config
+    };
     serde_json::from_str(text).map_err(|e| Error::config(format!("invalid plugin config: {e}")))
 }
 
@@ -102,7 +110,8 @@ impl<S: Sink> SinkInstance<S> {
                 t.table_id, t.schema_version
             )));
         }
-        self.sink.write(BatchView::new(&self.schemas, &batch.tables))
+        self.sink
+            .write(BatchView::new(&self.schemas, &batch.tables))
     }
 
     /// `flush`.

@@ -8,7 +8,12 @@ use crate::plugin::{Filter, FilterInstance, Sink, SinkInstance};
 use crate::types::{Batch, Column, ColumnType, DdlEvent, Error, TableBatch, TableSchema};
 
 /// Build a schema for tests: `columns` are (name, type, is key).
-pub fn schema(table_id: u32, schema_name: &str, table_name: &str, columns: &[(&str, ColumnType, bool)]) -> TableSchema {
+pub fn schema(
+    table_id: u32,
+    schema_name: &str,
+    table_name: &str,
+    columns: &[(&str, ColumnType, bool)],
+) -> TableSchema {
     TableSchema {
         table_id,
         version: 1,
@@ -60,7 +65,11 @@ impl<S: Sink> SinkHarness<S> {
     }
 
     /// Write table batches; schemas the sink has not seen yet are sent along.
-    pub fn write(&mut self, schemas: &[&TableSchema], tables: Vec<TableBatch>) -> Result<(), Error> {
+    pub fn write(
+        &mut self,
+        schemas: &[&TableSchema],
+        tables: Vec<TableBatch>,
+    ) -> Result<(), Error> {
         let batch = self.tracker.batch(schemas, tables);
         self.instance.write(batch)
     }
@@ -108,7 +117,11 @@ impl<F: Filter> FilterHarness<F> {
     }
 
     /// Transform table batches; schemas the filter has not seen yet are sent along.
-    pub fn transform(&mut self, schemas: &[&TableSchema], tables: Vec<TableBatch>) -> Result<Vec<TableBatch>, Error> {
+    pub fn transform(
+        &mut self,
+        schemas: &[&TableSchema],
+        tables: Vec<TableBatch>,
+    ) -> Result<Vec<TableBatch>, Error> {
         let batch = self.tracker.batch(schemas, tables);
         Ok(self.instance.transform(batch)?.tables)
     }

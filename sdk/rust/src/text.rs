@@ -103,7 +103,10 @@ mod tests {
         assert_eq!(v.to_text().unwrap(), "2023-11-14 22:13:20.123456");
         assert_eq!(Value::Date(0).to_text().unwrap(), "1970-01-01");
         assert_eq!(Value::Date(-1).to_text().unwrap(), "1969-12-31");
-        assert_eq!(Value::DateTime(-1).to_text().unwrap(), "1969-12-31 23:59:59.999999");
+        assert_eq!(
+            Value::DateTime(-1).to_text().unwrap(),
+            "1969-12-31 23:59:59.999999"
+        );
     }
 
     #[test]

@@ -128,7 +128,12 @@ impl ColumnData {
     pub fn null_count(&self) -> usize {
         let n = self.len();
         let full = n / 8;
-        let mut count: usize = self.nulls.iter().take(full).map(|b| b.count_ones() as usize).sum();
+        let mut count: usize = self
+            .nulls
+            .iter()
+            .take(full)
+            .map(|b| b.count_ones() as usize)
+            .sum();
         if let Some(last) = self.nulls.get(full) {
             count += (last & ((1u16 << (n % 8)) - 1) as u8).count_ones() as usize;
         }

@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use crate::types::{ColumnData, ColumnType, ColumnValues, Op, TableBatch, TableSchema, FLAG_REPLAY, FLAG_SPLIT};
+use crate::types::{
+    ColumnData, ColumnType, ColumnValues, FLAG_REPLAY, FLAG_SPLIT, Op, TableBatch, TableSchema,
+};
 
 /// The schemas an instance has been sent, keyed by (table id, version).
 #[derive(Debug, Default, Clone)]

@@ -60,7 +60,10 @@ impl Sink for Misbehave {
             "error-fatal" => Err(Error::fatal("mode error-fatal")),
             "error-config" => Err(Error::config("mode error-config")),
             "read-file" => match std::fs::read(target) {
-                Ok(bytes) => Err(Error::fatal(format!("ALLOWED: read {} bytes of {target}", bytes.len()))),
+                Ok(bytes) => Err(Error::fatal(format!(
+                    "ALLOWED: read {} bytes of {target}",
+                    bytes.len()
+                ))),
                 Err(e) => Err(Error::retryable(format!("denied: read {target}: {e}"))),
             },
             "write-file" => match std::fs::write(target, b"written by misbehave\n") {
@@ -76,7 +79,9 @@ impl Sink for Misbehave {
                 let mut stream = std::net::TcpStream::connect(target)
                     .map_err(|e| Error::retryable(format!("denied: connect {target}: {e}")))?;
                 let mut buf = [0u8; 16];
-                let n = stream.read(&mut buf).map_err(|e| Error::retryable(format!("read failed: {e}")))?;
+                let n = stream
+                    .read(&mut buf)
+                    .map_err(|e| Error::retryable(format!("read failed: {e}")))?;
                 Err(Error::fatal(format!("ALLOWED: read {n} bytes")))
             }
             "http" => http_get(target),
@@ -98,7 +103,9 @@ fn http_get(url: &str) -> Result<(), Error> {
     use wasip2::http::outgoing_handler;
     use wasip2::http::types::{Fields, OutgoingRequest, Scheme};
 
-    let rest = url.strip_prefix("http://").ok_or_else(|| Error::config("http target must start with http://"))?;
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| Error::config("http target must start with http://"))?;
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -120,7 +127,9 @@ fn http_get(url: &str) -> Result<(), Error> {
         Err(code) => Err(format!("{code:?}")),
     };
     match response {
-        Ok(status) => Err(Error::fatal(format!("ALLOWED: GET {url} answered {status}"))),
+        Ok(status) => Err(Error::fatal(format!(
+            "ALLOWED: GET {url} answered {status}"
+        ))),
         Err(e) => Err(Error::retryable(format!("denied: GET {url}: {e}"))),
     }
 }
