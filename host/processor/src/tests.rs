@@ -12,7 +12,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use sluice_core::{
     Batch, CheckpointTs, ColumnData, CommitTs, DdlEvent, FLAG_REPLAY, FLAG_SPLIT, Filter, Op,
-    PluginError, RowChange, Sink, TableBatch, TableSchema, Transaction, Value,
+    PluginError, RowChange, Sink, Source, SourceEvent, TableBatch, TableSchema, Transaction, Value,
 };
 use sluice_source::{DatagenConfig, DatagenSource};
 use tokio::sync::watch;
@@ -194,6 +194,10 @@ struct MemorySink {
     probe: Arc<OnceLock<watch::Receiver<Progress>>>,
     /// (published checkpoint, highest acknowledged ts) at the start of every call.
     observed: Vec<(u64, u64)>,
+    /// The next `apply_ddl` fails with this.
+    fail_next_ddl: Option<PluginError>,
+    /// Applied DDL: (its ts, rows delivered so far, highest acknowledged ts).
+    ddls: Vec<(u64, usize, u64)>,
 }
 
 impl MemorySink {
@@ -302,7 +306,17 @@ impl Sink for MemorySink {
         Ok(())
     }
 
-    async fn apply_ddl(&mut self, _ddl: &DdlEvent) -> Result<(), PluginError> {
+    async fn apply_ddl(&mut self, ddl: &DdlEvent) -> Result<(), PluginError> {
+        self.observe();
+        if let Some(error) = self.fail_next_ddl.take() {
+            self.buffered.clear();
+            return Err(error);
+        }
+        self.ddls.push((
+            ddl.commit_ts.get(),
+            self.delivered.len(),
+            self.acked.load(Ordering::SeqCst),
+        ));
         Ok(())
     }
 
@@ -1064,4 +1078,72 @@ proptest! {
         prop_assert_eq!(report.progress.retries, reached as u64);
         prop_assert_eq!(report.progress.checkpoint_ts, CheckpointTs(txns.last().unwrap().commit_ts.get()));
     }
+}
+
+/// Datagen with one DDL event injected right after the `after`-th transaction.
+struct WithDdl {
+    inner: DatagenSource,
+    after: u64,
+    seen: u64,
+    pending: Option<DdlEvent>,
+}
+
+impl Source for WithDdl {
+    type Error = <DatagenSource as Source>::Error;
+
+    async fn next_event(&mut self) -> Result<SourceEvent, Self::Error> {
+        if let Some(ddl) = self.pending.take() {
+            return Ok(SourceEvent::Ddl(ddl));
+        }
+        let event = self.inner.next_event().await?;
+        if let SourceEvent::Transaction(txn) = &event {
+            self.seen += 1;
+            if self.seen == self.after {
+                self.pending = Some(DdlEvent {
+                    commit_ts: CommitTs(txn.commit_ts.get() + 1),
+                    schema_name: "shop".into(),
+                    table_name: "users".into(),
+                    query: "ALTER TABLE users ADD COLUMN note TEXT".into(),
+                });
+            }
+        }
+        Ok(event)
+    }
+
+    fn start_after(&mut self, ts: CommitTs) {
+        self.inner.start_after(ts);
+    }
+}
+
+#[tokio::test]
+async fn ddl_is_a_barrier_and_is_retried_after_a_failure() {
+    let source = workload(600);
+    let txns = transactions(&source);
+    let after = 40;
+    let ddl_ts = txns[after - 1].commit_ts.get() + 1;
+    let rows_before: usize = txns[..after].iter().map(|t| t.rows.len()).sum();
+    let sink = MemorySink {
+        fail_next_ddl: Some(PluginError::Stopped("trap in apply-ddl".into())),
+        ..MemorySink::default()
+    };
+    let mut pipeline = Pipeline::new(config(), no_filters(), sink, CheckpointTs::ZERO);
+    let source = WithDdl {
+        inner: DatagenSource::new(source.clone()).unwrap(),
+        after: after as u64,
+        seen: 0,
+        pending: None,
+    };
+    let report = pipeline.run(source, std::future::pending()).await.unwrap();
+    let sink = pipeline.sink();
+    // Applied exactly once, after the failed attempt was retried in a fresh sink.
+    assert_eq!(sink.ddls.len(), 1, "{:?}", sink.ddls);
+    let (ts, delivered, acked) = sink.ddls[0];
+    assert_eq!(ts, ddl_ts);
+    // Every row below the DDL was written and acknowledged before it, none after it.
+    assert_eq!(delivered, rows_before);
+    assert_eq!(acked, txns[after - 1].commit_ts.get());
+    assert!(sink.delivered[..delivered].iter().all(|d| d.row.commit_ts < ddl_ts));
+    assert!(sink.delivered[delivered..].iter().all(|d| d.row.commit_ts > ddl_ts));
+    assert_eq!(per_table(sink.durable_ids()), per_table(row_ids(&txns)));
+    assert_eq!(report.progress.retries, 1);
 }
