@@ -296,3 +296,29 @@ async fn filter_events_drops_matching_rows_and_keeps_the_rest() {
     let err = bad.validate_config().await.unwrap_err();
     assert!(err.to_string().contains("truncate"), "{err}");
 }
+
+#[tokio::test]
+async fn the_tutorial_sink_runs_under_the_host() {
+    let rt = PluginRuntime::new(RuntimeConfig::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let component = rt
+        .load_file(PluginKind::Sink, &plugin_path("sink-lines"))
+        .unwrap();
+    let mut settings = PluginSettings::new("sink-lines", r#"{"file": "rows.txt"}"#);
+    settings.capabilities.data_dir = Some(dir.path().to_path_buf());
+    let mut sink = WasmSink::new(component, settings).unwrap();
+    let (schemas, mut batch) = sample();
+    sink.write(&schemas, &mut batch).await.unwrap();
+    sink.flush(CommitTs(TS + 2)).await.unwrap();
+    let text = std::fs::read_to_string(dir.path().join("rows.txt")).unwrap();
+    assert_eq!(
+        text,
+        format!(
+            "I app.users {TS} id=7 name=say \"hi\"\nbye score=NULL seen=2023-11-14 22:13:20.123456 ok=1\n\
+             U app.users {} replay id=7 name=ada score=NULL seen=2023-11-14 22:13:20.123456 ok=0\n\
+             D app.users {} id=7 name=ada score=-0.25 seen=NULL ok=0\n",
+            TS + 1,
+            TS + 2
+        )
+    );
+}

@@ -19,8 +19,8 @@ const PLUGINS: [&str; 4] = [
     "filter-mask",
     "filter-events",
 ];
-/// Guest components used only by tests.
-const TEST_GUESTS: [&str; 1] = ["misbehave"];
+/// Guest components used only by tests (and the tutorial example, run by a test).
+const TEST_GUESTS: [&str; 2] = ["misbehave", "sink-lines"];
 const WASM_TARGET: &str = "wasm32-wasip2";
 
 fn main() -> Result<()> {

@@ -1142,8 +1142,16 @@ async fn ddl_is_a_barrier_and_is_retried_after_a_failure() {
     // Every row below the DDL was written and acknowledged before it, none after it.
     assert_eq!(delivered, rows_before);
     assert_eq!(acked, txns[after - 1].commit_ts.get());
-    assert!(sink.delivered[..delivered].iter().all(|d| d.row.commit_ts < ddl_ts));
-    assert!(sink.delivered[delivered..].iter().all(|d| d.row.commit_ts > ddl_ts));
+    assert!(
+        sink.delivered[..delivered]
+            .iter()
+            .all(|d| d.row.commit_ts < ddl_ts)
+    );
+    assert!(
+        sink.delivered[delivered..]
+            .iter()
+            .all(|d| d.row.commit_ts > ddl_ts)
+    );
     assert_eq!(per_table(sink.durable_ids()), per_table(row_ids(&txns)));
     assert_eq!(report.progress.retries, 1);
 }
