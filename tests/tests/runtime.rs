@@ -112,6 +112,11 @@ async fn blackhole_reads_every_row_through_the_runtime() {
     assert_eq!(counters["rows"], native.sink().rows);
     assert_eq!(counters["bytes"], native.sink().bytes);
     assert_eq!(sink.stats().instantiations.load(Ordering::Relaxed), 1);
+    // open, two writes, flush: four guarded calls, each in the latency histogram.
+    let latency = &sink.stats().call_latency;
+    assert_eq!(latency.count(), 4);
+    assert!(latency.cumulative().last().copied().unwrap() <= 4);
+    assert!(latency.sum_seconds() > 0.0);
 }
 
 #[tokio::test]

@@ -163,6 +163,7 @@ macro_rules! guarded_call {
     ($slot:expr, |$live:ident| $call:expr) => {{
         let slot = &mut $slot;
         let timeout = slot.settings.limits.host_call_timeout;
+        let started = std::time::Instant::now();
         let outcome = {
             let $live = slot.live.as_mut().expect("an instance is live");
             let tick = slot.component.runtime.inner.epoch_tick;
@@ -172,6 +173,7 @@ macro_rules! guarded_call {
             ));
             $crate::instance::guard(timeout, $call).await
         };
+        slot.stats.call_latency.record(started.elapsed());
         slot.settle(outcome)
     }};
 }

@@ -28,4 +28,4 @@ pub use error::{LoadError, RuntimeError};
 pub use filter::WasmFilter;
 pub use runtime::PluginRuntime;
 pub use sink::WasmSink;
-pub use state::PluginStats;
+pub use state::{LATENCY_BUCKETS, LatencyHistogram, PluginStats};

@@ -15,9 +15,63 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpVi
 use crate::bindings::host;
 use crate::config::PluginSettings;
 
+/// Upper bounds (seconds) of the call-latency histogram buckets.
+pub const LATENCY_BUCKETS: [f64; 16] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 10.0,
+];
+
+/// A fixed-bucket histogram of plugin call latency (lock-free), in the shape
+/// Prometheus histograms use: cumulative counts per upper bound, a count and a sum.
+#[derive(Debug, Default)]
+pub struct LatencyHistogram {
+    buckets: [AtomicU64; LATENCY_BUCKETS.len()],
+    count: AtomicU64,
+    sum_nanos: AtomicU64,
+}
+
+impl LatencyHistogram {
+    /// Record one call.
+    pub fn record(&self, took: std::time::Duration) {
+        let secs = took.as_secs_f64();
+        if let Some(i) = LATENCY_BUCKETS.iter().position(|&b| secs <= b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos.fetch_add(
+            took.as_nanos().min(u64::MAX as u128) as u64,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Cumulative counts per bucket of [`LATENCY_BUCKETS`] (calls slower than the
+    /// last bound are only in [`LatencyHistogram::count`]).
+    pub fn cumulative(&self) -> [u64; LATENCY_BUCKETS.len()] {
+        let mut out = [0; LATENCY_BUCKETS.len()];
+        let mut total = 0;
+        for (o, b) in out.iter_mut().zip(&self.buckets) {
+            total += b.load(Ordering::Relaxed);
+            *o = total;
+        }
+        out
+    }
+
+    /// Calls recorded.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Total time of all calls, in seconds.
+    pub fn sum_seconds(&self) -> f64 {
+        self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9
+    }
+}
+
 /// Counters of one plugin (over all its instances), shared with the host.
 #[derive(Debug, Default)]
 pub struct PluginStats {
+    /// Latency of every guarded call (write, flush, transform, ...).
+    pub call_latency: LatencyHistogram,
     /// Instances created.
     pub instantiations: AtomicU64,
     /// Instances stopped by a trap, quota or timeout.
