@@ -23,6 +23,13 @@ pub struct PipelineConfig {
     pub initial_backoff: Duration,
     /// Longest backoff.
     pub max_backoff: Duration,
+    /// Most time between two checkpoint saves while the checkpoint moves.
+    pub checkpoint_interval: Duration,
+    /// How far (in upstream time) the saved fence runs ahead of the rows written.
+    pub fence_ahead: Duration,
+    /// Rows with commit ts <= this are flagged as replay: after a restart, the
+    /// fence saved before the crash (they may have reached the sink already).
+    pub replay_until: sluice_core::CommitTs,
 }
 
 impl Default for PipelineConfig {
@@ -36,6 +43,9 @@ impl Default for PipelineConfig {
             max_retries: 8,
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),
+            checkpoint_interval: Duration::from_millis(500),
+            fence_ahead: Duration::from_secs(2),
+            replay_until: sluice_core::CommitTs::ZERO,
         }
     }
 }

@@ -18,4 +18,7 @@ pub enum PipelineError {
     /// The sink failed in a way retrying does not fix (or retries ran out).
     #[error("sink failed")]
     Sink(#[source] PluginError),
+    /// Positions could not be saved, or a newer epoch fenced this one.
+    #[error("progress could not be saved")]
+    Persist(#[source] crate::persist::ProgressStoreError),
 }

@@ -9,10 +9,12 @@
 
 mod config;
 mod error;
+mod persist;
 mod pipeline;
 #[cfg(test)]
 mod tests;
 
 pub use config::PipelineConfig;
 pub use error::PipelineError;
+pub use persist::{ProgressStore, ProgressStoreError, StoreFuture};
 pub use pipeline::{Pipeline, Progress, Report};

@@ -5,13 +5,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_core::{
-    Batch, BatchBuilder, CheckpointTs, CommitTs, DdlEvent, FLAG_SPLIT, Filter, PluginError,
-    ResolvedTs, RowChange, Sink, Source, SourceEvent, TableSchema, Transaction,
+    Batch, BatchBuilder, CheckpointTs, CommitTs, DdlEvent, FLAG_REPLAY, FLAG_SPLIT, Filter,
+    PluginError, ResolvedTs, RowChange, Sink, Source, SourceEvent, TableSchema, Transaction,
 };
 use tokio::sync::{mpsc, watch};
 
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
+use crate::persist::ProgressStore;
 
 /// Live progress, published after every batch and flush.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -66,6 +67,11 @@ pub struct Pipeline<K: Sink, F: Filter> {
     unacked: Vec<Pending>,
     unacked_bytes: usize,
     last_flush: Instant,
+    /// Where positions are saved (none: nothing survives the process).
+    store: Option<Box<dyn ProgressStore>>,
+    /// Rows above this may not reach the sink until a higher fence is saved.
+    fence: CommitTs,
+    last_saved: Option<(CheckpointTs, Instant)>,
 }
 
 impl<K: Sink, F: Filter> Pipeline<K, F> {
@@ -91,7 +97,17 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             unacked: Vec::new(),
             unacked_bytes: 0,
             last_flush: Instant::now(),
+            store: None,
+            fence: CommitTs(start.get()),
+            last_saved: None,
         }
+    }
+
+    /// Save positions in `store`: a fence before rows reach the sink and the
+    /// checkpoint after acknowledged flushes.
+    pub fn with_progress_store(mut self, store: Box<dyn ProgressStore>) -> Self {
+        self.store = Some(store);
+        self
     }
 
     /// Watch progress while the pipeline runs.
@@ -177,6 +193,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         result?;
         self.emit().await?;
         self.flush().await?;
+        self.save_checkpoint().await?;
         if let Err(e) = self.sink.close().await {
             tracing::warn!(sink = self.sink.name(), error = %e, "Sink close failed after the final flush.");
         }
@@ -221,8 +238,11 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             if self.builder.rows() >= rows_bound || self.builder.bytes() >= bytes_bound {
                 self.emit().await?;
             }
-            self.builder
-                .push(txn.commit_ts, if split { FLAG_SPLIT } else { 0 }, row);
+            let mut flags = if split { FLAG_SPLIT } else { 0 };
+            if txn.commit_ts <= self.config.replay_until {
+                flags |= FLAG_REPLAY;
+            }
+            self.builder.push(txn.commit_ts, flags, row);
         }
         // The whole transaction is now in the builder or written.
         self.pending_through = self.pending_through.max(txn.commit_ts);
@@ -298,6 +318,8 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
                     *self.report.rows_out.entry(s.qualified_name()).or_default() += t.len() as u64;
                 }
             }
+            self.raise_fence(batch.max_commit_ts().unwrap_or_default())
+                .await?;
             self.unacked_bytes += batch.wire_bytes();
             self.unacked.push(Pending { schemas, batch });
             let last = self.unacked.last_mut().expect("just pushed");
@@ -335,6 +357,50 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         self.unacked.clear();
         self.unacked_bytes = 0;
         self.publish();
+        let due = self
+            .last_saved
+            .is_none_or(|(_, at)| at.elapsed() >= self.config.checkpoint_interval);
+        if due {
+            self.save_checkpoint().await?;
+        }
+        Ok(())
+    }
+
+    /// Save the fence ahead of `ts` before any row at `ts` reaches the sink; the
+    /// fence runs `fence_ahead` of upstream time ahead so that saves are rare.
+    async fn raise_fence(&mut self, ts: CommitTs) -> Result<(), PipelineError> {
+        let Some(store) = self.store.as_mut() else {
+            return Ok(());
+        };
+        if ts <= self.fence {
+            return Ok(());
+        }
+        let ahead = self.config.fence_ahead.as_millis() as u64;
+        let fence = CommitTs::compose(ts.physical_millis() + ahead, 0).max(ts);
+        store
+            .save_fence(fence)
+            .await
+            .map_err(PipelineError::Persist)?;
+        self.fence = fence;
+        Ok(())
+    }
+
+    async fn save_checkpoint(&mut self) -> Result<(), PipelineError> {
+        let checkpoint = self.progress.checkpoint_ts;
+        if self
+            .last_saved
+            .is_some_and(|(saved, _)| saved == checkpoint)
+        {
+            return Ok(());
+        }
+        let Some(store) = self.store.as_mut() else {
+            return Ok(());
+        };
+        store
+            .save_checkpoint(checkpoint, self.progress.resolved_ts)
+            .await
+            .map_err(PipelineError::Persist)?;
+        self.last_saved = Some((checkpoint, Instant::now()));
         Ok(())
     }
 

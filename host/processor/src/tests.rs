@@ -198,6 +198,10 @@ struct MemorySink {
     fail_next_ddl: Option<PluginError>,
     /// Applied DDL: (its ts, rows delivered so far, highest acknowledged ts).
     ddls: Vec<(u64, usize, u64)>,
+    /// The progress store's log, to check fences against writes.
+    store_log: Option<Arc<std::sync::Mutex<StoreLog>>>,
+    /// Rows written above the fence saved at the time.
+    above_fence: Vec<u64>,
 }
 
 impl MemorySink {
@@ -265,6 +269,13 @@ impl Sink for MemorySink {
             return self.fail(Call::Write, error);
         }
         self.batch_rows.push(batch.row_count());
+        if let Some(log) = &self.store_log {
+            let fence = log.lock().unwrap().fences.last().copied().unwrap_or(0);
+            for t in &batch.tables {
+                self.above_fence
+                    .extend(t.commit_ts.iter().filter(|&&ts| ts > fence));
+            }
+        }
         for table in &batch.tables {
             let Some(schema) = schema_of(schemas, table) else {
                 self.malformed.push(format!(
@@ -1154,4 +1165,164 @@ async fn ddl_is_a_barrier_and_is_retried_after_a_failure() {
     );
     assert_eq!(per_table(sink.durable_ids()), per_table(row_ids(&txns)));
     assert_eq!(report.progress.retries, 1);
+}
+
+/// What a fake progress store was asked to save.
+#[derive(Debug, Default)]
+struct StoreLog {
+    fences: Vec<u64>,
+    /// (checkpoint, resolved, highest ts the sink had acknowledged by then)
+    checkpoints: Vec<(u64, u64)>,
+    /// Fail the n-th fence save (0-based) as fenced.
+    fence_at: Option<usize>,
+}
+
+struct FakeStore {
+    log: Arc<std::sync::Mutex<StoreLog>>,
+}
+
+impl crate::ProgressStore for FakeStore {
+    fn save_fence(&mut self, fence: CommitTs) -> crate::StoreFuture<'_> {
+        let log = self.log.clone();
+        Box::pin(async move {
+            let mut log = log.lock().unwrap();
+            if log.fence_at == Some(log.fences.len()) {
+                return Err(crate::ProgressStoreError::Fenced(
+                    "epoch 2 runs elsewhere".into(),
+                ));
+            }
+            log.fences.push(fence.get());
+            Ok(())
+        })
+    }
+
+    fn save_checkpoint(
+        &mut self,
+        checkpoint: CheckpointTs,
+        resolved: sluice_core::ResolvedTs,
+    ) -> crate::StoreFuture<'_> {
+        let log = self.log.clone();
+        Box::pin(async move {
+            log.lock()
+                .unwrap()
+                .checkpoints
+                .push((checkpoint.get(), resolved.get()));
+            Ok(())
+        })
+    }
+}
+
+async fn run_with_store(
+    config: PipelineConfig,
+    source: DatagenConfig,
+    log: Arc<std::sync::Mutex<StoreLog>>,
+) -> (
+    Pipeline<MemorySink, DropDeletes>,
+    Result<Report, PipelineError>,
+) {
+    let sink = MemorySink {
+        store_log: Some(log.clone()),
+        ..MemorySink::default()
+    };
+    let mut pipeline = Pipeline::new(config, no_filters(), sink, CheckpointTs::ZERO)
+        .with_progress_store(Box::new(FakeStore { log }));
+    let result = pipeline
+        .run(DatagenSource::new(source).unwrap(), std::future::pending())
+        .await;
+    (pipeline, result)
+}
+
+#[tokio::test]
+async fn fence_is_saved_before_rows_reach_the_sink_and_checkpoints_follow_flushes() {
+    let log = Arc::new(std::sync::Mutex::new(StoreLog::default()));
+    let source = workload(3000);
+    let txns = transactions(&source);
+    let config = PipelineConfig {
+        max_batch_rows: 50,
+        fence_ahead: Duration::from_millis(100),
+        checkpoint_interval: Duration::ZERO,
+        max_pending_bytes: 20_000,
+        ..config()
+    };
+    let (pipeline, result) = run_with_store(config, source, log.clone()).await;
+    let report = result.unwrap();
+    let sink = pipeline.sink();
+    let log = log.lock().unwrap();
+    assert!(
+        sink.above_fence.is_empty(),
+        "rows written above the saved fence: {:?}",
+        &sink.above_fence[..5.min(sink.above_fence.len())]
+    );
+    // The fence moved in steps (fence-ahead), not once per batch.
+    assert!(
+        log.fences.len() > 1 && log.fences.len() < sink.write_calls,
+        "{} fences for {} writes",
+        log.fences.len(),
+        sink.write_calls
+    );
+    assert!(log.fences.windows(2).all(|w| w[0] < w[1]));
+    // Checkpoints saved: increasing, each acknowledged by the sink, the last one final.
+    assert!(log.checkpoints.windows(2).all(|w| w[0].0 < w[1].0));
+    assert!(
+        log.checkpoints
+            .iter()
+            .all(|(c, _)| sink.flushes.contains(c))
+    );
+    let last = txns.last().unwrap().commit_ts.get();
+    assert_eq!(log.checkpoints.last().unwrap().0, last);
+    assert_eq!(report.progress.checkpoint_ts.get(), last);
+}
+
+#[tokio::test]
+async fn rows_up_to_replay_until_are_flagged_replay() {
+    let source = workload(400);
+    let txns = transactions(&source);
+    let until = txns[60].commit_ts;
+    let config = PipelineConfig {
+        replay_until: until,
+        ..config()
+    };
+    let (pipeline, result) = run_pipeline(
+        config,
+        no_filters(),
+        MemorySink::default(),
+        source,
+        std::future::pending(),
+    )
+    .await;
+    result.unwrap();
+    let sink = pipeline.sink();
+    assert_eq!(sink.durable.len(), 400);
+    for d in &sink.durable {
+        assert_eq!(d.replay(), d.row.commit_ts <= until.get(), "{d:?}");
+    }
+    assert!(sink.durable.iter().filter(|d| d.replay()).count() > 60);
+}
+
+#[tokio::test]
+async fn a_fenced_store_stops_the_pipeline_before_more_rows_reach_the_sink() {
+    let log = Arc::new(std::sync::Mutex::new(StoreLog {
+        fence_at: Some(2),
+        ..StoreLog::default()
+    }));
+    let config = PipelineConfig {
+        max_batch_rows: 20,
+        fence_ahead: Duration::from_millis(10),
+        ..config()
+    };
+    let (pipeline, result) = run_with_store(config, workload(2000), log.clone()).await;
+    let err = result.unwrap_err();
+    assert!(
+        matches!(&err, PipelineError::Persist(crate::ProgressStoreError::Fenced(m)) if m == "epoch 2 runs elsewhere"),
+        "{err:?}"
+    );
+    let sink = pipeline.sink();
+    let log = log.lock().unwrap();
+    assert_eq!(log.fences.len(), 2);
+    assert!(sink.above_fence.is_empty());
+    assert!(
+        sink.delivered
+            .iter()
+            .all(|d| d.row.commit_ts <= log.fences[1])
+    );
 }
