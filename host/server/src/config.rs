@@ -42,7 +42,8 @@ fn default_data_dir() -> PathBuf {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ChangefeedSection {
-    /// Changefeed id: letters, digits, `-` and `_`, starting with a letter or digit.
+    /// Changefeed id: ASCII letters and digits, optionally joined by single hyphens
+    /// (TiCDC's rule), at most 128 characters.
     pub id: String,
 }
 
@@ -228,15 +229,8 @@ impl ChangefeedFile {
     /// Checks beyond the types (pure, no I/O).
     pub fn validate(&self) -> anyhow::Result<()> {
         let id = &self.changefeed.id;
-        let mut chars = id.chars();
-        let ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
-            && chars.all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-            && id.len() <= 128;
-        if !ok {
-            bail!(
-                "changefeed.id `{id}` is invalid: use letters, digits, `-` and `_`, starting with a letter or digit"
-            );
-        }
+        sluice_owner::validate_name(sluice_owner::NameKind::Changefeed, id)
+            .map_err(|e| anyhow::anyhow!("changefeed.id: {e}"))?;
         match &self.source {
             SourceConfig::Datagen(d) => d.validate().context("in [source]")?,
         }

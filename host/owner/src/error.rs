@@ -1,0 +1,205 @@
+//! Errors of the owner's pure logic. Every one of them means "reject the request
+//! and tell the operator what to do", except [`Fenced`] (drop the write: it came
+//! from a superseded pipeline) and [`DecodeError`] (the stored record cannot be
+//! read by this build).
+
+use std::fmt;
+
+use sluice_core::{CheckpointTs, CommitTs};
+
+use crate::epoch::Epoch;
+use crate::id::{ChangefeedId, NameKind};
+use crate::state::FeedState;
+
+/// A tenant, changefeed or plugin name, or a plugin version, breaks its rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    #[error(
+        "{kind} `{value}` is invalid: {problem}; use ASCII letters and digits, optionally \
+         joined by single hyphens (like `orders-v2`), at most 128 characters"
+    )]
+    InvalidName {
+        kind: NameKind,
+        value: String,
+        problem: String,
+    },
+    #[error(
+        "changefeed id `{value}` has no tenant; write it as tenant/name, e.g. `default/{value}`"
+    )]
+    MissingTenant { value: String },
+    #[error("plugin `{value}` has no version; write it as name@version, e.g. `{value}@0.1.0`")]
+    MissingVersion { value: String },
+    #[error(
+        "version `{version}` of plugin `{plugin}` is invalid: {problem}; write e.g. `0.1.0` or \
+         `1.2.0-rc.1`"
+    )]
+    InvalidVersion {
+        plugin: String,
+        version: String,
+        problem: &'static str,
+    },
+}
+
+/// A changefeed description fails its pure checks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InfoError {
+    #[error(
+        "changefeed info version {found} is not supported; this build writes version {supported}"
+    )]
+    Version { found: u32, supported: u32 },
+    #[error("changefeed {id} has no source; add a source section")]
+    NoSource { id: ChangefeedId },
+    #[error(
+        "target ts {target} is not after start ts {start}; choose a later target ts, or leave \
+         it out to replicate without end"
+    )]
+    TargetNotAfterStart { target: CommitTs, start: CommitTs },
+    #[error("capability {field} = `{value}` of plugin {plugin} is invalid: {problem}")]
+    Capability {
+        plugin: String,
+        field: &'static str,
+        value: String,
+        problem: String,
+    },
+    #[error(
+        "limit {field} of plugin {plugin} is 0; give it a positive value or leave it out for \
+         the default"
+    )]
+    ZeroLimit { plugin: String, field: &'static str },
+}
+
+/// An admin job that cannot be carried out in the changefeed's current state, or
+/// whose arguments are wrong. The changefeed is left unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdminError {
+    #[error(transparent)]
+    Invalid(#[from] InfoError),
+    #[error(
+        "changefeed {id} already exists (state {state}); remove it first or choose another name"
+    )]
+    AlreadyExists { id: ChangefeedId, state: FeedState },
+    #[error("changefeed {id} was removed; create it again")]
+    Removed { id: ChangefeedId },
+    #[error("changefeed {id} is {}; pause it before updating it", activity(*.state))]
+    UpdateWhileActive { id: ChangefeedId, state: FeedState },
+    #[error(
+        "changefeed {id} has finished; only a stopped or failed changefeed can be updated; \
+         remove it and create it again with the new settings"
+    )]
+    UpdateFinished { id: ChangefeedId },
+    #[error(
+        "changefeed {id} is {state} and not running, so there is nothing to pause; resume it \
+         or remove it"
+    )]
+    NothingToPause { id: ChangefeedId, state: FeedState },
+    #[error("changefeed {id} is {}; pause it before overwriting its checkpoint", activity(*.state))]
+    OverwriteWhileActive { id: ChangefeedId, state: FeedState },
+    #[error(
+        "checkpoint {checkpoint} is not below the target ts {target} of changefeed {id}, so it \
+         would finish at once; choose a smaller checkpoint"
+    )]
+    OverwritePastTarget {
+        id: ChangefeedId,
+        checkpoint: CheckpointTs,
+        target: CommitTs,
+    },
+    #[error(
+        "changefeed {id} already reached its target ts {target}; resume it with a checkpoint \
+         below the target ts, or remove it"
+    )]
+    AtTarget { id: ChangefeedId, target: CommitTs },
+    #[error(
+        "target ts {target} of changefeed {id} is not after its checkpoint {checkpoint}, so it \
+         would finish at once; choose a later target ts"
+    )]
+    TargetNotAfterCheckpoint {
+        id: ChangefeedId,
+        target: CommitTs,
+        checkpoint: CheckpointTs,
+    },
+    #[error("changefeed {id} cannot be renamed to {new_id}; create a new changefeed instead")]
+    IdChanged {
+        id: ChangefeedId,
+        new_id: ChangefeedId,
+    },
+    #[error(
+        "the start ts of changefeed {id} cannot change (from {start} to {new_start}); to \
+         replicate from another ts, resume it with an overwritten checkpoint"
+    )]
+    StartTsChanged {
+        id: ChangefeedId,
+        start: CommitTs,
+        new_start: CommitTs,
+    },
+}
+
+/// How an error message describes an active changefeed.
+fn activity(state: FeedState) -> &'static str {
+    match state {
+        FeedState::Normal => "running",
+        FeedState::Warning => "running with a warning",
+        FeedState::Pending => "waiting to restart after an error",
+        FeedState::Failed => "failed",
+        FeedState::Stopped => "stopped",
+        FeedState::Finished => "finished",
+        FeedState::Removed => "removed",
+    }
+}
+
+/// A write from a pipeline whose epoch is not the changefeed's current one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fenced {
+    /// The epoch the writer runs under.
+    pub writer: Epoch,
+    /// The changefeed's epoch as this reader knows it.
+    pub current: Epoch,
+}
+
+impl fmt::Display for Fenced {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.writer < self.current {
+            write!(
+                f,
+                "write from epoch {} fenced: the changefeed was restarted and now runs at epoch {}",
+                self.writer, self.current
+            )
+        } else {
+            write!(
+                f,
+                "write from epoch {} fenced: this copy of the changefeed is at epoch {}, older \
+                 than the writer; reload it",
+                self.writer, self.current
+            )
+        }
+    }
+}
+
+impl std::error::Error for Fenced {}
+
+/// A stored changefeed record this build cannot read.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error(
+        "stored {what} has version {found}, this build reads version {supported}; run a build \
+         that knows version {found}"
+    )]
+    Version {
+        what: &'static str,
+        found: u32,
+        supported: u32,
+    },
+    #[error("stored {what} is malformed")]
+    Malformed {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// A backoff option out of range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("backoff option {field} {problem}")]
+pub struct BackoffConfigError {
+    pub field: &'static str,
+    pub problem: String,
+}
