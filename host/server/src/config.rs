@@ -45,6 +45,10 @@ pub struct ChangefeedSection {
     /// Changefeed id: ASCII letters and digits, optionally joined by single hyphens
     /// (TiCDC's rule), at most 128 characters.
     pub id: String,
+    /// Save positions in `<data-dir>/meta.redb` and, when run again, resume from the
+    /// saved checkpoint (rows that may have been written before are flagged replay).
+    #[serde(default)]
+    pub resume: bool,
 }
 
 /// `[source]`, chosen by `type`.

@@ -1,6 +1,7 @@
 //! `sluice`: the Sluice command line.
 
 mod config;
+mod progress;
 mod run;
 
 use std::path::PathBuf;

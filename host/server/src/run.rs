@@ -9,7 +9,12 @@ use sluice_processor::{Pipeline, Report};
 use sluice_runtime::{PluginKind, PluginRuntime, RuntimeConfig, WasmFilter, WasmSink};
 use sluice_source::DatagenSource;
 
+use std::sync::Arc;
+
+use sluice_meta::{EmbeddedMetaStore, MetaStore};
+
 use crate::config::{ChangefeedFile, SourceConfig};
+use crate::progress::MetaProgressStore;
 
 pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyhow::Result<()> {
     let file = ChangefeedFile::load(path)?;
@@ -70,7 +75,31 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
     pipeline_config.max_batch_bytes = pipeline_config
         .max_batch_bytes
         .min((plugin_bound / 2) as usize);
-    let mut pipeline = Pipeline::new(pipeline_config, filters, sink, CheckpointTs::ZERO);
+    let mut start = CheckpointTs::ZERO;
+    let mut progress_store = None;
+    if file.changefeed.resume {
+        std::fs::create_dir_all(&file.data_dir)
+            .with_context(|| format!("cannot create the data dir {}", file.data_dir.display()))?;
+        let path = file.data_dir.join(EmbeddedMetaStore::FILE_NAME);
+        let store: Arc<dyn MetaStore> = Arc::new(EmbeddedMetaStore::open(&path).await?);
+        let (store, previous) = MetaProgressStore::claim(store, &file.changefeed.id).await?;
+        if previous.epoch > 0 {
+            start = CheckpointTs(previous.checkpoint_ts);
+            pipeline_config.replay_until = CommitTs(previous.fence_ts);
+            eprintln!(
+                "[{}] resuming from checkpoint {} (run {}); rows up to {} are flagged replay",
+                file.changefeed.id,
+                describe_ts(CommitTs(previous.checkpoint_ts)),
+                previous.epoch + 1,
+                previous.fence_ts
+            );
+        }
+        progress_store = Some(store);
+    }
+    let mut pipeline = Pipeline::new(pipeline_config, filters, sink, start);
+    if let Some(store) = progress_store {
+        pipeline = pipeline.with_progress_store(Box::new(store));
+    }
     let reporter = (!quiet).then(|| {
         let mut progress = pipeline.progress();
         let id = id.clone();

@@ -82,6 +82,7 @@ impl RotatingFiles {
         fs::create_dir_all(&dir).map_err(|e| io_error("cannot create directory", &dir, e))?;
 
         let mut highest = 0;
+        let mut last_file = None;
         let entries = fs::read_dir(&dir).map_err(|e| io_error("cannot list directory", &dir, e))?;
         for entry in entries {
             let entry = entry.map_err(|e| io_error("cannot list directory", &dir, e))?;
@@ -89,9 +90,14 @@ impl RotatingFiles {
                 .file_name()
                 .to_str()
                 .and_then(|name| parse_seq(name, prefix))
+                && seq > highest
             {
-                highest = highest.max(seq);
+                highest = seq;
+                last_file = Some(entry.path());
             }
+        }
+        if let Some(path) = last_file {
+            cut_torn_tail(&path)?;
         }
         Ok(Self {
             dir,
@@ -192,6 +198,38 @@ impl RotatingFiles {
 }
 
 /// The sequence number in `{prefix}-{digits}.{ext}` for one of the sink's extensions.
+/// A crash can leave the last file ending in half a line (rows above the
+/// checkpoint, which the host replays). Cut the file back to its last complete line
+/// so that every file holds whole lines only.
+fn cut_torn_tail(path: &Path) -> Result<(), Error> {
+    use std::io::{Read, Seek, SeekFrom};
+    let err = |e| io_error("cannot repair", path, e);
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(err)?;
+    let len = file.metadata().map_err(err)?.len();
+    let mut end = len;
+    let mut chunk = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let start = end.saturating_sub(chunk.len() as u64);
+        let buf = &mut chunk[..(end - start) as usize];
+        file.seek(SeekFrom::Start(start)).map_err(err)?;
+        file.read_exact(buf).map_err(err)?;
+        if let Some(i) = buf.iter().rposition(|&b| b == b'\n') {
+            end = start + i as u64 + 1;
+            break;
+        }
+        end = start;
+    }
+    if end < len {
+        file.set_len(end).map_err(err)?;
+        file.sync_all().map_err(err)?;
+    }
+    Ok(())
+}
+
 fn parse_seq(name: &str, prefix: &str) -> Option<u64> {
     let rest = name.strip_prefix(prefix)?.strip_prefix('-')?;
     let (digits, ext) = rest.split_once('.')?;

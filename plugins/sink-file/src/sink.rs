@@ -248,7 +248,7 @@ mod tests {
     }
 
     #[test]
-    fn restart_continues_numbering_and_never_touches_existing_files() {
+    fn restart_continues_numbering_and_never_overwrites_existing_files() {
         let dir = data_dir("restart");
         fs::create_dir_all(&dir).unwrap();
         fs::write(dir.join("changes-000007.csv"), "old csv\n").unwrap();
@@ -291,6 +291,27 @@ mod tests {
             files[2].1
         );
         assert_eq!(files[1].1.lines().count() + files[2].1.lines().count(), 2);
+    }
+
+    #[test]
+    fn a_torn_last_line_left_by_a_crash_is_cut_on_open() {
+        let dir = data_dir("torn");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("changes-000001.jsonl"), "{\"a\":1}\n").unwrap();
+        // Longer than one 64 KiB read, and no newline at the end.
+        let torn = format!("{{\"b\":2}}\n{{\"c\":\"{}", "x".repeat(70_000));
+        fs::write(dir.join("changes-000002.jsonl"), &torn).unwrap();
+        fs::write(dir.join("changes-000003.jsonl"), "no newline at all").unwrap();
+        let mut sink = open_sink(r#"{"dir": "torn"}"#).unwrap();
+        sink.close().unwrap();
+        let files = files_in("torn");
+        assert_eq!(files[0].1, "{\"a\":1}\n", "only the last file is repaired");
+        assert_eq!(files[1].1, torn);
+        assert_eq!(files[2].1, "");
+        fs::write(dir.join("changes-000003.jsonl"), &torn).unwrap();
+        let mut sink = open_sink(r#"{"dir": "torn"}"#).unwrap();
+        sink.close().unwrap();
+        assert_eq!(files_in("torn")[2].1, "{\"b\":2}\n");
     }
 
     #[test]
