@@ -9,6 +9,7 @@ use sluice_core::{
     PluginError, ResolvedTs, RowChange, Sink, Source, SourceEvent, TableSchema, Transaction,
 };
 use tokio::sync::{mpsc, watch};
+use tracing::Instrument;
 
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
@@ -140,18 +141,22 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         let (tx, mut rx) = mpsc::channel::<Result<SourceEvent, PipelineError>>(
             self.config.event_cache_count.max(1),
         );
-        let reader = tokio::spawn(async move {
-            loop {
-                let event = source
-                    .next_event()
-                    .await
-                    .map_err(|e| PipelineError::Source(Box::new(e)));
-                let last = matches!(event, Ok(SourceEvent::End) | Err(_));
-                if tx.send(event).await.is_err() || last {
-                    break;
+        // The reader runs in the caller's span (the changefeed's), like the rest.
+        let reader = tokio::spawn(
+            async move {
+                loop {
+                    let event = source
+                        .next_event()
+                        .await
+                        .map_err(|e| PipelineError::Source(Box::new(e)));
+                    let last = matches!(event, Ok(SourceEvent::End) | Err(_));
+                    if tx.send(event).await.is_err() || last {
+                        break;
+                    }
                 }
             }
-        });
+            .instrument(tracing::Span::current()),
+        );
 
         self.open_all().await?;
         let mut ticker = tokio::time::interval(self.config.flush_interval);

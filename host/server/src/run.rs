@@ -8,6 +8,7 @@ use sluice_core::{CheckpointTs, CommitTs};
 use sluice_processor::{Pipeline, Report};
 use sluice_runtime::{PluginKind, PluginRuntime, RuntimeConfig, WasmFilter, WasmSink};
 use sluice_source::DatagenSource;
+use tracing::Instrument;
 
 use std::sync::Arc;
 
@@ -128,7 +129,8 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
         let _ = tokio::signal::ctrl_c().await;
         eprintln!("[{id}] interrupted: writing what was read, flushing, closing");
     };
-    let result = pipeline.run(source, shutdown).await;
+    let span = tracing::info_span!("changefeed", id = %id);
+    let result = pipeline.run(source, shutdown).instrument(span).await;
     if let Some(r) = reporter {
         r.abort();
     }
