@@ -10,7 +10,7 @@ use crate::component::{PluginComponent, PluginKind, Pre};
 use crate::config::PluginSettings;
 use crate::convert;
 use crate::error::LoadError;
-use crate::instance::{Slot, guarded_call};
+use crate::instance::{Slot, guarded_call, restore};
 use crate::state::PluginStats;
 
 /// Runs a filter component: one live instance at a time.
@@ -104,99 +104,59 @@ impl Filter for WasmFilter {
         schemas: &[Arc<TableSchema>],
         batch: &mut Batch,
     ) -> Result<(), PluginError> {
-        let bytes = batch.wire_bytes() as u64;
-        if bytes > self.max_batch_bytes() {
-            return Err(PluginError::Refused(format!(
-                "batch of {bytes} bytes is over this plugin's bound of {} bytes (a quarter of its memory quota); split it",
-                self.max_batch_bytes()
-            )));
-        }
+        self.slot.check_bound(batch)?;
         self.live().await?;
-        let sent = &self.slot.live.as_ref().expect("live").sent;
-        let new: Vec<&Arc<TableSchema>> = schemas
-            .iter()
-            .filter(|s| !sent.contains(&(s.table_id, s.version)))
-            .filter(|s| {
-                batch
-                    .tables
-                    .iter()
-                    .any(|t| (t.table_id, t.schema_version) == (s.table_id, s.version))
-            })
-            .collect();
-        let wire = wit::Batch {
-            schemas: new.iter().map(|s| convert::schema(s)).collect(),
-            tables: std::mem::take(&mut batch.tables)
-                .into_iter()
-                .map(convert::table_to_wit)
-                .collect(),
-        };
+        let (keys, wire) = self.slot.wire_batch(schemas, batch);
         let result = guarded_call!(self.slot, |live| live
             .bindings
             .sluice_plugin_filter_api()
             .call_transform(&mut live.store, &wire));
-        let output = match result {
-            Ok(output) => output,
+        if result.is_ok() {
+            self.slot.mark_sent(keys);
+        }
+        match result.and_then(|output| checked_output(schemas, output)) {
+            Ok(tables) => {
+                batch.tables = tables;
+                Ok(())
+            }
             Err(err) => {
-                batch.tables = wire
-                    .tables
-                    .into_iter()
-                    .map(convert::table_from_wit)
-                    .collect();
-                return Err(err);
-            }
-        };
-        if let Some(live) = &mut self.slot.live {
-            live.sent
-                .extend(new.iter().map(|s| (s.table_id, s.version)));
-        }
-        if !output.schemas.is_empty() {
-            batch.tables = wire
-                .tables
-                .into_iter()
-                .map(convert::table_from_wit)
-                .collect();
-            return Err(PluginError::Fatal(
-                "the filter returned new schemas; schema-changing filters are not supported by this host yet".into(),
-            ));
-        }
-        let tables: Vec<_> = output
-            .tables
-            .into_iter()
-            .map(convert::table_from_wit)
-            .collect();
-        for t in &tables {
-            let schema = schemas
-                .iter()
-                .find(|s| (s.table_id, s.version) == (t.table_id, t.schema_version))
-                .ok_or_else(|| {
-                    PluginError::Fatal(format!(
-                        "the filter returned rows for table {} version {}, which was not in its input",
-                        t.table_id, t.schema_version
-                    ))
-                });
-            let schema = match schema {
-                Ok(s) => s,
-                Err(e) => {
-                    batch.tables = wire
-                        .tables
-                        .into_iter()
-                        .map(convert::table_from_wit)
-                        .collect();
-                    return Err(e);
-                }
-            };
-            if let Err(e) = t.validate(schema) {
-                batch.tables = wire
-                    .tables
-                    .into_iter()
-                    .map(convert::table_from_wit)
-                    .collect();
-                return Err(PluginError::Fatal(format!(
-                    "the filter returned a malformed batch: {e}"
-                )));
+                // The input goes back untouched, so the caller can retry it.
+                restore(batch, wire);
+                Err(err)
             }
         }
-        batch.tables = tables;
-        Ok(())
     }
+}
+
+/// A filter's output, checked: no new schemas (not supported yet), every table
+/// from the input, every table batch consistent with its schema.
+fn checked_output(
+    schemas: &[Arc<TableSchema>],
+    output: wit::Batch,
+) -> Result<Vec<sluice_core::TableBatch>, PluginError> {
+    if !output.schemas.is_empty() {
+        return Err(PluginError::Fatal(
+            "the filter returned new schemas; schema-changing filters are not supported by this host yet".into(),
+        ));
+    }
+    let tables: Vec<_> = output
+        .tables
+        .into_iter()
+        .map(convert::table_from_wit)
+        .collect();
+    for t in &tables {
+        let schema = schemas
+            .iter()
+            .find(|s| (s.table_id, s.version) == (t.table_id, t.schema_version))
+            .ok_or_else(|| {
+                PluginError::Fatal(format!(
+                    "the filter returned rows for table {} version {}, which was not in its input",
+                    t.table_id, t.schema_version
+                ))
+            })?;
+        t.validate(schema).map_err(|e| {
+            PluginError::Fatal(format!("the filter returned a malformed batch: {e}"))
+        })?;
+    }
+    Ok(tables)
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use sluice_core::PluginError;
+use sluice_core::{Batch, PluginError, TableSchema};
 use wasmtime::{Store, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
@@ -73,6 +73,57 @@ impl<B> Slot<B> {
             stderr,
             sent: HashSet::new(),
         });
+    }
+
+    /// Refuse a batch over the plugin's bound before the plugin sees it (lowering
+    /// a batch allocates it inside the guest).
+    pub(crate) fn check_bound(&self, batch: &Batch) -> Result<(), PluginError> {
+        let bytes = batch.wire_bytes() as u64;
+        let bound = self.settings.limits.batch_bytes();
+        if bytes > bound {
+            return Err(PluginError::Refused(format!(
+                "batch of {bytes} bytes is over this plugin's bound of {bound} bytes (a quarter of its memory quota); split it"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The batch as the live instance gets it: the schemas its tables use that the
+    /// instance has not been sent yet, and the tables, moved out of `batch` (put
+    /// them back with [`restore`]). Returns the keys of the schemas included, to
+    /// pass to [`Slot::mark_sent`] once the call succeeded.
+    pub(crate) fn wire_batch(
+        &self,
+        schemas: &[Arc<TableSchema>],
+        batch: &mut Batch,
+    ) -> (Vec<(u32, u32)>, wit::Batch) {
+        let sent = self.live.as_ref().map(|l| &l.sent);
+        let new: Vec<&Arc<TableSchema>> = schemas
+            .iter()
+            .filter(|s| sent.is_none_or(|sent| !sent.contains(&(s.table_id, s.version))))
+            .filter(|s| {
+                batch
+                    .tables
+                    .iter()
+                    .any(|t| (t.table_id, t.schema_version) == (s.table_id, s.version))
+            })
+            .collect();
+        let keys = new.iter().map(|s| (s.table_id, s.version)).collect();
+        let wire = wit::Batch {
+            schemas: new.iter().map(|s| convert::schema(s)).collect(),
+            tables: std::mem::take(&mut batch.tables)
+                .into_iter()
+                .map(convert::table_to_wit)
+                .collect(),
+        };
+        (keys, wire)
+    }
+
+    /// Remember that the live instance has these schemas.
+    pub(crate) fn mark_sent(&mut self, keys: Vec<(u32, u32)>) {
+        if let Some(live) = &mut self.live {
+            live.sent.extend(keys);
+        }
     }
 
     /// Linear memory of the live instance, in bytes.
@@ -142,6 +193,15 @@ impl<B> Slot<B> {
             None => format!("plugin call failed: {err}"),
         }
     }
+}
+
+/// Move a wire batch's tables back into `batch`.
+pub(crate) fn restore(batch: &mut Batch, wire: wit::Batch) {
+    batch.tables = wire
+        .tables
+        .into_iter()
+        .map(convert::table_from_wit)
+        .collect();
 }
 
 /// Epoch ticks for a CPU limit (rounded up, plus the tick already under way).

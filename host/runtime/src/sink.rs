@@ -5,12 +5,11 @@ use std::sync::Arc;
 use sluice_core::{Batch, CommitTs, DdlEvent, PluginError, Sink, TableSchema};
 
 use crate::bindings::sink::Sink as SinkBindings;
-use crate::bindings::types as wit;
 use crate::component::{PluginComponent, PluginKind, Pre};
 use crate::config::PluginSettings;
 use crate::convert;
 use crate::error::LoadError;
-use crate::instance::{Slot, guarded_call};
+use crate::instance::{Slot, guarded_call, restore};
 use crate::state::PluginStats;
 
 /// Runs a sink component: one live instance at a time, created on first use and
@@ -117,44 +116,16 @@ impl Sink for WasmSink {
         schemas: &[Arc<TableSchema>],
         batch: &mut Batch,
     ) -> Result<(), PluginError> {
-        let bytes = batch.wire_bytes() as u64;
-        if bytes > self.max_batch_bytes() {
-            return Err(PluginError::Refused(format!(
-                "batch of {bytes} bytes is over this plugin's bound of {} bytes (a quarter of its memory quota); split it",
-                self.max_batch_bytes()
-            )));
-        }
+        self.slot.check_bound(batch)?;
         self.live().await?;
-        let sent = &self.slot.live.as_ref().expect("live").sent;
-        let new: Vec<&Arc<TableSchema>> = schemas
-            .iter()
-            .filter(|s| !sent.contains(&(s.table_id, s.version)))
-            .filter(|s| {
-                batch
-                    .tables
-                    .iter()
-                    .any(|t| (t.table_id, t.schema_version) == (s.table_id, s.version))
-            })
-            .collect();
-        let wire = wit::Batch {
-            schemas: new.iter().map(|s| convert::schema(s)).collect(),
-            tables: std::mem::take(&mut batch.tables)
-                .into_iter()
-                .map(convert::table_to_wit)
-                .collect(),
-        };
+        let (keys, wire) = self.slot.wire_batch(schemas, batch);
         let result = guarded_call!(self.slot, |live| live
             .bindings
             .sluice_plugin_sink_api()
             .call_write(&mut live.store, &wire));
-        batch.tables = wire
-            .tables
-            .into_iter()
-            .map(convert::table_from_wit)
-            .collect();
-        if let (Ok(()), Some(live)) = (&result, &mut self.slot.live) {
-            live.sent
-                .extend(new.iter().map(|s| (s.table_id, s.version)));
+        restore(batch, wire);
+        if result.is_ok() {
+            self.slot.mark_sent(keys);
         }
         result
     }
