@@ -85,6 +85,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             ..Progress::default()
         };
         let (progress_tx, _) = watch::channel(progress.clone());
+        let fence = CommitTs(start.get()).max(config.replay_until);
         Self {
             config,
             sink,
@@ -99,7 +100,8 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             unacked_bytes: 0,
             last_flush: Instant::now(),
             store: None,
-            fence: CommitTs(start.get()),
+            // A previous run may have saved a higher fence: never save a lower one.
+            fence,
             last_saved: None,
         }
     }
@@ -182,7 +184,9 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
                     Some(Ok(SourceEvent::Ddl(ddl))) => {
                         if let Err(e) = self.on_ddl(&ddl).await { break Err(e); }
                     }
-                    Some(Ok(SourceEvent::End)) | None => break Ok(()),
+                    Some(Ok(SourceEvent::End)) => break Ok(()),
+                    // The reader stopped without saying End: it panicked (or was cancelled).
+                    None => break Err(PipelineError::Source("the source task stopped unexpectedly (it panicked); see the log".into())),
                     Some(Err(e)) => break Err(e),
                 },
                 _ = ticker.tick() => {
@@ -268,6 +272,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
     async fn on_ddl(&mut self, ddl: &DdlEvent) -> Result<(), PipelineError> {
         self.emit().await?;
         self.flush().await?;
+        self.raise_fence(ddl.commit_ts).await?;
         let mut attempts = 0;
         loop {
             match self.sink.apply_ddl(ddl).await {
@@ -343,6 +348,10 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         self.last_flush = Instant::now();
         let target = self.written_through;
         if target.get() <= self.progress.checkpoint_ts.get() {
+            // Nothing new to flush, but a checkpoint reached earlier may not be saved yet.
+            if self.save_due() {
+                self.save_checkpoint().await?;
+            }
             return Ok(());
         }
         let mut attempts = 0;
@@ -362,13 +371,15 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         self.unacked.clear();
         self.unacked_bytes = 0;
         self.publish();
-        let due = self
-            .last_saved
-            .is_none_or(|(_, at)| at.elapsed() >= self.config.checkpoint_interval);
-        if due {
+        if self.save_due() {
             self.save_checkpoint().await?;
         }
         Ok(())
+    }
+
+    fn save_due(&self) -> bool {
+        self.last_saved
+            .is_none_or(|(_, at)| at.elapsed() >= self.config.checkpoint_interval)
     }
 
     /// Save the fence ahead of `ts` before any row at `ts` reaches the sink; the

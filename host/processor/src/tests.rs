@@ -1326,3 +1326,53 @@ async fn a_fenced_store_stops_the_pipeline_before_more_rows_reach_the_sink() {
             .all(|d| d.row.commit_ts <= log.fences[1])
     );
 }
+
+#[tokio::test]
+async fn a_restarted_pipeline_never_saves_a_fence_below_the_previous_one() {
+    let source = workload(1500);
+    let txns = transactions(&source);
+    // As after a crash: resume from an early checkpoint, with the previous run's
+    // (higher) fence as replay_until.
+    let checkpoint = txns[100].commit_ts;
+    let previous_fence = txns[350].commit_ts;
+    let log = Arc::new(std::sync::Mutex::new(StoreLog::default()));
+    let config = PipelineConfig {
+        replay_until: previous_fence,
+        fence_ahead: Duration::from_millis(10),
+        max_batch_rows: 40,
+        ..config()
+    };
+    let sink = MemorySink {
+        store_log: Some(log.clone()),
+        ..MemorySink::default()
+    };
+    let mut pipeline = Pipeline::new(config, no_filters(), sink, CheckpointTs(checkpoint.get()))
+        .with_progress_store(Box::new(FakeStore { log: log.clone() }));
+    pipeline
+        .run(DatagenSource::new(source).unwrap(), std::future::pending())
+        .await
+        .unwrap();
+    let log = log.lock().unwrap();
+    assert!(
+        !log.fences.is_empty(),
+        "rows above the old fence needed a new one"
+    );
+    assert!(
+        log.fences.iter().all(|&f| f > previous_fence.get()),
+        "{:?} vs {}",
+        log.fences,
+        previous_fence
+    );
+    // Rows up to the old fence were flagged replay, none after it.
+    let sink = pipeline.sink();
+    assert!(
+        sink.durable
+            .iter()
+            .all(|d| d.replay() == (d.row.commit_ts <= previous_fence.get()))
+    );
+    assert!(
+        sink.durable
+            .iter()
+            .all(|d| d.row.commit_ts > checkpoint.get())
+    );
+}
