@@ -64,7 +64,12 @@ impl PrecompileCache {
     pub(crate) fn put(&self, digest: &str, artifact: &[u8]) {
         let path = self.path(digest);
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        let result = std::fs::write(&tmp, artifact).and_then(|_| std::fs::rename(&tmp, &path));
+        let result = (|| {
+            let mut f = std::fs::File::create(&tmp)?;
+            std::io::Write::write_all(&mut f, artifact)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)
+        })();
         if let Err(err) = result {
             tracing::warn!(path = %path.display(), error = %err, "Could not cache a precompiled artifact.");
             let _ = std::fs::remove_file(&tmp);

@@ -120,7 +120,9 @@ impl Filter for WasmFilter {
                 Ok(())
             }
             Err(err) => {
-                // The input goes back untouched, so the caller can retry it.
+                // The input goes back untouched, so the caller can retry it; an
+                // instance that returned garbage is not kept.
+                self.slot.live = None;
                 restore(batch, wire);
                 Err(err)
             }

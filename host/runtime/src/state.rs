@@ -15,6 +15,9 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpVi
 use crate::bindings::host;
 use crate::config::PluginSettings;
 
+/// Longest plugin metric name kept (longer names are ignored).
+const MAX_METRIC_NAME: usize = 128;
+
 /// Upper bounds (seconds) of the call-latency histogram buckets.
 pub const LATENCY_BUCKETS: [f64; 16] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -300,15 +303,23 @@ impl host::Host for PluginState {
     }
 
     fn counter_add(&mut self, name: String, value: u64) {
-        // At most 256 distinct names per plugin, so a plugin cannot grow host memory.
+        // At most 256 distinct names of at most 128 bytes per plugin, so a plugin
+        // cannot grow host memory; counters saturate rather than overflow.
+        if name.len() > MAX_METRIC_NAME {
+            return;
+        }
         if let Ok(mut c) = self.stats.counters.lock()
             && (c.len() < 256 || c.contains_key(&name))
         {
-            *c.entry(name).or_default() += value;
+            let v = c.entry(name).or_default();
+            *v = v.saturating_add(value);
         }
     }
 
     fn gauge_set(&mut self, name: String, value: f64) {
+        if name.len() > MAX_METRIC_NAME {
+            return;
+        }
         if let Ok(mut g) = self.stats.gauges.lock()
             && (g.len() < 256 || g.contains_key(&name))
         {

@@ -112,7 +112,7 @@ impl MetaProgressStore {
 impl ProgressStore for MetaProgressStore {
     fn save_fence(&mut self, fence: CommitTs) -> StoreFuture<'_> {
         let record = TaskPosition {
-            fence_ts: fence.get(),
+            fence_ts: fence.get().max(self.record.fence_ts),
             ..self.record.clone()
         };
         Box::pin(self.save(record))

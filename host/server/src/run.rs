@@ -20,6 +20,7 @@ use crate::progress::MetaProgressStore;
 pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyhow::Result<()> {
     let file = ChangefeedFile::load(path)?;
     let plugin_dir = plugin_dir.unwrap_or_else(|| file.plugin_dir.clone());
+    check_private_dirs(&file)?;
     let runtime = PluginRuntime::new(RuntimeConfig {
         cache_dir: Some(file.data_dir.join("precompiled")),
         ..RuntimeConfig::default()
@@ -136,6 +137,45 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
     }
     let report = result.with_context(|| format!("changefeed `{id}` failed"))?;
     print_summary(&id, &report, &pipeline);
+    Ok(())
+}
+
+/// A plugin's granted directory must not overlap the host's own state (the
+/// precompiled artifacts and the meta store live there), nor another plugin's.
+fn check_private_dirs(file: &ChangefeedFile) -> anyhow::Result<()> {
+    let canonical = |p: &Path| -> anyhow::Result<PathBuf> {
+        std::fs::create_dir_all(p).with_context(|| format!("cannot create {}", p.display()))?;
+        Ok(std::fs::canonicalize(p)?)
+    };
+    let host = canonical(&file.data_dir)?;
+    let mut granted: Vec<(String, PathBuf)> = Vec::new();
+    let sections = file
+        .filters
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (format!("filters[{i}]"), f));
+    for (at, section) in sections.chain([("sink".to_string(), &file.sink)]) {
+        let Some(dir) = &section.capabilities.data_dir else {
+            continue;
+        };
+        let dir = canonical(dir)?;
+        if dir.starts_with(&host) || host.starts_with(&dir) {
+            anyhow::bail!(
+                "{at}.capabilities.data-dir {} overlaps the host's data-dir {}; give the plugin a directory of its own",
+                dir.display(),
+                host.display()
+            );
+        }
+        if let Some((other, _)) = granted
+            .iter()
+            .find(|(_, d)| d.starts_with(&dir) || dir.starts_with(d))
+        {
+            anyhow::bail!(
+                "{at}.capabilities.data-dir overlaps the directory granted to {other}; give each plugin its own"
+            );
+        }
+        granted.push((at, dir));
+    }
     Ok(())
 }
 

@@ -207,7 +207,8 @@ pub struct DatagenSource {
     next_ts: CommitTs,
     skip_until: CommitTs,
     pending_resolved: Option<ResolvedTs>,
-    started: Option<tokio::time::Instant>,
+    /// When the first row was emitted, and how many were generated before it.
+    started: Option<(tokio::time::Instant, u64)>,
     ended: bool,
 }
 
@@ -424,10 +425,13 @@ impl Source for DatagenSource {
                 continue;
             }
             if self.config.rate > 0 {
-                let started = *self.started.get_or_insert_with(tokio::time::Instant::now);
-                let due = started
-                    + Duration::from_secs_f64(self.emitted_rows as f64 / self.config.rate as f64);
-                tokio::time::sleep_until(due).await;
+                // Pace the rows emitted since the first one, not those skipped on resume.
+                let first = self.emitted_rows - txn.rows.len() as u64;
+                let (started, base) = *self
+                    .started
+                    .get_or_insert_with(|| (tokio::time::Instant::now(), first));
+                let paced = (self.emitted_rows - base) as f64 / self.config.rate as f64;
+                tokio::time::sleep_until(started + Duration::from_secs_f64(paced)).await;
             }
             // The next transaction has a larger ts, so this one is resolved.
             self.pending_resolved = Some(ResolvedTs::from(txn.commit_ts));
