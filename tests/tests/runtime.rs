@@ -466,3 +466,27 @@ async fn batches_over_the_plugin_bound_are_refused_before_the_call() {
         "the plugin never saw it"
     );
 }
+
+#[tokio::test]
+async fn a_plugin_that_prints_a_lot_is_not_stopped_and_its_last_panic_is_reported() {
+    let rt = runtime();
+    let mut sink = misbehave(&rt, "noisy", "", |_| {});
+    let (schemas, mut batch) = sample();
+    for _ in 0..3 {
+        sink.write(&schemas, &mut batch)
+            .await
+            .expect("printing is not a failure");
+    }
+    assert_eq!(sink.stats().stops.load(Ordering::Relaxed), 0);
+    assert!(sink.is_live());
+
+    let mut sink = misbehave(&rt, "noisy-panic", "", |_| {});
+    let err = write_err(&mut sink).await;
+    let PluginError::Stopped(reason) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        reason.contains("misbehave: panic after a lot of output"),
+        "{reason}"
+    );
+}

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::stderr::TailPipe;
 use sluice_core::{Batch, PluginError, TableSchema};
 use wasmtime::{Store, Trap};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
 use crate::bindings::types as wit;
 use crate::component::PluginComponent;
@@ -21,7 +21,7 @@ use crate::state::{PluginState, PluginStats};
 pub(crate) struct Live<B> {
     pub(crate) store: Store<PluginState>,
     pub(crate) bindings: B,
-    stderr: MemoryOutputPipe,
+    stderr: TailPipe,
     pub(crate) sent: HashSet<(u32, u32)>,
 }
 
@@ -48,7 +48,7 @@ impl<B> Slot<B> {
     }
 
     /// A fresh store for a new instance, with exactly the granted capabilities.
-    pub(crate) fn new_store(&self) -> Result<(Store<PluginState>, MemoryOutputPipe), PluginError> {
+    pub(crate) fn new_store(&self) -> Result<(Store<PluginState>, TailPipe), PluginError> {
         let (state, stderr) =
             PluginState::new(&self.settings, self.stats.clone()).map_err(PluginError::Retryable)?;
         let mut store = Store::new(&self.component.runtime.inner.engine, state);
@@ -57,12 +57,7 @@ impl<B> Slot<B> {
         Ok((store, stderr))
     }
 
-    pub(crate) fn install(
-        &mut self,
-        store: Store<PluginState>,
-        bindings: B,
-        stderr: MemoryOutputPipe,
-    ) {
+    pub(crate) fn install(&mut self, store: Store<PluginState>, bindings: B, stderr: TailPipe) {
         self.stats.instantiations.fetch_add(1, Ordering::Relaxed);
         self.stats
             .peak_memory_bytes
@@ -184,7 +179,7 @@ impl<B> Slot<B> {
         let stderr = live
             .map(|l| String::from_utf8_lossy(&l.stderr.contents()).into_owned())
             .unwrap_or_default();
-        if let Some(pos) = stderr.find("panicked at") {
+        if let Some(pos) = stderr.rfind("panicked at") {
             let text: String = stderr[pos..].lines().take(2).collect::<Vec<_>>().join(": ");
             return format!("plugin panicked: {}", text.trim());
         }

@@ -21,6 +21,7 @@ mod instance;
 mod runtime;
 mod sink;
 mod state;
+mod stderr;
 
 pub use component::{PluginComponent, PluginKind};
 pub use config::{Capabilities, PluginLimits, PluginSettings, RuntimeConfig};

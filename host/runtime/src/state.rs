@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::stderr::TailPipe;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
@@ -217,9 +217,9 @@ impl PluginState {
     pub(crate) fn new(
         settings: &PluginSettings,
         stats: Arc<PluginStats>,
-    ) -> Result<(Self, MemoryOutputPipe), String> {
+    ) -> Result<(Self, TailPipe), String> {
         let caps = &settings.capabilities;
-        let stderr = MemoryOutputPipe::new(16 * 1024);
+        let stderr = TailPipe::new(16 * 1024);
         let mut wasi = WasiCtxBuilder::new();
         wasi.stderr(stderr.clone());
         if let Some(dir) = &caps.data_dir {

@@ -56,6 +56,15 @@ impl Sink for Misbehave {
                 }
             }
             "panic" => panic!("misbehave: deliberate panic in write"),
+            "noisy" | "noisy-panic" => {
+                for i in 0..2000 {
+                    eprintln!("misbehave: line {i} of chatter on stderr, long enough to add up");
+                }
+                if self.config.mode == "noisy-panic" {
+                    panic!("misbehave: panic after a lot of output");
+                }
+                Ok(())
+            }
             "error-retryable" => Err(Error::retryable("mode error-retryable")),
             "error-fatal" => Err(Error::fatal("mode error-fatal")),
             "error-config" => Err(Error::config("mode error-config")),
