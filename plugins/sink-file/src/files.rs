@@ -197,7 +197,6 @@ impl RotatingFiles {
     }
 }
 
-/// The sequence number in `{prefix}-{digits}.{ext}` for one of the sink's extensions.
 /// A crash can leave the last file ending in half a line (rows above the
 /// checkpoint, which the host replays). Cut the file back to its last complete line
 /// so that every file holds whole lines only.
@@ -210,6 +209,32 @@ fn cut_torn_tail(path: &Path) -> Result<(), Error> {
         .open(path)
         .map_err(err)?;
     let len = file.metadata().map_err(err)?.len();
+    if path.extension().is_some_and(|e| e == "csv") {
+        // CSV values may hold raw newlines inside quotes: find the last newline
+        // outside quotes, reading forward (a doubled quote toggles twice).
+        let mut in_quotes = false;
+        let (mut end, mut pos) = (0u64, 0u64);
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            let n = file.read(&mut chunk).map_err(err)?;
+            if n == 0 {
+                break;
+            }
+            for &b in &chunk[..n] {
+                pos += 1;
+                match b {
+                    b'"' => in_quotes = !in_quotes,
+                    b'\n' if !in_quotes => end = pos,
+                    _ => {}
+                }
+            }
+        }
+        if end < len {
+            file.set_len(end).map_err(err)?;
+            file.sync_all().map_err(err)?;
+        }
+        return Ok(());
+    }
     let mut end = len;
     let mut chunk = vec![0u8; 64 * 1024];
     while end > 0 {
@@ -230,6 +255,7 @@ fn cut_torn_tail(path: &Path) -> Result<(), Error> {
     Ok(())
 }
 
+/// The sequence number in `{prefix}-{digits}.{ext}` for one of the sink's extensions.
 fn parse_seq(name: &str, prefix: &str) -> Option<u64> {
     let rest = name.strip_prefix(prefix)?.strip_prefix('-')?;
     let (digits, ext) = rest.split_once('.')?;

@@ -315,6 +315,22 @@ mod tests {
     }
 
     #[test]
+    fn a_torn_csv_record_with_a_quoted_newline_is_cut_whole() {
+        let dir = data_dir("torn-csv");
+        fs::create_dir_all(&dir).unwrap();
+        let whole = "\"I\",\"a\",\"t\",1,7,\"say \"\"hi\"\"\nbye\"\n";
+        // The crash came after the quoted newline of the second record.
+        fs::write(
+            dir.join("changes-000001.csv"),
+            format!("{whole}\"I\",\"a\",\"t\",2,8,\"two\nlin"),
+        )
+        .unwrap();
+        let mut sink = open_sink(r#"{"dir": "torn-csv", "format": "csv"}"#).unwrap();
+        sink.close().unwrap();
+        assert_eq!(files_in("torn-csv")[0].1, whole);
+    }
+
+    #[test]
     fn rejects_bad_configs_with_config_errors() {
         data_dir("");
         let cases = [
