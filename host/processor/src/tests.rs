@@ -194,6 +194,12 @@ struct MemorySink {
     probe: Arc<OnceLock<watch::Receiver<Progress>>>,
     /// (published checkpoint, highest acknowledged ts) at the start of every call.
     observed: Vec<(u64, u64)>,
+    /// Commit ts of every row the source generates (one entry per row), if known:
+    /// every call then checks that all rows at or below the published checkpoint
+    /// are durable here.
+    expected_ts: Option<Vec<u64>>,
+    /// Checkpoints published while rows at or below them were not durable.
+    unbacked_checkpoints: Vec<u64>,
     /// The next `apply_ddl` fails with this.
     fail_next_ddl: Option<PluginError>,
     /// Applied DDL: (its ts, rows delivered so far, highest acknowledged ts).
@@ -224,6 +230,19 @@ impl MemorySink {
 
     fn observe(&mut self) {
         let checkpoint = self.checkpoint().get();
+        if let Some(expected) = &self.expected_ts {
+            let want = expected.iter().filter(|&&ts| ts <= checkpoint).count();
+            let have = self
+                .durable
+                .iter()
+                .filter(|d| d.row.commit_ts <= checkpoint)
+                .map(|d| d.row)
+                .collect::<HashSet<_>>()
+                .len();
+            if have < want {
+                self.unbacked_checkpoints.push(checkpoint);
+            }
+        }
         self.observed
             .push((checkpoint, self.acked.load(Ordering::SeqCst)));
     }
@@ -735,9 +754,16 @@ async fn checkpoint_never_passes_an_unacknowledged_ts() {
         max_pending_bytes: 8_000,
         ..config()
     };
-    let sink = MemorySink::default()
-        .fail_flush(2, PluginError::Stopped("connection reset".into()))
-        .fail_write(20, PluginError::Retryable("throttled".into()));
+    let sink = MemorySink {
+        expected_ts: Some(
+            txns.iter()
+                .flat_map(|t| t.rows.iter().map(|_| t.commit_ts.get()))
+                .collect(),
+        ),
+        ..MemorySink::default()
+    }
+    .fail_flush(2, PluginError::Stopped("connection reset".into()))
+    .fail_write(20, PluginError::Retryable("throttled".into()));
     let acked = sink.acked.clone();
     let probe = sink.probe.clone();
     let mut pipeline = Pipeline::new(config, no_filters(), sink, CheckpointTs::ZERO);
@@ -762,6 +788,12 @@ async fn checkpoint_never_passes_an_unacknowledged_ts() {
         sink.observed.clone(),
         sink.flushes.clone(),
         sink.failures.len(),
+    );
+    // Every row at or below each published checkpoint was durable when it was seen.
+    assert!(
+        sink.unbacked_checkpoints.is_empty(),
+        "{:?}",
+        sink.unbacked_checkpoints
     );
     drop(pipeline);
     let seen = watcher.await.unwrap();
