@@ -105,31 +105,17 @@ impl Filter for DropEvents {
 #[cfg(test)]
 mod tests {
     use sluice_sdk::testing::{FilterHarness, schema};
-    use sluice_sdk::{
-        ColumnType, Error, Op, TableBatch, TableBatchBuilder, TableSchema, TableView, Value,
-    };
+    use sluice_sdk::{ColumnType, Error, Op, TableBatch, TableBatchBuilder, TableSchema, Value};
 
     use super::DropEvents;
 
-    type Image = Vec<Option<String>>;
+    use sluice_sdk::testing::ImageText as Image;
 
-    /// Every row as (op, commit ts, before, after), values as canonical text.
     fn rows(
         schema: &TableSchema,
         batch: &TableBatch,
     ) -> Vec<(Op, u64, Option<Image>, Option<Image>)> {
-        let text = |image: sluice_sdk::Image<'_>| image.iter().map(|(_, v)| v.to_text()).collect();
-        TableView::new(schema, batch)
-            .rows()
-            .map(|r| {
-                (
-                    r.op(),
-                    r.commit_ts(),
-                    r.before().map(text),
-                    r.after().map(text),
-                )
-            })
-            .collect()
+        sluice_sdk::testing::rows_as_text(schema, batch)
     }
 
     fn img(id: i64, text: Option<&str>) -> Option<Image> {

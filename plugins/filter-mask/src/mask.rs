@@ -172,31 +172,18 @@ mod tests {
     use sha2::{Digest, Sha256};
     use sluice_sdk::testing::{FilterHarness, schema};
     use sluice_sdk::{
-        ColumnType, ColumnValues, Error, Op, TableBatch, TableBatchBuilder, TableSchema, TableView,
-        Value,
+        ColumnType, ColumnValues, Error, Op, TableBatch, TableBatchBuilder, TableSchema, Value,
     };
 
     use super::MaskColumns;
 
-    type Image = Vec<Option<String>>;
+    use sluice_sdk::testing::ImageText as Image;
 
-    /// Every row as (op, commit ts, before, after), values as canonical text.
     fn rows(
         schema: &TableSchema,
         batch: &TableBatch,
     ) -> Vec<(Op, u64, Option<Image>, Option<Image>)> {
-        let text = |image: sluice_sdk::Image<'_>| image.iter().map(|(_, v)| v.to_text()).collect();
-        TableView::new(schema, batch)
-            .rows()
-            .map(|r| {
-                (
-                    r.op(),
-                    r.commit_ts(),
-                    r.before().map(text),
-                    r.after().map(text),
-                )
-            })
-            .collect()
+        sluice_sdk::testing::rows_as_text(schema, batch)
     }
 
     fn s(v: &str) -> Option<String> {

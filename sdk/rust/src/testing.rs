@@ -5,7 +5,31 @@
 use std::collections::HashSet;
 
 use crate::plugin::{Filter, FilterInstance, Sink, SinkInstance};
-use crate::types::{Batch, Column, ColumnType, DdlEvent, Error, TableBatch, TableSchema};
+use crate::types::{Batch, Column, ColumnType, DdlEvent, Error, Op, TableBatch, TableSchema};
+use crate::view::{Image, TableView};
+
+/// One image as canonical text per column (`None` for NULL).
+pub type ImageText = Vec<Option<String>>;
+
+/// Every row of `batch` as (op, commit ts, before, after), values as canonical text
+/// ([`crate::Value::write_text`]): easy to compare with `assert_eq!` in tests.
+pub fn rows_as_text(
+    schema: &TableSchema,
+    batch: &TableBatch,
+) -> Vec<(Op, u64, Option<ImageText>, Option<ImageText>)> {
+    let text = |image: Image<'_>| image.iter().map(|(_, v)| v.to_text()).collect();
+    TableView::new(schema, batch)
+        .rows()
+        .map(|r| {
+            (
+                r.op(),
+                r.commit_ts(),
+                r.before().map(text),
+                r.after().map(text),
+            )
+        })
+        .collect()
+}
 
 /// Build a schema for tests: `columns` are (name, type, is key).
 pub fn schema(
