@@ -2,6 +2,11 @@
 
 mod config;
 mod progress;
+#[allow(
+    dead_code,
+    reason = "the server (issue 3) wires the registry; tested here meanwhile"
+)]
+mod registry;
 mod run;
 
 use std::path::PathBuf;

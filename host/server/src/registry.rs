@@ -1,0 +1,433 @@
+//! The plugin registry: uploaded components stored content-addressed (sha256) in
+//! the data dir, recorded under `name@version` per tenant in the meta store,
+//! checked against their world and precompiled at upload.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use sluice_meta::{Compare, MetaError, MetaStore, Op, Txn, keys};
+use sluice_owner::PluginId;
+use sluice_runtime::{LoadError, PluginComponent, PluginKind, PluginRuntime};
+
+/// What the meta store keeps about one uploaded plugin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct PluginRecord {
+    pub version: u32,
+    pub tenant: String,
+    pub name: String,
+    pub plugin_version: String,
+    /// `sink` or `filter`.
+    pub world: String,
+    pub sha256: String,
+    pub size_bytes: u64,
+    pub uploaded_at_ms: u64,
+}
+
+/// Why a registry request failed, grouped by what the caller does next.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// Reject the request: the name, version or bytes are not acceptable.
+    #[error("invalid plugin id: {0}")]
+    InvalidId(String),
+    #[error("plugin is {size} bytes, over the limit of {limit} bytes")]
+    TooLarge { size: u64, limit: u64 },
+    #[error("not a usable {world} plugin")]
+    NotAPlugin {
+        world: &'static str,
+        #[source]
+        source: LoadError,
+    },
+    #[error("{id} already exists with other bytes (sha256 {existing}); upload it as a new version")]
+    Conflict { id: String, existing: String },
+    #[error("no plugin {id} in tenant {tenant}")]
+    NotFound { tenant: String, id: String },
+    #[error("{id} is used by {used_by}; remove or update those changefeeds first")]
+    InUse { id: String, used_by: String },
+    /// An operator must act: the stored bytes do not match their record.
+    #[error("stored bytes of {id} do not match their sha256 ({path}); upload the plugin again")]
+    Damaged { id: String, path: String },
+    /// Retry later.
+    #[error("meta store")]
+    Store(#[from] MetaError),
+    #[error("plugin storage at {path}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Uploaded plugins of every tenant.
+pub struct PluginRegistry {
+    store: Arc<dyn MetaStore>,
+    runtime: PluginRuntime,
+    blobs: PathBuf,
+    max_bytes: u64,
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn world_name(kind: PluginKind) -> &'static str {
+    kind.world()
+}
+
+impl PluginRegistry {
+    /// A registry keeping component bytes under `dir` (created if missing).
+    pub fn new(
+        store: Arc<dyn MetaStore>,
+        runtime: PluginRuntime,
+        dir: &Path,
+        max_bytes: u64,
+    ) -> Result<Self, RegistryError> {
+        std::fs::create_dir_all(dir).map_err(|source| RegistryError::Io {
+            path: dir.display().to_string(),
+            source,
+        })?;
+        Ok(Self {
+            store,
+            runtime,
+            blobs: dir.to_path_buf(),
+            max_bytes,
+        })
+    }
+
+    fn blob_path(&self, sha256: &str) -> PathBuf {
+        self.blobs.join(format!("{sha256}.wasm"))
+    }
+
+    fn key(tenant: &str, id: &PluginId) -> Result<String, RegistryError> {
+        keys::plugin(tenant, id.name(), id.version())
+            .map_err(|e| RegistryError::InvalidId(e.to_string()))
+    }
+
+    /// Store a plugin. Uploading the same bytes again is a no-op; other bytes under
+    /// an existing `name@version` are refused.
+    pub async fn upload(
+        &self,
+        tenant: &str,
+        id: &PluginId,
+        kind: PluginKind,
+        bytes: &[u8],
+    ) -> Result<PluginRecord, RegistryError> {
+        let key = Self::key(tenant, id)?;
+        let size = bytes.len() as u64;
+        if size > self.max_bytes {
+            return Err(RegistryError::TooLarge {
+                size,
+                limit: self.max_bytes,
+            });
+        }
+        let sha256 = hex_sha256(bytes);
+        if let Some(existing) = self.get(tenant, id).await? {
+            if existing.sha256 == sha256 {
+                return Ok(existing);
+            }
+            return Err(RegistryError::Conflict {
+                id: id.to_string(),
+                existing: existing.sha256,
+            });
+        }
+        // Checks the world and precompiles into the runtime's cache.
+        self.runtime
+            .load(kind, bytes)
+            .map_err(|source| RegistryError::NotAPlugin {
+                world: world_name(kind),
+                source,
+            })?;
+        let path = self.blob_path(&sha256);
+        if !path.exists() {
+            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+            let io = |source| RegistryError::Io {
+                path: path.display().to_string(),
+                source,
+            };
+            let mut f = std::fs::File::create(&tmp).map_err(io)?;
+            std::io::Write::write_all(&mut f, bytes).map_err(io)?;
+            f.sync_all().map_err(io)?;
+            std::fs::rename(&tmp, &path).map_err(io)?;
+        }
+        let record = PluginRecord {
+            version: 1,
+            tenant: tenant.to_string(),
+            name: id.name().to_string(),
+            plugin_version: id.version().to_string(),
+            world: world_name(kind).to_string(),
+            sha256,
+            size_bytes: size,
+            uploaded_at_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+        };
+        let put = Txn::new()
+            .when([Compare::absent(&key)])
+            .and_then([Op::put(&key, keys::encode(&record)?)]);
+        if !self.store.txn(put).await?.succeeded {
+            // Someone uploaded the same id meanwhile: same answer as above.
+            return match self.get(tenant, id).await? {
+                Some(existing) if existing.sha256 == record.sha256 => Ok(existing),
+                Some(existing) => Err(RegistryError::Conflict {
+                    id: id.to_string(),
+                    existing: existing.sha256,
+                }),
+                None => Err(RegistryError::NotFound {
+                    tenant: tenant.into(),
+                    id: id.to_string(),
+                }),
+            };
+        }
+        Ok(record)
+    }
+
+    /// The record of `id`, if uploaded.
+    pub async fn get(
+        &self,
+        tenant: &str,
+        id: &PluginId,
+    ) -> Result<Option<PluginRecord>, RegistryError> {
+        let key = Self::key(tenant, id)?;
+        match self.store.get(&key).await? {
+            Some(kv) => Ok(Some(keys::decode(&key, &kv.value)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every plugin of `tenant`, sorted by name and version.
+    pub async fn list(&self, tenant: &str) -> Result<Vec<PluginRecord>, RegistryError> {
+        let prefix =
+            keys::plugin_prefix(tenant).map_err(|e| RegistryError::InvalidId(e.to_string()))?;
+        let listing = self.store.list(&prefix).await?;
+        listing
+            .kvs
+            .iter()
+            .map(|kv| keys::decode(&kv.key, &kv.value).map_err(RegistryError::from))
+            .collect()
+    }
+
+    /// Load `id` for running: the stored bytes are checked against their sha256.
+    pub async fn load(
+        &self,
+        tenant: &str,
+        id: &PluginId,
+    ) -> Result<PluginComponent, RegistryError> {
+        let record = self
+            .get(tenant, id)
+            .await?
+            .ok_or_else(|| RegistryError::NotFound {
+                tenant: tenant.into(),
+                id: id.to_string(),
+            })?;
+        let path = self.blob_path(&record.sha256);
+        let bytes = std::fs::read(&path).map_err(|source| RegistryError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        if hex_sha256(&bytes) != record.sha256 {
+            return Err(RegistryError::Damaged {
+                id: id.to_string(),
+                path: path.display().to_string(),
+            });
+        }
+        let kind = if record.world == "sink" {
+            PluginKind::Sink
+        } else {
+            PluginKind::Filter
+        };
+        self.runtime
+            .load(kind, &bytes)
+            .map_err(|source| RegistryError::NotAPlugin {
+                world: world_name(kind),
+                source,
+            })
+    }
+
+    /// Remove `id`, unless `used_by` names changefeeds that use it. The bytes stay
+    /// while another record refers to the same sha256.
+    pub async fn delete(
+        &self,
+        tenant: &str,
+        id: &PluginId,
+        used_by: &[String],
+    ) -> Result<PluginRecord, RegistryError> {
+        if !used_by.is_empty() {
+            return Err(RegistryError::InUse {
+                id: id.to_string(),
+                used_by: used_by.join(", "),
+            });
+        }
+        let key = Self::key(tenant, id)?;
+        let record = self
+            .get(tenant, id)
+            .await?
+            .ok_or_else(|| RegistryError::NotFound {
+                tenant: tenant.into(),
+                id: id.to_string(),
+            })?;
+        self.store.delete(&key).await?;
+        let still_used = self
+            .store
+            .list(&keys::tenants_prefix())
+            .await?
+            .kvs
+            .iter()
+            .any(|kv| {
+                kv.key.contains("/plugin/")
+                    && keys::decode::<PluginRecord>(&kv.key, &kv.value)
+                        .is_ok_and(|r| r.sha256 == record.sha256)
+            });
+        if !still_used {
+            let _ = std::fs::remove_file(self.blob_path(&record.sha256));
+        }
+        Ok(record)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_runtime::RuntimeConfig;
+
+    fn plugin_bytes(name: &str) -> Vec<u8> {
+        std::fs::read(sluice_tests::plugin_path(name)).unwrap()
+    }
+
+    async fn registry(dir: &Path) -> PluginRegistry {
+        let store: Arc<dyn MetaStore> = Arc::new(
+            sluice_meta::EmbeddedMetaStore::open(dir.join("meta.redb"))
+                .await
+                .unwrap(),
+        );
+        let runtime = PluginRuntime::new(RuntimeConfig {
+            cache_dir: Some(dir.join("precompiled")),
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        PluginRegistry::new(store, runtime, &dir.join("plugins"), 4 << 20).unwrap()
+    }
+
+    #[tokio::test]
+    async fn uploads_are_content_addressed_checked_and_immutable() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path()).await;
+        let id: PluginId = "sink-blackhole@0.1.0".parse().unwrap();
+        let bytes = plugin_bytes("sink-blackhole");
+        let record = reg
+            .upload("acme", &id, PluginKind::Sink, &bytes)
+            .await
+            .unwrap();
+        assert_eq!(record.sha256, hex_sha256(&bytes));
+        assert_eq!(record.world, "sink");
+        assert!(
+            dir.path()
+                .join(format!("plugins/{}.wasm", record.sha256))
+                .exists()
+        );
+        // Same bytes again: the same record. Other bytes: refused.
+        assert_eq!(
+            reg.upload("acme", &id, PluginKind::Sink, &bytes)
+                .await
+                .unwrap(),
+            record
+        );
+        let other = plugin_bytes("sink-file");
+        let err = reg
+            .upload("acme", &id, PluginKind::Sink, &other)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RegistryError::Conflict { .. }), "{err}");
+        assert!(
+            err.to_string().contains("upload it as a new version"),
+            "{err}"
+        );
+        // Wrong world, not a component, too large.
+        let filter_id: PluginId = "filter-mask@1.0.0".parse().unwrap();
+        let err = reg
+            .upload(
+                "acme",
+                &filter_id,
+                PluginKind::Sink,
+                &plugin_bytes("filter-mask"),
+            )
+            .await
+            .unwrap_err();
+        let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+        assert!(
+            chain.contains("missing export `sluice:plugin/sink-api@0.1.0`"),
+            "{chain}"
+        );
+        let err = reg
+            .upload("acme", &filter_id, PluginKind::Filter, b"\0asm\x01\0\0\0")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RegistryError::NotAPlugin {
+                    source: LoadError::CoreModule,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let big = vec![0u8; (4 << 20) + 1];
+        assert!(matches!(
+            reg.upload("acme", &filter_id, PluginKind::Filter, &big)
+                .await
+                .unwrap_err(),
+            RegistryError::TooLarge { .. }
+        ));
+        // Listing is per tenant.
+        assert_eq!(reg.list("acme").await.unwrap(), vec![record.clone()]);
+        assert!(reg.list("other").await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn loads_verify_the_bytes_and_deletes_respect_users() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path()).await;
+        let id: PluginId = "sink-blackhole@0.1.0".parse().unwrap();
+        let record = reg
+            .upload(
+                "acme",
+                &id,
+                PluginKind::Sink,
+                &plugin_bytes("sink-blackhole"),
+            )
+            .await
+            .unwrap();
+        let component = reg.load("acme", &id).await.unwrap();
+        assert_eq!(component.digest(), record.sha256);
+
+        let err = reg
+            .delete("acme", &id, &["acme/orders".to_string()])
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "sink-blackhole@0.1.0 is used by acme/orders; remove or update those changefeeds first"
+        );
+
+        // Damaged bytes on disk are detected, not run.
+        let path = dir.path().join(format!("plugins/{}.wasm", record.sha256));
+        std::fs::write(&path, b"tampered").unwrap();
+        assert!(matches!(
+            reg.load("acme", &id).await.unwrap_err(),
+            RegistryError::Damaged { .. }
+        ));
+
+        assert_eq!(reg.delete("acme", &id, &[]).await.unwrap(), record);
+        assert!(!path.exists());
+        assert!(matches!(
+            reg.load("acme", &id).await.unwrap_err(),
+            RegistryError::NotFound { .. }
+        ));
+    }
+}
