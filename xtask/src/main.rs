@@ -3,7 +3,8 @@
 //! - `build-plugins`: build every plugin and test guest for `wasm32-wasip2` and copy
 //!   them to `target/plugins/` and `target/test-plugins/`.
 //! - `quickstart`: build the plugins and run `examples/quickstart.toml`.
-//! - `test`: install what is missing, build the plugins, run the whole test suite.
+//! - `test`: install what is missing (the wasm32-wasip2 target; `protoc` and `etcd`
+//!   from Debian's packages), build the plugins, run the whole test suite.
 //! - `ci`: `cargo fmt --check`, clippy with warnings denied, then `test`.
 //! - `bench`: build the plugins and run the boundary benchmark (release build).
 
@@ -109,6 +110,33 @@ fn ensure_wasm_target() -> Result<()> {
     Ok(())
 }
 
+/// Install the system tools the build and tests need, from Debian's packages, if
+/// missing: `protoc` (etcd-client's build) and `etcd` (the meta store tests).
+fn ensure_system_tools() -> Result<()> {
+    let missing: Vec<&str> = [("protoc", "protobuf-compiler"), ("etcd", "etcd-server")]
+        .into_iter()
+        .filter(|(bin, _)| {
+            !Command::new("sh")
+                .args(["-c", &format!("command -v {bin}")])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .map(|(_, package)| package)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("installing {} with apt-get", missing.join(" "));
+    run(Command::new("apt-get").args(["update", "-qq"]))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+    .context(
+        "installing the system tools failed; install protobuf-compiler and etcd-server yourself",
+    )
+}
+
 fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -117,6 +145,7 @@ fn target_dir(root: &Path) -> PathBuf {
 
 fn build_plugins(root: &Path) -> Result<()> {
     ensure_wasm_target()?;
+    ensure_system_tools()?;
     let mut args = vec!["build", "--target", WASM_TARGET, "--profile", "plugin"];
     for p in PLUGINS.iter().chain(&TEST_GUESTS) {
         args.extend(["-p", p]);

@@ -9,6 +9,7 @@
 
 mod embedded;
 mod error;
+mod etcd;
 pub mod keys;
 mod store;
 mod txn;
@@ -19,6 +20,7 @@ pub mod conformance;
 
 pub use embedded::{EmbeddedMetaStore, EmbeddedOptions, FORMAT_VERSION};
 pub use error::{BoxError, MetaError};
+pub use etcd::EtcdMetaStore;
 pub use store::{
     KeyValue, Lease, LeaseId, Listing, MAX_LEASE_TTL, MAX_REQUEST_BYTES, MAX_TXN_OPS, MetaStore,
     Revision, validate_lease_ttl,
