@@ -45,6 +45,13 @@ pub struct Report {
     pub elapsed: Duration,
 }
 
+/// A sink call that is retried until it succeeds (see `Pipeline::call_sink`).
+#[derive(Clone, Copy)]
+enum SinkCall<'a> {
+    Flush(CommitTs),
+    ApplyDdl(&'a DdlEvent),
+}
+
 /// A batch kept until the sink acknowledges it.
 struct Pending {
     schemas: Vec<Arc<TableSchema>>,
@@ -273,19 +280,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         self.emit().await?;
         self.flush().await?;
         self.raise_fence(ddl.commit_ts).await?;
-        let mut attempts = 0;
-        loop {
-            match self.sink.apply_ddl(ddl).await {
-                Ok(()) => break,
-                Err(e) if attempts >= self.config.max_retries => {
-                    return Err(PipelineError::Sink(e));
-                }
-                Err(e) => {
-                    attempts += 1;
-                    self.retry_sink(Err(e)).await?;
-                }
-            }
-        }
+        self.call_sink(SinkCall::ApplyDdl(ddl)).await?;
         self.pending_through = self.pending_through.max(ddl.commit_ts);
         self.written_through = self.written_through.max(ddl.commit_ts);
         Ok(())
@@ -354,19 +349,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             }
             return Ok(());
         }
-        let mut attempts = 0;
-        loop {
-            match self.sink.flush(target).await {
-                Ok(()) => break,
-                Err(e) if attempts >= self.config.max_retries => {
-                    return Err(PipelineError::Sink(e));
-                }
-                Err(e) => {
-                    attempts += 1;
-                    self.retry_sink(Err(e)).await?;
-                }
-            }
-        }
+        self.call_sink(SinkCall::Flush(target)).await?;
         self.progress.checkpoint_ts = CheckpointTs(target.get());
         self.unacked.clear();
         self.unacked_bytes = 0;
@@ -418,6 +401,29 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             .map_err(PipelineError::Persist)?;
         self.last_saved = Some((checkpoint, Instant::now()));
         Ok(())
+    }
+
+    /// Run a sink call that must succeed before the pipeline goes on; on a
+    /// retryable failure, replay into a fresh sink and call again, up to
+    /// `max_retries` times.
+    async fn call_sink(&mut self, call: SinkCall<'_>) -> Result<(), PipelineError> {
+        let mut attempts = 0;
+        loop {
+            let result = match call {
+                SinkCall::Flush(ts) => self.sink.flush(ts).await,
+                SinkCall::ApplyDdl(ddl) => self.sink.apply_ddl(ddl).await,
+            };
+            match result {
+                Ok(()) => return Ok(()),
+                Err(e) if attempts >= self.config.max_retries => {
+                    return Err(PipelineError::Sink(e));
+                }
+                Err(e) => {
+                    attempts += 1;
+                    self.retry_sink(Err(e)).await?;
+                }
+            }
+        }
     }
 
     /// After a failed sink call: back off, open a fresh sink and replay every

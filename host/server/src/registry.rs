@@ -200,6 +200,16 @@ impl PluginRegistry {
         }
     }
 
+    /// The record of `id`, or `NotFound`.
+    async fn require(&self, tenant: &str, id: &PluginId) -> Result<PluginRecord, RegistryError> {
+        self.get(tenant, id)
+            .await?
+            .ok_or_else(|| RegistryError::NotFound {
+                tenant: tenant.into(),
+                id: id.to_string(),
+            })
+    }
+
     /// Every plugin of `tenant`, sorted by name and version.
     pub async fn list(&self, tenant: &str) -> Result<Vec<PluginRecord>, RegistryError> {
         let prefix =
@@ -218,13 +228,7 @@ impl PluginRegistry {
         tenant: &str,
         id: &PluginId,
     ) -> Result<PluginComponent, RegistryError> {
-        let record = self
-            .get(tenant, id)
-            .await?
-            .ok_or_else(|| RegistryError::NotFound {
-                tenant: tenant.into(),
-                id: id.to_string(),
-            })?;
+        let record = self.require(tenant, id).await?;
         let path = self.blob_path(&record.sha256);
         let bytes = std::fs::read(&path).map_err(|source| RegistryError::Io {
             path: path.display().to_string(),
@@ -264,13 +268,7 @@ impl PluginRegistry {
             });
         }
         let key = Self::key(tenant, id)?;
-        let record = self
-            .get(tenant, id)
-            .await?
-            .ok_or_else(|| RegistryError::NotFound {
-                tenant: tenant.into(),
-                id: id.to_string(),
-            })?;
+        let record = self.require(tenant, id).await?;
         self.store.delete(&key).await?;
         let still_used = self
             .store
