@@ -111,18 +111,26 @@ fn ensure_wasm_target() -> Result<()> {
 }
 
 /// Install the system tools the build and tests need, from Debian's packages, if
-/// missing: `protoc` (etcd-client's build) and `etcd` (the meta store tests).
+/// missing: `protoc` with protobuf's well-known types (the etcd client's and the
+/// admin API's build) and `etcd` (the meta store tests).
 fn ensure_system_tools() -> Result<()> {
-    let missing: Vec<&str> = [("protoc", "protobuf-compiler"), ("etcd", "etcd-server")]
-        .into_iter()
-        .filter(|(bin, _)| {
-            !Command::new("sh")
-                .args(["-c", &format!("command -v {bin}")])
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-        .map(|(_, package)| package)
-        .collect();
+    let missing: Vec<&str> = [
+        ("command -v protoc", "protobuf-compiler"),
+        (
+            "test -f /usr/include/google/protobuf/descriptor.proto",
+            "libprotobuf-dev",
+        ),
+        ("command -v etcd", "etcd-server"),
+    ]
+    .into_iter()
+    .filter(|(check, _)| {
+        !Command::new("sh")
+            .args(["-c", check])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+    .map(|(_, package)| package)
+    .collect();
     if missing.is_empty() {
         return Ok(());
     }
@@ -133,7 +141,7 @@ fn ensure_system_tools() -> Result<()> {
         .args(&missing)
         .env("DEBIAN_FRONTEND", "noninteractive"))
     .context(
-        "installing the system tools failed; install protobuf-compiler and etcd-server yourself",
+        "installing the system tools failed; install protobuf-compiler, libprotobuf-dev and etcd-server yourself",
     )
 }
 

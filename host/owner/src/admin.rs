@@ -173,12 +173,16 @@ pub fn apply_admin_job(
                     source,
                     filters,
                     sink,
+                    pipeline,
+                    spec,
                     target_ts,
                     ..
                 } = *new;
                 cf.info.source = source;
                 cf.info.filters = filters;
                 cf.info.sink = sink;
+                cf.info.pipeline = pipeline;
+                cf.info.spec = spec;
                 cf.info.target_ts = target_ts;
                 Ok(Effect::Updated)
             }

@@ -35,6 +35,13 @@ pub struct ChangefeedInfo {
     pub filters: Vec<PluginRef>,
     /// The sink plugin.
     pub sink: PluginRef,
+    /// Pipeline tuning (batch sizes, flush interval). Opaque to the owner; the
+    /// server parses it. Null means the defaults.
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub pipeline: serde_json::Value,
+    /// The operator's description as submitted (the changefeed file), for display.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
     /// Replication starts after this ts: the first checkpoint is `start-ts`.
     pub start_ts: CommitTs,
     /// The changefeed finishes once its checkpoint reaches this ts; none means never.
@@ -71,6 +78,8 @@ impl ChangefeedInfo {
             source,
             filters: Vec::new(),
             sink,
+            pipeline: serde_json::Value::Null,
+            spec: None,
             start_ts,
             target_ts: None,
             created_at_ms: 0,

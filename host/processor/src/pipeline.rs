@@ -22,6 +22,8 @@ pub struct Progress {
     pub rows_read: u64,
     /// Row changes handed to the sink (after filters).
     pub rows_written: u64,
+    /// Bytes of row data (wire size) handed to the sink.
+    pub bytes_written: u64,
     /// Transactions received.
     pub transactions: u64,
     /// Highest ts the source has resolved.
@@ -325,12 +327,14 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             }
             self.raise_fence(batch.max_commit_ts().unwrap_or_default())
                 .await?;
-            self.unacked_bytes += batch.wire_bytes();
+            let bytes = batch.wire_bytes();
+            self.unacked_bytes += bytes;
             self.unacked.push(Pending { schemas, batch });
             let last = self.unacked.last_mut().expect("just pushed");
             let result = self.sink.write(&last.schemas, &mut last.batch).await;
             self.retry_sink(result).await?;
             self.progress.rows_written += rows;
+            self.progress.bytes_written += bytes as u64;
         }
         self.written_through = self.written_through.max(self.pending_through);
         self.publish();

@@ -142,6 +142,22 @@ pub struct PipelineSection {
     /// Retries of one failing plugin call before the changefeed fails.
     #[serde(default = "default_retries")]
     pub max_retries: u32,
+    /// How often the checkpoint is saved (with `resume` or in a server), at most,
+    /// in milliseconds.
+    #[serde(default = "default_checkpoint_ms")]
+    pub checkpoint_interval_ms: u64,
+    /// How far ahead of the rows written the saved fence runs, in milliseconds of
+    /// upstream time: larger means fewer saves and more rows flagged replay after a
+    /// crash.
+    #[serde(default = "default_fence_ms")]
+    pub fence_ahead_ms: u64,
+}
+
+fn default_checkpoint_ms() -> u64 {
+    500
+}
+fn default_fence_ms() -> u64 {
+    2_000
 }
 
 fn default_batch_rows() -> usize {
@@ -168,6 +184,8 @@ impl Default for PipelineSection {
             flush_interval_ms: default_flush_ms(),
             event_cache_count: default_cache(),
             max_retries: default_retries(),
+            checkpoint_interval_ms: default_checkpoint_ms(),
+            fence_ahead_ms: default_fence_ms(),
         }
     }
 }
@@ -242,27 +260,55 @@ impl ChangefeedFile {
             section.validate(&format!("filters[{i}]"))?;
         }
         self.sink.validate("sink")?;
-        let p = &self.pipeline;
-        if p.max_batch_rows == 0 {
+        self.pipeline.validate()
+    }
+
+    /// The pipeline tuning.
+    pub fn pipeline_config(&self) -> sluice_processor::PipelineConfig {
+        self.pipeline.to_config()
+    }
+}
+
+impl PipelineSection {
+    /// Checks beyond the types.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.max_batch_rows == 0 {
             bail!("pipeline.max-batch-rows must be at least 1");
         }
-        if p.flush_interval_ms == 0 {
+        if self.flush_interval_ms == 0 {
             bail!("pipeline.flush-interval-ms must be at least 1");
         }
         Ok(())
     }
 
     /// The pipeline tuning.
-    pub fn pipeline_config(&self) -> sluice_processor::PipelineConfig {
-        let p = &self.pipeline;
+    pub fn to_config(&self) -> sluice_processor::PipelineConfig {
+        let p = self;
         sluice_processor::PipelineConfig {
             max_batch_rows: p.max_batch_rows,
             max_batch_bytes: p.max_batch_bytes.0 as usize,
             flush_interval: Duration::from_millis(p.flush_interval_ms),
             event_cache_count: p.event_cache_count,
             max_retries: p.max_retries,
+            checkpoint_interval: Duration::from_millis(p.checkpoint_interval_ms),
+            fence_ahead: Duration::from_millis(p.fence_ahead_ms),
             ..Default::default()
         }
+    }
+}
+
+impl LimitsSection {
+    pub fn validate(&self, at: &str) -> anyhow::Result<()> {
+        if self.memory.0 < (1 << 20) {
+            bail!(
+                "{at}.limits.memory is {} bytes; give a plugin at least 1MiB",
+                self.memory.0
+            );
+        }
+        if self.call_timeout_ms == 0 || self.host_call_timeout_ms == 0 {
+            bail!("{at}.limits: timeouts must be at least 1 ms");
+        }
+        Ok(())
     }
 }
 
@@ -271,15 +317,7 @@ impl PluginSection {
         if self.plugin.trim().is_empty() {
             bail!("{at}.plugin is empty: name a plugin (e.g. \"sink-file\") or a .wasm path");
         }
-        if self.limits.memory.0 < (1 << 20) {
-            bail!(
-                "{at}.limits.memory is {} bytes; give a plugin at least 1MiB",
-                self.limits.memory.0
-            );
-        }
-        if self.limits.call_timeout_ms == 0 || self.limits.host_call_timeout_ms == 0 {
-            bail!("{at}.limits: timeouts must be at least 1 ms");
-        }
+        self.limits.validate(at)?;
         for addr in &self.capabilities.tcp {
             addr.parse::<SocketAddr>().map_err(|_| {
                 anyhow::anyhow!("{at}.capabilities.tcp: `{addr}` is not an ip:port pair")

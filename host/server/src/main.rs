@@ -1,13 +1,12 @@
 //! `sluice`: the Sluice command line.
 
+mod cli;
 mod config;
 mod progress;
-#[allow(
-    dead_code,
-    reason = "the server (issue 3) wires the registry; tested here meanwhile"
-)]
 mod registry;
 mod run;
+mod server;
+mod spec;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -36,6 +35,11 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
+    /// Run the server: the owner, the processors, the gRPC admin API and the HTTP
+    /// listener (`/metrics`, `/healthz`, `/api/v1/`), until Ctrl-C or SIGTERM.
+    Server(server::ServeArgs),
+    /// Talk to a running server: changefeeds, plugins, captures, status.
+    Cli(cli::CliArgs),
     /// Check that a file is a valid sink or filter component.
     CheckPlugin {
         /// The component (.wasm).
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "warn,sluice=info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -73,6 +78,8 @@ fn main() -> ExitCode {
                 quiet,
             } => run::run(&config, plugin_dir, quiet).await,
             Command::CheckPlugin { path, kind } => run::check_plugin(&path, &kind),
+            Command::Server(args) => server::serve(args).await,
+            Command::Cli(args) => cli::run(args).await,
         }
     });
     match result {
@@ -82,4 +89,24 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error with its causes, on one line (`outer: cause: cause`).
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// An `anyhow` error with its context, on one line.
+pub(crate) fn chain(e: &anyhow::Error) -> String {
+    format!("{e:#}")
 }

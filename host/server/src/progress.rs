@@ -1,5 +1,6 @@
-//! Durable positions for `sluice run` with `resume = true`: the task position of the
-//! changefeed in the embedded meta store (`<data-dir>/meta.redb`).
+//! Durable positions of a running changefeed: its task position in the meta store
+//! (for `sluice run` with `resume = true`, the embedded store in its data dir; for
+//! `sluice server`, the server's store, under the capture that runs it).
 
 use std::sync::Arc;
 
@@ -10,8 +11,8 @@ use sluice_meta::{Compare, MetaStore, Op, Revision, Txn, keys};
 use sluice_processor::{ProgressStore, ProgressStoreError, StoreFuture};
 
 /// The tenant and capture `sluice run` writes under (a single local process).
-const TENANT: &str = "default";
-const CAPTURE: &str = "local";
+pub const RUN_TENANT: &str = "default";
+pub const RUN_CAPTURE: &str = "local";
 
 /// What is saved (see `docs/meta-layout.md`, task position).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,29 +38,39 @@ pub struct MetaProgressStore {
 }
 
 impl MetaProgressStore {
-    /// Claim the changefeed's task position for this run (a new epoch). Returns the
-    /// store and the position the previous run left.
+    /// Claim the changefeed's task position on `capture` for a new run (a new
+    /// epoch of the key) that starts at `start` (`None`: at the saved checkpoint).
+    /// Returns the store and what earlier runs left: the position on this capture,
+    /// with its fence raised to the highest fence any capture saved, since rows up
+    /// to any of them may have reached the sink.
     pub async fn claim(
         store: Arc<dyn MetaStore>,
+        tenant: &str,
         changefeed: &str,
+        capture: &str,
+        start: Option<CheckpointTs>,
     ) -> anyhow::Result<(Self, TaskPosition)> {
         keys::ensure_layout(store.as_ref()).await?;
-        let key = keys::task_position(TENANT, changefeed, CAPTURE)?;
-        let (previous, compare) = match store.get(&key).await? {
-            Some(kv) => (
-                keys::decode::<TaskPosition>(&key, &kv.value)?,
-                Compare::mod_revision(&key, kv.mod_revision),
-            ),
-            None => (
-                TaskPosition {
-                    version: 1,
-                    ..TaskPosition::default()
-                },
-                Compare::absent(&key),
-            ),
+        let key = keys::task_position(tenant, changefeed, capture)?;
+        let prefix = keys::task_prefix(tenant, changefeed)?;
+        let mut previous = TaskPosition {
+            version: 1,
+            ..TaskPosition::default()
         };
+        let mut compare = Compare::absent(&key);
+        let mut highest_fence = 0;
+        for kv in store.list(&prefix).await?.kvs {
+            let position = keys::decode::<TaskPosition>(&kv.key, &kv.value)?;
+            highest_fence = highest_fence.max(position.fence_ts);
+            if kv.key == key {
+                compare = Compare::mod_revision(&key, kv.mod_revision);
+                previous = position;
+            }
+        }
+        previous.fence_ts = previous.fence_ts.max(highest_fence);
         let record = TaskPosition {
             epoch: previous.epoch + 1,
+            checkpoint_ts: start.map_or(previous.checkpoint_ts, CheckpointTs::get),
             ..previous.clone()
         };
         let result = store
@@ -72,7 +83,7 @@ impl MetaProgressStore {
             .context("claiming the changefeed's position")?;
         if !result.succeeded {
             bail!(
-                "another `sluice run` of changefeed {changefeed} claimed it at the same time; stop it first"
+                "another run of changefeed {changefeed} claimed its position at the same time; stop it first"
             );
         }
         Ok((
@@ -142,9 +153,10 @@ mod tests {
         let path = dir.path().join("meta.redb");
         let store: Arc<dyn MetaStore> =
             Arc::new(sluice_meta::EmbeddedMetaStore::open(&path).await.unwrap());
-        let (mut first, previous) = MetaProgressStore::claim(store.clone(), "orders")
-            .await
-            .unwrap();
+        let (mut first, previous) =
+            MetaProgressStore::claim(store.clone(), RUN_TENANT, "orders", RUN_CAPTURE, None)
+                .await
+                .unwrap();
         assert_eq!(previous.epoch, 0);
         first.save_fence(CommitTs(500)).await.unwrap();
         first
@@ -152,9 +164,10 @@ mod tests {
             .await
             .unwrap();
 
-        let (mut second, previous) = MetaProgressStore::claim(store.clone(), "orders")
-            .await
-            .unwrap();
+        let (mut second, previous) =
+            MetaProgressStore::claim(store.clone(), RUN_TENANT, "orders", RUN_CAPTURE, None)
+                .await
+                .unwrap();
         assert_eq!(
             previous,
             TaskPosition {
@@ -178,7 +191,10 @@ mod tests {
 
         let store: Arc<dyn MetaStore> =
             Arc::new(sluice_meta::EmbeddedMetaStore::open(&path).await.unwrap());
-        let (_third, previous) = MetaProgressStore::claim(store, "orders").await.unwrap();
+        let (_third, previous) =
+            MetaProgressStore::claim(store, RUN_TENANT, "orders", RUN_CAPTURE, None)
+                .await
+                .unwrap();
         assert_eq!(
             (previous.epoch, previous.checkpoint_ts, previous.fence_ts),
             (2, 360, 500)

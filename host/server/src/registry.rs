@@ -99,6 +99,11 @@ impl PluginRegistry {
         })
     }
 
+    /// The largest upload accepted, in bytes.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
     fn blob_path(&self, sha256: &str) -> PathBuf {
         self.blobs.join(format!("{sha256}.wasm"))
     }

@@ -84,7 +84,14 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
             .with_context(|| format!("cannot create the data dir {}", file.data_dir.display()))?;
         let path = file.data_dir.join(EmbeddedMetaStore::FILE_NAME);
         let store: Arc<dyn MetaStore> = Arc::new(EmbeddedMetaStore::open(&path).await?);
-        let (store, previous) = MetaProgressStore::claim(store, &file.changefeed.id).await?;
+        let (store, previous) = MetaProgressStore::claim(
+            store,
+            crate::progress::RUN_TENANT,
+            &file.changefeed.id,
+            crate::progress::RUN_CAPTURE,
+            None,
+        )
+        .await?;
         if previous.epoch > 0 {
             start = CheckpointTs(previous.checkpoint_ts);
             pipeline_config.replay_until = CommitTs(previous.fence_ts);

@@ -5,10 +5,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value as Json;
-use sha2::{Digest, Sha256};
 use sluice_core::Op;
 use sluice_source::{DatagenConfig, DatagenSource};
 use sluice_tests::{plugin_path, text_of, workspace_root};
+
+mod common;
+use common::{expected_rows, hash, lines_in};
 
 /// The quickstart file with its paths moved into `dir` and `edit` applied.
 fn quickstart_in(dir: &Path, edit: impl FnOnce(&mut toml::Table)) -> PathBuf {
@@ -45,31 +47,6 @@ fn sluice(args: &[&str]) -> std::process::Output {
         .args(args)
         .output()
         .expect("sluice runs")
-}
-
-fn lines_in(dir: &Path) -> Vec<Json> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    files
-        .iter()
-        .flat_map(|f| {
-            std::fs::read_to_string(f)
-                .unwrap()
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-fn hash(salt: &str, value: &str) -> String {
-    let mut h = Sha256::new();
-    h.update(salt.as_bytes());
-    h.update(value.as_bytes());
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[test]
@@ -266,44 +243,6 @@ fn ctrl_c_writes_what_was_read_and_exits_cleanly() {
         .unwrap_or_else(|| panic!("no row count in {stdout}"));
     assert!(read > 0 && read < 1_000_000, "{read}");
     assert_eq!(lines_in(&dir.path().join("out/changes")).len(), read);
-}
-
-/// Expected output lines (type, commit ts, data) per row, as sink-file writes them
-/// after filter-mask, for the quickstart workload with `total` rows.
-fn expected_rows(total: u64) -> Vec<Json> {
-    let mut g = DatagenSource::new(DatagenConfig {
-        seed: 42,
-        total_rows: total,
-        rate: 0,
-        ..Default::default()
-    })
-    .unwrap();
-    let mut rows = Vec::new();
-    while let Some(txn) = g.next_transaction() {
-        for row in &txn.rows {
-            let image = row.after.as_ref().or(row.before.as_ref()).unwrap();
-            let mut data = serde_json::Map::new();
-            for (col, v) in row.table.columns.iter().zip(image) {
-                let masked =
-                    row.table.table_name == "users" && (col.name == "email" || col.name == "name");
-                let text =
-                    text_of(v, col.ty).map(|t| if masked { hash("quickstart", &t) } else { t });
-                data.insert(col.name.clone(), text.map_or(Json::Null, Json::String));
-            }
-            let kind = match row.op {
-                Op::Insert => "INSERT",
-                Op::Update => "UPDATE",
-                Op::Delete => "DELETE",
-            };
-            rows.push(serde_json::json!({
-                "table": row.table.table_name,
-                "type": kind,
-                "commitTs": txn.commit_ts.get(),
-                "data": data,
-            }));
-        }
-    }
-    rows
 }
 
 #[test]

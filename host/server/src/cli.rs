@@ -1,0 +1,545 @@
+//! `sluice cli`: the admin client of `sluice server` (gRPC). Tables for people,
+//! `--output json` for scripts; a server error is one line on stderr and a
+//! non-zero exit code.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use sluice_api::v1 as pb;
+use sluice_api::v1::changefeed_service_client::ChangefeedServiceClient;
+use sluice_api::v1::cluster_service_client::ClusterServiceClient;
+use sluice_api::v1::plugin_service_client::PluginServiceClient;
+use tonic::transport::Channel;
+
+#[derive(Debug, Args)]
+pub struct CliArgs {
+    /// The server's gRPC address.
+    #[arg(
+        long,
+        env = "SLUICE_SERVER",
+        default_value = "http://127.0.0.1:8300",
+        global = true
+    )]
+    pub server: String,
+    /// How to print results.
+    #[arg(long, value_enum, default_value_t = Output::Table, global = true)]
+    pub output: Output,
+    /// The tenant (changefeed ids without `tenant/` and plugins belong to it).
+    #[arg(long, env = "SLUICE_TENANT", default_value = "default", global = true)]
+    pub tenant: String,
+    #[command(subcommand)]
+    pub command: CliCommand,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CliCommand {
+    /// Create, inspect and steer changefeeds.
+    #[command(subcommand)]
+    Changefeed(ChangefeedCommand),
+    /// Upload, list and remove plugins.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+    /// The captures (server processes) of the cluster.
+    #[command(subcommand)]
+    Capture(CaptureCommand),
+    /// The server's health and owner.
+    Status,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ChangefeedCommand {
+    /// Create a changefeed from a changefeed file and start it.
+    Create {
+        /// `name` or `tenant/name`.
+        #[arg(long, short = 'c')]
+        changefeed: String,
+        /// The changefeed file (TOML).
+        #[arg(long)]
+        config: PathBuf,
+        /// Replicate what commits after this ts (0: from the source's beginning).
+        #[arg(long, default_value_t = 0)]
+        start_ts: u64,
+        /// Finish once the checkpoint reaches this ts (0: never).
+        #[arg(long, default_value_t = 0)]
+        target_ts: u64,
+    },
+    /// List changefeeds (of --tenant; `--all-tenants` for every tenant).
+    List {
+        #[arg(long)]
+        all_tenants: bool,
+    },
+    /// Show a changefeed with its status.
+    Query {
+        #[arg(long, short = 'c')]
+        changefeed: String,
+    },
+    /// Stop a changefeed, keeping its checkpoint.
+    Pause {
+        #[arg(long, short = 'c')]
+        changefeed: String,
+    },
+    /// Start a stopped, failed or finished changefeed again.
+    Resume {
+        #[arg(long, short = 'c')]
+        changefeed: String,
+        /// Resume from this checkpoint instead of the changefeed's own.
+        #[arg(long)]
+        overwrite_checkpoint_ts: Option<u64>,
+    },
+    /// Replace the description of a stopped or failed changefeed.
+    Update {
+        #[arg(long, short = 'c')]
+        changefeed: String,
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long, default_value_t = 0)]
+        target_ts: u64,
+    },
+    /// Stop a changefeed and drop it.
+    Remove {
+        #[arg(long, short = 'c')]
+        changefeed: String,
+    },
+    /// Whether everything upstream is downstream (TiCDC's synced status).
+    Synced {
+        #[arg(long, short = 'c')]
+        changefeed: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Upload a component as `name@version`.
+    Upload {
+        /// The component (.wasm).
+        file: PathBuf,
+        /// `name@version`.
+        #[arg(long)]
+        id: String,
+        #[arg(long, value_parser = ["sink", "filter"])]
+        kind: String,
+    },
+    /// List the tenant's plugins.
+    List,
+    /// Remove `name@version` (refused while a changefeed uses it).
+    Remove {
+        #[arg(long)]
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CaptureCommand {
+    /// List the live captures.
+    List,
+}
+
+/// Runs one CLI command; a server error becomes one line.
+pub async fn run(args: CliArgs) -> anyhow::Result<()> {
+    let channel = Channel::from_shared(args.server.clone())
+        .with_context(|| format!("--server `{}` is not a URL", args.server))?
+        .connect()
+        .await
+        .with_context(|| format!("cannot reach the server at {}", args.server))?;
+    let out = execute(&args, channel).await.map_err(|status| {
+        anyhow::anyhow!(
+            "{}: {}",
+            code_name(status.code()),
+            status
+                .message()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        )
+    })?;
+    print(args.output, &out);
+    Ok(())
+}
+
+fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        InvalidArgument => "invalid argument",
+        NotFound => "not found",
+        AlreadyExists => "already exists",
+        FailedPrecondition => "not allowed now",
+        ResourceExhausted => "too large",
+        Unavailable => "unavailable",
+        DataLoss => "data loss",
+        _ => "error",
+    }
+}
+
+/// What a command printed: a list of rows or one object.
+enum Out {
+    Rows(Vec<&'static str>, Vec<Value>),
+    One(Value),
+}
+
+fn changefeed_ref(tenant: &str, id: &str) -> pb::ChangefeedRef {
+    match id.split_once('/') {
+        Some((t, n)) => pb::ChangefeedRef {
+            tenant: t.into(),
+            name: n.into(),
+        },
+        None => pb::ChangefeedRef {
+            tenant: tenant.into(),
+            name: id.into(),
+        },
+    }
+}
+
+fn plugin_ref(tenant: &str, id: &str) -> Result<pb::PluginRef, tonic::Status> {
+    let (name, version) = id.split_once('@').ok_or_else(|| {
+        tonic::Status::invalid_argument(format!(
+            "plugin `{id}` has no version; write it as name@version, e.g. `{id}@0.1.0`"
+        ))
+    })?;
+    Ok(pb::PluginRef {
+        tenant: tenant.into(),
+        name: name.into(),
+        version: version.into(),
+    })
+}
+
+fn read(path: &PathBuf) -> Result<String, tonic::Status> {
+    std::fs::read_to_string(path).map_err(|e| {
+        tonic::Status::invalid_argument(format!("cannot read {}: {e}", path.display()))
+    })
+}
+
+fn state_name(s: i32) -> &'static str {
+    match pb::FeedState::try_from(s) {
+        Ok(pb::FeedState::Normal) => "normal",
+        Ok(pb::FeedState::Warning) => "warning",
+        Ok(pb::FeedState::Pending) => "pending",
+        Ok(pb::FeedState::Failed) => "failed",
+        Ok(pb::FeedState::Stopped) => "stopped",
+        Ok(pb::FeedState::Finished) => "finished",
+        Ok(pb::FeedState::Removed) => "removed",
+        _ => "unknown",
+    }
+}
+
+fn id_text(r: &Option<pb::ChangefeedRef>) -> String {
+    r.as_ref()
+        .map(|r| format!("{}/{}", r.tenant, r.name))
+        .unwrap_or_default()
+}
+
+fn changefeed_json(c: &pb::Changefeed) -> Value {
+    json!({
+        "id": id_text(&c.id),
+        "state": state_name(c.state),
+        "checkpoint-ts": c.checkpoint_ts,
+        "epoch": c.epoch,
+        "sink": c.sink,
+        "filters": c.filters,
+        "start-ts": c.start_ts,
+        "target-ts": c.target_ts,
+        "created-at-ms": c.created_at_ms,
+        "failure": c.failure,
+    })
+}
+
+fn status_json(s: &pb::ChangefeedStatus) -> Value {
+    let records = |list: &[pb::ErrorRecord]| {
+        list.iter()
+            .map(|e| json!({"at-ms": e.at_ms, "kind": e.kind, "message": e.message}))
+            .collect::<Vec<_>>()
+    };
+    json!({
+        "state": state_name(s.state),
+        "checkpoint-ts": s.checkpoint_ts,
+        "resolved-ts": s.resolved_ts,
+        "checkpoint-lag-ms": s.checkpoint_lag_ms,
+        "resolved-lag-ms": s.resolved_lag_ms,
+        "epoch": s.epoch,
+        "rows-read": s.rows_read,
+        "rows-written": s.rows_written,
+        "retries": s.retries,
+        "sink-data-dir": s.sink_data_dir,
+        "failure": s.failure,
+        "errors": records(&s.last_errors),
+        "warnings": records(&s.last_warnings),
+    })
+}
+
+fn plugin_json(p: &pb::Plugin) -> Value {
+    let id = p.id.clone().unwrap_or_default();
+    json!({
+        "id": format!("{}@{}", id.name, id.version),
+        "tenant": id.tenant,
+        "world": match pb::PluginWorld::try_from(p.world) {
+            Ok(pb::PluginWorld::Sink) => "sink",
+            Ok(pb::PluginWorld::Filter) => "filter",
+            _ => "unknown",
+        },
+        "sha256": p.sha256,
+        "size-bytes": p.size_bytes,
+        "uploaded-at-ms": p.uploaded_at_ms,
+        "used-by": p.used_by.iter().map(|r| format!("{}/{}", r.tenant, r.name)).collect::<Vec<_>>(),
+    })
+}
+
+async fn execute(args: &CliArgs, channel: Channel) -> Result<Out, tonic::Status> {
+    let tenant = args.tenant.as_str();
+    let mut feeds = ChangefeedServiceClient::new(channel.clone());
+    let mut plugins = PluginServiceClient::new(channel.clone());
+    let mut cluster = ClusterServiceClient::new(channel);
+    let one = |c: pb::Changefeed| Out::One(changefeed_json(&c));
+    Ok(match &args.command {
+        CliCommand::Changefeed(cmd) => match cmd {
+            ChangefeedCommand::Create {
+                changefeed,
+                config,
+                start_ts,
+                target_ts,
+            } => one(feeds
+                .create_changefeed(pb::CreateChangefeedRequest {
+                    id: Some(changefeed_ref(tenant, changefeed)),
+                    config_toml: read(config)?,
+                    start_ts: *start_ts,
+                    target_ts: *target_ts,
+                })
+                .await?
+                .into_inner()),
+            ChangefeedCommand::List { all_tenants } => {
+                let list = feeds
+                    .list_changefeeds(pb::ListChangefeedsRequest {
+                        tenant: if *all_tenants {
+                            String::new()
+                        } else {
+                            tenant.into()
+                        },
+                    })
+                    .await?
+                    .into_inner();
+                Out::Rows(
+                    vec!["id", "state", "checkpoint-ts", "epoch", "sink"],
+                    list.changefeeds.iter().map(changefeed_json).collect(),
+                )
+            }
+            ChangefeedCommand::Query { changefeed } => {
+                let r = changefeed_ref(tenant, changefeed);
+                let info = feeds.get_changefeed(r.clone()).await?.into_inner();
+                let status = feeds.get_status(r).await?.into_inner();
+                let mut v = changefeed_json(&info);
+                v["status"] = status_json(&status);
+                v["config"] = json!(info.config_toml);
+                Out::One(v)
+            }
+            ChangefeedCommand::Pause { changefeed } => one(feeds
+                .pause_changefeed(changefeed_ref(tenant, changefeed))
+                .await?
+                .into_inner()),
+            ChangefeedCommand::Resume {
+                changefeed,
+                overwrite_checkpoint_ts,
+            } => one(feeds
+                .resume_changefeed(pb::ResumeChangefeedRequest {
+                    id: Some(changefeed_ref(tenant, changefeed)),
+                    overwrite_checkpoint_ts: *overwrite_checkpoint_ts,
+                })
+                .await?
+                .into_inner()),
+            ChangefeedCommand::Update {
+                changefeed,
+                config,
+                target_ts,
+            } => one(feeds
+                .update_changefeed(pb::UpdateChangefeedRequest {
+                    id: Some(changefeed_ref(tenant, changefeed)),
+                    config_toml: read(config)?,
+                    target_ts: *target_ts,
+                })
+                .await?
+                .into_inner()),
+            ChangefeedCommand::Remove { changefeed } => one(feeds
+                .remove_changefeed(changefeed_ref(tenant, changefeed))
+                .await?
+                .into_inner()),
+            ChangefeedCommand::Synced { changefeed } => {
+                let s = feeds
+                    .get_synced_status(changefeed_ref(tenant, changefeed))
+                    .await?
+                    .into_inner();
+                Out::One(json!({
+                    "synced": s.synced,
+                    "checkpoint-ts": s.checkpoint_ts,
+                    "puller-resolved-ts": s.puller_resolved_ts,
+                    "last-synced-ts": s.last_synced_ts,
+                    "now-ts": s.now_ts,
+                    "info": s.info,
+                }))
+            }
+        },
+        CliCommand::Plugin(cmd) => match cmd {
+            PluginCommand::Upload { file, id, kind } => {
+                let bytes = std::fs::read(file).map_err(|e| {
+                    tonic::Status::invalid_argument(format!("cannot read {}: {e}", file.display()))
+                })?;
+                let sha256: String = Sha256::digest(&bytes)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                let world = if kind == "sink" {
+                    pb::PluginWorld::Sink
+                } else {
+                    pb::PluginWorld::Filter
+                };
+                let header = pb::UploadPluginRequest {
+                    part: Some(pb::upload_plugin_request::Part::Header(pb::PluginHeader {
+                        id: Some(plugin_ref(tenant, id)?),
+                        world: world.into(),
+                        sha256,
+                    })),
+                };
+                let chunks = bytes.chunks(1 << 20).map(|c| pb::UploadPluginRequest {
+                    part: Some(pb::upload_plugin_request::Part::Chunk(c.to_vec())),
+                });
+                let messages: Vec<_> = std::iter::once(header).chain(chunks).collect();
+                let p = plugins
+                    .upload_plugin(tokio_stream::iter(messages))
+                    .await?
+                    .into_inner();
+                Out::One(plugin_json(&p))
+            }
+            PluginCommand::List => {
+                let list = plugins
+                    .list_plugins(pb::ListPluginsRequest {
+                        tenant: tenant.into(),
+                    })
+                    .await?
+                    .into_inner();
+                Out::Rows(
+                    vec!["id", "world", "size-bytes", "sha256", "used-by"],
+                    list.plugins.iter().map(plugin_json).collect(),
+                )
+            }
+            PluginCommand::Remove { id } => Out::One(plugin_json(
+                &plugins
+                    .delete_plugin(plugin_ref(tenant, id)?)
+                    .await?
+                    .into_inner(),
+            )),
+        },
+        CliCommand::Capture(CaptureCommand::List) => {
+            let list = cluster
+                .list_captures(pb::ListCapturesRequest {})
+                .await?
+                .into_inner();
+            Out::Rows(
+                vec!["id", "address", "is-owner", "version"],
+                list.captures
+                    .iter()
+                    .map(|c| {
+                        json!({"id": c.id, "address": c.address, "is-owner": c.is_owner,
+                               "version": c.version, "started-at-ms": c.started_at_ms})
+                    })
+                    .collect(),
+            )
+        }
+        CliCommand::Status => {
+            let health = cluster.health(pb::HealthRequest {}).await?.into_inner();
+            let owner = cluster
+                .get_owner(pb::GetOwnerRequest {})
+                .await
+                .map(|r| r.into_inner());
+            Out::One(json!({
+                "healthy": health.healthy,
+                "detail": health.detail,
+                "owner": owner.as_ref().map(|o| o.id.clone()).unwrap_or_default(),
+                "owner-address": owner.map(|o| o.address).unwrap_or_default(),
+            }))
+        }
+    })
+}
+
+fn cell(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(a) => a.iter().map(cell).collect::<Vec<_>>().join(","),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn print(output: Output, out: &Out) {
+    match (output, out) {
+        (Output::Json, Out::Rows(_, rows)) => {
+            println!("{}", serde_json::to_string_pretty(rows).expect("json"))
+        }
+        (Output::Json, Out::One(v)) => {
+            println!("{}", serde_json::to_string_pretty(v).expect("json"))
+        }
+        (Output::Table, Out::Rows(columns, rows)) => {
+            let cells: Vec<Vec<String>> = rows
+                .iter()
+                .map(|r| columns.iter().map(|c| cell(&r[*c])).collect())
+                .collect();
+            let widths: Vec<usize> = columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    cells
+                        .iter()
+                        .map(|r| r[i].len())
+                        .chain([c.len()])
+                        .max()
+                        .unwrap_or(0)
+                })
+                .collect();
+            let line = |values: Vec<String>| {
+                let text: Vec<String> = values
+                    .iter()
+                    .zip(&widths)
+                    .map(|(v, w)| format!("{v:<w$}"))
+                    .collect();
+                println!("{}", text.join("  ").trim_end());
+            };
+            line(columns.iter().map(|c| c.to_uppercase()).collect());
+            for r in cells {
+                line(r);
+            }
+        }
+        (Output::Table, Out::One(v)) => print_object(v, ""),
+    }
+}
+
+fn print_object(v: &Value, indent: &str) {
+    let Some(map) = v.as_object() else {
+        println!("{indent}{}", cell(v));
+        return;
+    };
+    for (k, v) in map {
+        match v {
+            Value::Object(_) => {
+                println!("{indent}{k}:");
+                print_object(v, &format!("{indent}  "));
+            }
+            Value::String(s) if s.contains('\n') => {
+                println!("{indent}{k}: |");
+                for line in s.lines() {
+                    println!("{indent}  {line}");
+                }
+            }
+            Value::Array(a) if a.iter().any(Value::is_object) => {
+                println!("{indent}{k}:");
+                for item in a {
+                    println!("{indent}  - {}", serde_json::to_string(item).expect("json"));
+                }
+            }
+            _ => println!("{indent}{k}: {}", cell(v)),
+        }
+    }
+}

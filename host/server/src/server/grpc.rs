@@ -1,0 +1,577 @@
+//! The gRPC admin API (`sluice.v1`): changefeeds, cluster, plugins.
+
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use sluice_api::v1 as pb;
+use sluice_api::v1::changefeed_service_server::{ChangefeedService, ChangefeedServiceServer};
+use sluice_api::v1::cluster_service_server::{ClusterService, ClusterServiceServer};
+use sluice_api::v1::plugin_service_server::{PluginService, PluginServiceServer};
+use sluice_core::{CheckpointTs, CommitTs};
+use sluice_meta::keys::{self, MetaKey};
+use sluice_owner::{AdminJob, ChangefeedId, Clock, FeedState, PluginId, SystemClock};
+use sluice_runtime::PluginKind;
+use tokio::sync::Mutex;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::owner::{FeedView, Owner};
+use super::{CaptureInfo, Ctx};
+use crate::registry::{PluginRecord, RegistryError};
+
+#[derive(Clone)]
+pub struct Api {
+    pub ctx: Arc<Ctx>,
+    pub owner: Arc<Mutex<Owner>>,
+}
+
+impl Api {
+    pub fn changefeeds(&self) -> ChangefeedServiceServer<Api> {
+        ChangefeedServiceServer::new(self.clone())
+    }
+    pub fn cluster(&self) -> ClusterServiceServer<Api> {
+        ClusterServiceServer::new(self.clone())
+    }
+    pub fn plugins(&self) -> PluginServiceServer<Api> {
+        // Chunks are small; the whole upload is bounded by the registry's limit.
+        PluginServiceServer::new(self.clone())
+    }
+}
+
+fn changefeed_id(r: Option<&pb::ChangefeedRef>) -> Result<ChangefeedId, Status> {
+    let r = r.ok_or_else(|| Status::invalid_argument("the request names no changefeed (id)"))?;
+    let tenant = if r.tenant.is_empty() {
+        sluice_owner::DEFAULT_TENANT
+    } else {
+        &r.tenant
+    };
+    ChangefeedId::new(tenant, &r.name).map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+fn plugin_id(r: Option<&pb::PluginRef>) -> Result<(String, PluginId), Status> {
+    let r = r.ok_or_else(|| Status::invalid_argument("the request names no plugin (id)"))?;
+    let tenant = if r.tenant.is_empty() {
+        sluice_owner::DEFAULT_TENANT.to_string()
+    } else {
+        r.tenant.clone()
+    };
+    sluice_owner::validate_name(sluice_owner::NameKind::Tenant, &tenant)
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    let id =
+        PluginId::new(&r.name, &r.version).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    Ok((tenant, id))
+}
+
+fn ts(v: u64) -> Option<CommitTs> {
+    (v > 0).then_some(CommitTs(v))
+}
+
+pub fn state_pb(s: FeedState) -> pb::FeedState {
+    match s {
+        FeedState::Normal => pb::FeedState::Normal,
+        FeedState::Warning => pb::FeedState::Warning,
+        FeedState::Pending => pb::FeedState::Pending,
+        FeedState::Failed => pb::FeedState::Failed,
+        FeedState::Stopped => pb::FeedState::Stopped,
+        FeedState::Finished => pb::FeedState::Finished,
+        FeedState::Removed => pb::FeedState::Removed,
+    }
+}
+
+fn id_pb(id: &ChangefeedId) -> pb::ChangefeedRef {
+    pb::ChangefeedRef {
+        tenant: id.tenant().to_string(),
+        name: id.name().to_string(),
+    }
+}
+
+fn changefeed_pb(v: &FeedView) -> pb::Changefeed {
+    let info = &v.changefeed.info;
+    pb::Changefeed {
+        id: Some(id_pb(&info.id)),
+        state: state_pb(info.state).into(),
+        config_toml: info.spec.clone().unwrap_or_default(),
+        start_ts: info.start_ts.get(),
+        target_ts: info.target_ts.map_or(0, CommitTs::get),
+        checkpoint_ts: v.changefeed.checkpoint().get(),
+        epoch: info.epoch.0,
+        created_at_ms: info.created_at_ms,
+        failure: info
+            .failure
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        sink: info.sink.plugin.to_string(),
+        filters: info.filters.iter().map(|f| f.plugin.to_string()).collect(),
+    }
+}
+
+/// Wall-clock lag of a ts behind now, in milliseconds.
+fn lag_ms(ts: u64, now_ms: u64) -> u64 {
+    if ts == 0 {
+        return 0;
+    }
+    now_ms.saturating_sub(CommitTs(ts).physical_millis())
+}
+
+pub fn status_pb(v: &FeedView) -> pb::ChangefeedStatus {
+    let info = &v.changefeed.info;
+    let now = SystemClock.now_ms();
+    let checkpoint = v.changefeed.checkpoint().get();
+    let resolved = v.resolved_ts.get();
+    let counters = v.counters();
+    pb::ChangefeedStatus {
+        id: Some(id_pb(&info.id)),
+        state: state_pb(info.state).into(),
+        checkpoint_ts: checkpoint,
+        resolved_ts: resolved,
+        checkpoint_lag_ms: lag_ms(checkpoint, now),
+        resolved_lag_ms: lag_ms(resolved, now),
+        epoch: info.epoch.0,
+        last_errors: info
+            .errors
+            .iter()
+            .map(|e| pb::ErrorRecord {
+                at_ms: e.at_ms,
+                kind: e.kind.as_str().to_string(),
+                message: e.message.clone(),
+            })
+            .collect(),
+        last_warnings: info
+            .warnings
+            .iter()
+            .map(|w| pb::ErrorRecord {
+                at_ms: w.at_ms,
+                kind: "warning".into(),
+                message: w.message.clone(),
+            })
+            .collect(),
+        rows_read: counters.rows_read,
+        rows_written: counters.rows_written,
+        retries: counters.retries,
+        sink_data_dir: v
+            .sink_data_dir
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        failure: info
+            .failure
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+    }
+}
+
+/// TiCDC's synced status: synced once everything the source resolved is
+/// downstream and nothing new arrived for a while.
+pub fn synced_pb(v: &FeedView, quiet_ms: u64) -> pb::SyncedStatus {
+    let now = SystemClock.now_ms();
+    let checkpoint = v.changefeed.checkpoint().get();
+    let resolved = v.resolved_ts.get();
+    let idle_ms = now.saturating_sub(v.last_advance_ms);
+    let caught_up = checkpoint >= resolved;
+    let synced = caught_up && idle_ms >= quiet_ms;
+    let info = if synced {
+        "everything upstream up to the resolved ts is downstream".to_string()
+    } else if !caught_up {
+        format!("the checkpoint {checkpoint} is behind the resolved ts {resolved}; wait")
+    } else {
+        format!(
+            "caught up, but the checkpoint moved {idle_ms} ms ago; synced after {quiet_ms} ms without new data"
+        )
+    };
+    pb::SyncedStatus {
+        synced,
+        checkpoint_ts: checkpoint,
+        puller_resolved_ts: resolved,
+        last_synced_ts: checkpoint,
+        now_ts: CommitTs::compose(now, 0).get(),
+        info,
+    }
+}
+
+fn world_pb(world: &str) -> pb::PluginWorld {
+    match world {
+        "sink" => pb::PluginWorld::Sink,
+        "filter" => pb::PluginWorld::Filter,
+        _ => pb::PluginWorld::Unspecified,
+    }
+}
+
+fn plugin_pb(r: &PluginRecord, used_by: Vec<String>) -> pb::Plugin {
+    pb::Plugin {
+        id: Some(pb::PluginRef {
+            tenant: r.tenant.clone(),
+            name: r.name.clone(),
+            version: r.plugin_version.clone(),
+        }),
+        world: world_pb(&r.world).into(),
+        sha256: r.sha256.clone(),
+        size_bytes: r.size_bytes,
+        uploaded_at_ms: r.uploaded_at_ms,
+        used_by: used_by
+            .iter()
+            .filter_map(|u| u.split_once('/'))
+            .map(|(tenant, name)| pb::ChangefeedRef {
+                tenant: tenant.into(),
+                name: name.into(),
+            })
+            .collect(),
+    }
+}
+
+pub fn registry_status(e: RegistryError) -> Status {
+    let message = crate::error_chain(&e);
+    match e {
+        RegistryError::InvalidId(_) | RegistryError::NotAPlugin { .. } => {
+            Status::invalid_argument(message)
+        }
+        RegistryError::TooLarge { .. } => Status::resource_exhausted(message),
+        RegistryError::Conflict { .. } => Status::already_exists(message),
+        RegistryError::NotFound { .. } => Status::not_found(message),
+        RegistryError::InUse { .. } => Status::failed_precondition(message),
+        RegistryError::Damaged { .. } => Status::data_loss(message),
+        RegistryError::Store(_) | RegistryError::Io { .. } => Status::unavailable(message),
+    }
+}
+
+#[tonic::async_trait]
+impl ChangefeedService for Api {
+    async fn create_changefeed(
+        &self,
+        request: Request<pb::CreateChangefeedRequest>,
+    ) -> Result<Response<pb::Changefeed>, Status> {
+        let r = request.into_inner();
+        let id = changefeed_id(r.id.as_ref())?;
+        let view = self
+            .owner
+            .lock()
+            .await
+            .create(id, &r.config_toml, CommitTs(r.start_ts), ts(r.target_ts))
+            .await?;
+        Ok(Response::new(changefeed_pb(&view)))
+    }
+
+    async fn get_changefeed(
+        &self,
+        request: Request<pb::ChangefeedRef>,
+    ) -> Result<Response<pb::Changefeed>, Status> {
+        let id = changefeed_id(Some(request.get_ref()))?;
+        let view = self.owner.lock().await.get(&id)?;
+        Ok(Response::new(changefeed_pb(&view)))
+    }
+
+    async fn list_changefeeds(
+        &self,
+        request: Request<pb::ListChangefeedsRequest>,
+    ) -> Result<Response<pb::ListChangefeedsResponse>, Status> {
+        let tenant = request.into_inner().tenant;
+        let views = self.owner.lock().await.list(&tenant);
+        Ok(Response::new(pb::ListChangefeedsResponse {
+            changefeeds: views.iter().map(changefeed_pb).collect(),
+        }))
+    }
+
+    async fn update_changefeed(
+        &self,
+        request: Request<pb::UpdateChangefeedRequest>,
+    ) -> Result<Response<pb::Changefeed>, Status> {
+        let r = request.into_inner();
+        let id = changefeed_id(r.id.as_ref())?;
+        let view = self
+            .owner
+            .lock()
+            .await
+            .update(&id, &r.config_toml, ts(r.target_ts))
+            .await?;
+        Ok(Response::new(changefeed_pb(&view)))
+    }
+
+    async fn pause_changefeed(
+        &self,
+        request: Request<pb::ChangefeedRef>,
+    ) -> Result<Response<pb::Changefeed>, Status> {
+        let id = changefeed_id(Some(request.get_ref()))?;
+        let view = self.owner.lock().await.admin(&id, AdminJob::Pause).await?;
+        Ok(Response::new(changefeed_pb(&view)))
+    }
+
+    async fn resume_changefeed(
+        &self,
+        request: Request<pb::ResumeChangefeedRequest>,
+    ) -> Result<Response<pb::Changefeed>, Status> {
+        let r = request.into_inner();
+        let id = changefeed_id(r.id.as_ref())?;
+        let job = AdminJob::Resume {
+            overwrite_checkpoint: r.overwrite_checkpoint_ts.map(CheckpointTs),
+        };
+        let view = self.owner.lock().await.admin(&id, job).await?;
+        Ok(Response::new(changefeed_pb(&view)))
+    }
+
+    async fn remove_changefeed(
+        &self,
+        request: Request<pb::ChangefeedRef>,
+    ) -> Result<Response<pb::Changefeed>, Status> {
+        let id = changefeed_id(Some(request.get_ref()))?;
+        let view = self.owner.lock().await.admin(&id, AdminJob::Remove).await?;
+        Ok(Response::new(changefeed_pb(&view)))
+    }
+
+    async fn get_status(
+        &self,
+        request: Request<pb::ChangefeedRef>,
+    ) -> Result<Response<pb::ChangefeedStatus>, Status> {
+        let id = changefeed_id(Some(request.get_ref()))?;
+        let view = self.owner.lock().await.get(&id)?;
+        Ok(Response::new(status_pb(&view)))
+    }
+
+    async fn get_synced_status(
+        &self,
+        request: Request<pb::ChangefeedRef>,
+    ) -> Result<Response<pb::SyncedStatus>, Status> {
+        let id = changefeed_id(Some(request.get_ref()))?;
+        let view = self.owner.lock().await.get(&id)?;
+        Ok(Response::new(synced_pb(&view, SYNCED_QUIET_MS)))
+    }
+}
+
+/// How long a caught-up changefeed must see no new data to count as synced.
+pub const SYNCED_QUIET_MS: u64 = 5_000;
+
+pub async fn captures(ctx: &Ctx) -> Result<Vec<pb::Capture>, Status> {
+    let store = &ctx.store;
+    let listing = store
+        .list(&keys::capture_prefix())
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+    let owners = store
+        .list(&keys::owner_prefix())
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+    // The owner is the candidate that campaigned first (lowest create revision).
+    let owner = owners
+        .kvs
+        .iter()
+        .min_by_key(|kv| kv.create_revision)
+        .and_then(|kv| keys::decode::<CaptureInfo>(&kv.key, &kv.value).ok())
+        .map(|c| c.id);
+    let mut out = Vec::new();
+    for kv in &listing.kvs {
+        if !matches!(MetaKey::parse(&kv.key), Some(MetaKey::Capture { .. })) {
+            continue;
+        }
+        let c: CaptureInfo =
+            keys::decode(&kv.key, &kv.value).map_err(|e| Status::internal(e.to_string()))?;
+        out.push(pb::Capture {
+            is_owner: owner.as_deref() == Some(c.id.as_str()),
+            id: c.id,
+            address: c.address,
+            version: c.sluice_version,
+            started_at_ms: c.started_at_ms,
+        });
+    }
+    Ok(out)
+}
+
+#[tonic::async_trait]
+impl ClusterService for Api {
+    async fn list_captures(
+        &self,
+        _: Request<pb::ListCapturesRequest>,
+    ) -> Result<Response<pb::ListCapturesResponse>, Status> {
+        Ok(Response::new(pb::ListCapturesResponse {
+            captures: captures(&self.ctx).await?,
+        }))
+    }
+
+    async fn list_processors(
+        &self,
+        request: Request<pb::ListProcessorsRequest>,
+    ) -> Result<Response<pb::ListProcessorsResponse>, Status> {
+        let tenant = request.into_inner().tenant;
+        let views = self.owner.lock().await.list(&tenant);
+        let processors = views
+            .iter()
+            .filter(|v| v.progress.is_some())
+            .map(|v| pb::Processor {
+                changefeed: Some(id_pb(v.changefeed.id())),
+                capture_id: self.ctx.capture_id.clone(),
+                checkpoint_ts: v.changefeed.checkpoint().get(),
+                resolved_ts: v.resolved_ts.get(),
+            })
+            .collect();
+        Ok(Response::new(pb::ListProcessorsResponse { processors }))
+    }
+
+    async fn get_owner(
+        &self,
+        _: Request<pb::GetOwnerRequest>,
+    ) -> Result<Response<pb::Capture>, Status> {
+        captures(&self.ctx)
+            .await?
+            .into_iter()
+            .find(|c| c.is_owner)
+            .map(Response::new)
+            .ok_or_else(|| Status::unavailable("no owner is elected; retry shortly"))
+    }
+
+    async fn health(
+        &self,
+        _: Request<pb::HealthRequest>,
+    ) -> Result<Response<pb::HealthResponse>, Status> {
+        let (healthy, detail) = health(&self.ctx).await;
+        Ok(Response::new(pb::HealthResponse { healthy, detail }))
+    }
+}
+
+/// Whether the server can do its work: the meta store answers.
+pub async fn health(ctx: &Ctx) -> (bool, String) {
+    match ctx.store.revision().await {
+        Ok(rev) => (
+            true,
+            format!(
+                "meta store at revision {}, up {} s",
+                rev.get(),
+                ctx.started.elapsed().as_secs()
+            ),
+        ),
+        Err(e) => (false, format!("meta store unavailable: {e}")),
+    }
+}
+
+#[tonic::async_trait]
+impl PluginService for Api {
+    async fn upload_plugin(
+        &self,
+        request: Request<Streaming<pb::UploadPluginRequest>>,
+    ) -> Result<Response<pb::Plugin>, Status> {
+        let mut stream = request.into_inner();
+        let limit = self.ctx.registry.max_bytes();
+        let header = match stream.next().await {
+            Some(Ok(pb::UploadPluginRequest {
+                part: Some(pb::upload_plugin_request::Part::Header(h)),
+            })) => h,
+            Some(Err(e)) => return Err(e),
+            _ => {
+                return Err(Status::invalid_argument(
+                    "the first message of an upload must be the header (id, world, sha256)",
+                ));
+            }
+        };
+        let (tenant, id) = plugin_id(header.id.as_ref())?;
+        let kind = match pb::PluginWorld::try_from(header.world) {
+            Ok(pb::PluginWorld::Sink) => PluginKind::Sink,
+            Ok(pb::PluginWorld::Filter) => PluginKind::Filter,
+            _ => {
+                return Err(Status::invalid_argument(
+                    "the header names no world: say whether the plugin is a sink or a filter",
+                ));
+            }
+        };
+        let mut bytes = Vec::new();
+        while let Some(message) = stream.next().await {
+            match message?.part {
+                Some(pb::upload_plugin_request::Part::Chunk(chunk)) => {
+                    if (bytes.len() + chunk.len()) as u64 > limit {
+                        return Err(Status::resource_exhausted(format!(
+                            "the plugin is over the upload limit of {limit} bytes; make it smaller (build with the plugin profile) or ask the operator to raise --max-plugin-mib"
+                        )));
+                    }
+                    bytes.extend_from_slice(&chunk);
+                }
+                _ => {
+                    return Err(Status::invalid_argument(
+                        "only the first message of an upload may be a header",
+                    ));
+                }
+            }
+        }
+        if !header.sha256.is_empty() {
+            let got: String = Sha256::digest(&bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            if !got.eq_ignore_ascii_case(&header.sha256) {
+                return Err(Status::data_loss(format!(
+                    "the upload arrived with sha256 {got}, not {} as announced; upload again",
+                    header.sha256
+                )));
+            }
+        }
+        let record = self
+            .ctx
+            .registry
+            .upload(&tenant, &id, kind, &bytes)
+            .await
+            .map_err(registry_status)?;
+        let used_by = self.owner.lock().await.users_of(&tenant, &id);
+        Ok(Response::new(plugin_pb(&record, used_by)))
+    }
+
+    async fn list_plugins(
+        &self,
+        request: Request<pb::ListPluginsRequest>,
+    ) -> Result<Response<pb::ListPluginsResponse>, Status> {
+        let mut tenant = request.into_inner().tenant;
+        if tenant.is_empty() {
+            tenant = sluice_owner::DEFAULT_TENANT.into();
+        }
+        let records = self
+            .ctx
+            .registry
+            .list(&tenant)
+            .await
+            .map_err(registry_status)?;
+        let owner = self.owner.lock().await;
+        let plugins = records
+            .iter()
+            .map(|r| {
+                let used_by = PluginId::new(&r.name, &r.plugin_version)
+                    .map(|id| owner.users_of(&tenant, &id))
+                    .unwrap_or_default();
+                plugin_pb(r, used_by)
+            })
+            .collect();
+        Ok(Response::new(pb::ListPluginsResponse { plugins }))
+    }
+
+    async fn get_plugin(
+        &self,
+        request: Request<pb::PluginRef>,
+    ) -> Result<Response<pb::Plugin>, Status> {
+        let (tenant, id) = plugin_id(Some(request.get_ref()))?;
+        let record = self
+            .ctx
+            .registry
+            .get(&tenant, &id)
+            .await
+            .map_err(registry_status)?
+            .ok_or_else(|| {
+                registry_status(RegistryError::NotFound {
+                    tenant: tenant.clone(),
+                    id: id.to_string(),
+                })
+            })?;
+        let used_by = self.owner.lock().await.users_of(&tenant, &id);
+        Ok(Response::new(plugin_pb(&record, used_by)))
+    }
+
+    async fn delete_plugin(
+        &self,
+        request: Request<pb::PluginRef>,
+    ) -> Result<Response<pb::Plugin>, Status> {
+        let (tenant, id) = plugin_id(Some(request.get_ref()))?;
+        // Holding the owner's lock: no changefeed can start using it meanwhile.
+        let owner = self.owner.lock().await;
+        let used_by = owner.users_of(&tenant, &id);
+        let record = self
+            .ctx
+            .registry
+            .delete(&tenant, &id, &used_by)
+            .await
+            .map_err(registry_status)?;
+        Ok(Response::new(plugin_pb(&record, Vec::new())))
+    }
+}

@@ -1,0 +1,376 @@
+//! The HTTP listener: `/metrics` (Prometheus text), `/healthz`, and JSON status
+//! under `/api/v1/`.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Json;
+use axum::extract::{Path, Query};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus::proto::{
+    Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
+};
+use serde_json::{Value, json};
+use sluice_core::CommitTs;
+use sluice_owner::{ChangefeedId, Clock, FeedState, SystemClock};
+use tokio::sync::Mutex;
+
+use super::Ctx;
+use super::grpc;
+use super::owner::{FeedView, Owner};
+
+#[derive(Clone)]
+pub struct State {
+    pub ctx: Arc<Ctx>,
+    pub owner: Arc<Mutex<Owner>>,
+}
+
+pub fn router(state: State) -> axum::Router {
+    axum::Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/api/v1/status", get(status))
+        .route("/api/v1/captures", get(captures))
+        .route("/api/v1/changefeeds", get(changefeeds))
+        .route("/api/v1/changefeeds/{tenant}/{name}", get(changefeed))
+        .with_state(state)
+}
+
+type S = axum::extract::State<State>;
+
+fn error(code: StatusCode, message: impl Into<String>) -> Response {
+    (code, Json(json!({ "error": message.into() }))).into_response()
+}
+
+async fn healthz(axum::extract::State(s): S) -> Response {
+    let (healthy, detail) = grpc::health(&s.ctx).await;
+    let code = if healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        format!("{}: {detail}\n", if healthy { "ok" } else { "unhealthy" }),
+    )
+        .into_response()
+}
+
+async fn status(axum::extract::State(s): S) -> Response {
+    let (healthy, detail) = grpc::health(&s.ctx).await;
+    let feeds = s.owner.lock().await.list("");
+    let mut by_state = serde_json::Map::new();
+    for v in &feeds {
+        let n = by_state
+            .entry(v.changefeed.state().as_str())
+            .or_insert(json!(0));
+        *n = json!(n.as_u64().unwrap_or(0) + 1);
+    }
+    Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "capture": s.ctx.capture_id,
+        "address": s.ctx.addr.to_string(),
+        "healthy": healthy,
+        "detail": detail,
+        "started-at-ms": s.ctx.started_at_ms,
+        "uptime-s": s.ctx.started.elapsed().as_secs(),
+        "changefeeds": feeds.len(),
+        "by-state": by_state,
+    }))
+    .into_response()
+}
+
+async fn captures(axum::extract::State(s): S) -> Response {
+    match grpc::captures(&s.ctx).await {
+        Ok(list) => Json(
+            list.iter()
+                .map(|c| {
+                    json!({
+                        "id": c.id, "address": c.address, "is-owner": c.is_owner,
+                        "version": c.version, "started-at-ms": c.started_at_ms,
+                    })
+                })
+                .collect::<Vec<_>>(),
+        )
+        .into_response(),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.message()),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct ListQuery {
+    #[serde(default)]
+    tenant: String,
+}
+
+/// A changefeed with its status, as JSON.
+pub fn view_json(v: &FeedView) -> Value {
+    let s = grpc::status_pb(v);
+    let info = &v.changefeed.info;
+    json!({
+        "tenant": info.id.tenant(),
+        "name": info.id.name(),
+        "state": info.state.as_str(),
+        "epoch": info.epoch.0,
+        "sink": info.sink.plugin.to_string(),
+        "filters": info.filters.iter().map(|f| f.plugin.to_string()).collect::<Vec<_>>(),
+        "start-ts": info.start_ts.get(),
+        "target-ts": info.target_ts.map(CommitTs::get),
+        "created-at-ms": info.created_at_ms,
+        "checkpoint-ts": s.checkpoint_ts,
+        "resolved-ts": s.resolved_ts,
+        "checkpoint-lag-ms": s.checkpoint_lag_ms,
+        "resolved-lag-ms": s.resolved_lag_ms,
+        "rows-read": s.rows_read,
+        "rows-written": s.rows_written,
+        "retries": s.retries,
+        "sink-data-dir": (!s.sink_data_dir.is_empty()).then_some(s.sink_data_dir),
+        "failure": (!s.failure.is_empty()).then_some(s.failure),
+        "errors": info.errors.iter().map(|e| json!({"at-ms": e.at_ms, "kind": e.kind.as_str(), "message": e.message})).collect::<Vec<_>>(),
+        "warnings": info.warnings.iter().map(|w| json!({"at-ms": w.at_ms, "message": w.message})).collect::<Vec<_>>(),
+    })
+}
+
+async fn changefeeds(axum::extract::State(s): S, Query(q): Query<ListQuery>) -> Response {
+    let feeds = s.owner.lock().await.list(&q.tenant);
+    Json(feeds.iter().map(view_json).collect::<Vec<_>>()).into_response()
+}
+
+async fn changefeed(
+    axum::extract::State(s): S,
+    Path((tenant, name)): Path<(String, String)>,
+) -> Response {
+    let id = match ChangefeedId::new(tenant, name) {
+        Ok(id) => id,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    match s.owner.lock().await.get(&id) {
+        Ok(v) => Json(view_json(&v)).into_response(),
+        Err(e) => error(StatusCode::NOT_FOUND, e.message()),
+    }
+}
+
+// ------------------------------------------------------------------ metrics
+
+fn labels(pairs: &[(&str, &str)]) -> Vec<LabelPair> {
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            let mut l = LabelPair::default();
+            l.set_name((*k).to_string());
+            l.set_value((*v).to_string());
+            l
+        })
+        .collect()
+}
+
+struct Families(Vec<MetricFamily>);
+
+impl Families {
+    fn push(&mut self, name: &str, help: &str, kind: MetricType, metric: Metric) {
+        if let Some(f) = self.0.iter_mut().find(|f| f.name() == name) {
+            f.mut_metric().push(metric);
+            return;
+        }
+        let mut f = MetricFamily::default();
+        f.set_name(name.to_string());
+        f.set_help(help.to_string());
+        f.set_field_type(kind);
+        f.set_metric(vec![metric]);
+        self.0.push(f);
+    }
+
+    fn gauge(&mut self, name: &str, help: &str, l: &[(&str, &str)], value: f64) {
+        let mut g = Gauge::default();
+        g.set_value(value);
+        let mut m = Metric::from_label(labels(l));
+        m.set_gauge(g);
+        self.push(name, help, MetricType::GAUGE, m);
+    }
+
+    fn counter(&mut self, name: &str, help: &str, l: &[(&str, &str)], value: f64) {
+        let mut c = Counter::default();
+        c.set_value(value);
+        let mut m = Metric::from_label(labels(l));
+        m.set_counter(c);
+        self.push(name, help, MetricType::COUNTER, m);
+    }
+}
+
+const STATES: [FeedState; 7] = [
+    FeedState::Normal,
+    FeedState::Warning,
+    FeedState::Pending,
+    FeedState::Failed,
+    FeedState::Stopped,
+    FeedState::Finished,
+    FeedState::Removed,
+];
+
+/// Every metric, computed from the owner's view at scrape time.
+pub fn render_metrics(feeds: &[FeedView], healthy: bool) -> String {
+    let mut f = Families(Vec::new());
+    let now = SystemClock.now_ms();
+    f.gauge(
+        "sluice_up",
+        "1 while the server can reach its meta store.",
+        &[],
+        if healthy { 1.0 } else { 0.0 },
+    );
+    for v in feeds {
+        let info = &v.changefeed.info;
+        let (tenant, name) = (info.id.tenant(), info.id.name());
+        let l = [("tenant", tenant), ("changefeed", name)];
+        let checkpoint = v.changefeed.checkpoint().get();
+        let resolved = v.resolved_ts.get();
+        let lag = |ts: u64| {
+            if ts == 0 {
+                0.0
+            } else {
+                now.saturating_sub(CommitTs(ts).physical_millis()) as f64 / 1000.0
+            }
+        };
+        // A TSO does not fit a float exactly; its physical part (ms) does.
+        f.gauge(
+            "sluice_changefeed_checkpoint_ts_ms",
+            "Physical time (ms since the Unix epoch) of the checkpoint ts: every change committed up to it is downstream.",
+            &l,
+            CommitTs(checkpoint).physical_millis() as f64,
+        );
+        f.gauge(
+            "sluice_changefeed_resolved_ts_ms",
+            "Physical time (ms since the Unix epoch) of the resolved ts: the source delivered every change up to it.",
+            &l,
+            CommitTs(resolved).physical_millis() as f64,
+        );
+        f.gauge(
+            "sluice_changefeed_checkpoint_lag_seconds",
+            "Wall-clock time since the checkpoint's commit ts.",
+            &l,
+            lag(checkpoint),
+        );
+        f.gauge(
+            "sluice_changefeed_resolved_lag_seconds",
+            "Wall-clock time since the resolved ts.",
+            &l,
+            lag(resolved),
+        );
+        f.gauge(
+            "sluice_changefeed_epoch",
+            "Epoch of the changefeed's latest (re)start.",
+            &l,
+            info.epoch.0 as f64,
+        );
+        for state in STATES {
+            f.gauge(
+                "sluice_changefeed_state",
+                "1 for the changefeed's current state, 0 for the others.",
+                &[
+                    ("tenant", tenant),
+                    ("changefeed", name),
+                    ("state", state.as_str()),
+                ],
+                if state == info.state { 1.0 } else { 0.0 },
+            );
+        }
+        let c = v.counters();
+        f.counter(
+            "sluice_changefeed_rows_read_total",
+            "Row changes read from the source.",
+            &l,
+            c.rows_read as f64,
+        );
+        f.counter(
+            "sluice_changefeed_rows_written_total",
+            "Row changes handed to the sink (after filters).",
+            &l,
+            c.rows_written as f64,
+        );
+        f.counter(
+            "sluice_changefeed_bytes_written_total",
+            "Bytes of row data handed to the sink.",
+            &l,
+            c.bytes_written as f64,
+        );
+        f.counter(
+            "sluice_changefeed_retries_total",
+            "Plugin calls that failed and were retried.",
+            &l,
+            c.retries as f64,
+        );
+        f.counter(
+            "sluice_changefeed_errors_total",
+            "Errors recorded (the newest are in the status).",
+            &l,
+            info.errors.len() as f64,
+        );
+        for (role, plugin, stats) in &v.plugins {
+            let pl = [
+                ("tenant", tenant),
+                ("changefeed", name),
+                ("role", role.as_str()),
+                ("plugin", plugin.as_str()),
+            ];
+            f.gauge(
+                "sluice_plugin_memory_peak_bytes",
+                "Largest linear memory of one instance of the plugin.",
+                &pl,
+                stats.peak_memory_bytes.load(Ordering::Relaxed) as f64,
+            );
+            f.counter(
+                "sluice_plugin_traps_total",
+                "Instances stopped by a trap, quota or timeout.",
+                &pl,
+                stats.stops.load(Ordering::Relaxed) as f64,
+            );
+            f.counter(
+                "sluice_plugin_instantiations_total",
+                "Instances created.",
+                &pl,
+                stats.instantiations.load(Ordering::Relaxed) as f64,
+            );
+            let cumulative = stats.call_latency.cumulative();
+            let mut h = Histogram::default();
+            h.set_sample_count(stats.call_latency.count());
+            h.set_sample_sum(stats.call_latency.sum_seconds());
+            h.set_bucket(
+                sluice_runtime::LATENCY_BUCKETS
+                    .iter()
+                    .zip(cumulative)
+                    .map(|(bound, count)| {
+                        let mut b = Bucket::default();
+                        b.set_upper_bound(*bound);
+                        b.set_cumulative_count(count);
+                        b
+                    })
+                    .collect(),
+            );
+            let mut m = Metric::from_label(labels(&pl));
+            m.set_histogram(h);
+            f.push(
+                "sluice_plugin_call_duration_seconds",
+                "Latency of plugin calls (write, flush, transform, ...).",
+                MetricType::HISTOGRAM,
+                m,
+            );
+        }
+    }
+    let mut out = String::new();
+    let encoder = prometheus::TextEncoder::new();
+    if let Err(e) = encoder.encode_utf8(&f.0, &mut out) {
+        tracing::error!(error = %e, "Metrics could not be encoded.");
+    }
+    out
+}
+
+async fn metrics(axum::extract::State(s): S) -> Response {
+    let (healthy, _) = grpc::health(&s.ctx).await;
+    let feeds = s.owner.lock().await.list("");
+    (
+        [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
+        render_metrics(&feeds, healthy),
+    )
+        .into_response()
+}

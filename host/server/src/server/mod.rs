@@ -1,0 +1,274 @@
+//! `sluice server`: the owner and the processors of one capture, the gRPC admin
+//! API and the HTTP listener (`/metrics`, `/healthz`, `/api/v1/`). Single node for
+//! now: the capture registers itself and campaigns for ownership in the meta store
+//! with its lease, which leaves the seams for a cluster.
+
+mod grpc;
+mod http;
+mod owner;
+mod processor;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use sluice_meta::{EmbeddedMetaStore, EtcdMetaStore, LeaseId, MetaStore, Op, Txn, keys};
+use sluice_owner::{BackoffConfig, ChangefeedId};
+use sluice_runtime::{PluginRuntime, RuntimeConfig};
+use tokio::sync::{Mutex, mpsc};
+
+use crate::registry::PluginRegistry;
+use owner::Owner;
+
+/// `sluice server` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Where the server keeps its state: the embedded meta store, plugins,
+    /// precompiled artifacts and the plugins' data directories.
+    #[arg(long, default_value = ".sluice-server")]
+    pub data_dir: PathBuf,
+    /// Use etcd at these endpoints (comma-separated) instead of the embedded store.
+    #[arg(long, value_delimiter = ',')]
+    pub etcd: Vec<String>,
+    /// The gRPC admin API (`sluice cli` talks to it).
+    #[arg(long, default_value = "127.0.0.1:8300")]
+    pub addr: SocketAddr,
+    /// The HTTP listener: `/metrics`, `/healthz`, `/api/v1/`.
+    #[arg(long, default_value = "127.0.0.1:8301")]
+    pub http_addr: SocketAddr,
+    /// Largest plugin upload, in MiB.
+    #[arg(long, default_value_t = 64)]
+    pub max_plugin_mib: u64,
+    /// Wait after the first retryable error of a changefeed, in milliseconds (then
+    /// doubling up to --backoff-max-ms, with 10% jitter).
+    #[arg(long, default_value_t = 10_000)]
+    pub backoff_initial_ms: u64,
+    #[arg(long, default_value_t = 600_000)]
+    pub backoff_max_ms: u64,
+    /// A changefeed whose checkpoint has not moved for this long after an error fails.
+    #[arg(long, default_value_t = 1_800_000)]
+    pub fail_after_ms: u64,
+}
+
+/// What the owner, the processors and the API share.
+pub struct Ctx {
+    pub store: Arc<dyn MetaStore>,
+    pub registry: PluginRegistry,
+    pub data_dir: PathBuf,
+    pub capture_id: String,
+    pub addr: SocketAddr,
+    pub started: Instant,
+    pub started_at_ms: u64,
+    pub backoff: BackoffConfig,
+    /// Processors send their changefeed here when they end.
+    pub wake: mpsc::UnboundedSender<ChangefeedId>,
+}
+
+/// What a capture registers under `/sluice/v1/capture/{id}` (with its lease).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CaptureInfo {
+    pub version: u32,
+    pub id: String,
+    pub address: String,
+    pub sluice_version: String,
+    pub started_at_ms: u64,
+}
+
+/// A stable capture id per data dir: task positions are saved under it, so a
+/// restarted server finds its own.
+fn capture_id(data_dir: &std::path::Path) -> anyhow::Result<String> {
+    let path = data_dir.join("capture-id");
+    if let Ok(id) = std::fs::read_to_string(&path) {
+        let id = id.trim().to_string();
+        keys::validate_name(keys::NameKind::Capture, &id)
+            .with_context(|| format!("{} is damaged; delete it", path.display()))?;
+        return Ok(id);
+    }
+    // Unique enough for one cluster: the time, the process and the directory.
+    let seed = format!(
+        "{:?} {} {}",
+        std::time::SystemTime::now(),
+        std::process::id(),
+        data_dir.display()
+    );
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(seed.as_bytes());
+    let id: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, &id)?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(id)
+}
+
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let data_dir = args.data_dir.clone();
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("cannot create the data dir {}", data_dir.display()))?;
+    let store: Arc<dyn MetaStore> = if args.etcd.is_empty() {
+        Arc::new(EmbeddedMetaStore::open(data_dir.join(EmbeddedMetaStore::FILE_NAME)).await?)
+    } else {
+        Arc::new(
+            EtcdMetaStore::connect(&args.etcd)
+                .await
+                .with_context(|| format!("cannot reach etcd at {}", args.etcd.join(",")))?,
+        )
+    };
+    keys::ensure_layout(store.as_ref()).await?;
+    let backoff = BackoffConfig {
+        initial_interval_ms: args.backoff_initial_ms,
+        max_interval_ms: args.backoff_max_ms,
+        fail_after_ms: args.fail_after_ms,
+        ..BackoffConfig::default()
+    };
+    backoff.validate()?;
+
+    // Listeners first, so that a taken port fails before anything starts.
+    let grpc_listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .with_context(|| format!("cannot listen on {} (--addr)", args.addr))?;
+    let http_listener = tokio::net::TcpListener::bind(args.http_addr)
+        .await
+        .with_context(|| format!("cannot listen on {} (--http-addr)", args.http_addr))?;
+    let addr = grpc_listener.local_addr()?;
+    let http_addr = http_listener.local_addr()?;
+
+    let id = capture_id(&data_dir)?;
+    let started_at_ms = sluice_owner::Clock::now_ms(&sluice_owner::SystemClock);
+    let lease = register(store.as_ref(), &id, addr, started_at_ms).await?;
+    let keeper = tokio::spawn(keep_alive(store.clone(), lease.0, lease.1));
+
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        cache_dir: Some(data_dir.join("precompiled")),
+        ..RuntimeConfig::default()
+    })?;
+    let registry = PluginRegistry::new(
+        store.clone(),
+        runtime,
+        &data_dir.join("plugins"),
+        args.max_plugin_mib << 20,
+    )?;
+    let (wake, mut woken) = mpsc::unbounded_channel();
+    let ctx = Arc::new(Ctx {
+        store: store.clone(),
+        registry,
+        data_dir: data_dir.clone(),
+        capture_id: id.clone(),
+        addr,
+        started: Instant::now(),
+        started_at_ms,
+        backoff,
+        wake,
+    });
+    let owner = Arc::new(Mutex::new(Owner::load(ctx.clone()).await?));
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let owner_loop = tokio::spawn({
+        let owner = owner.clone();
+        let mut stop = stop_rx.clone();
+        async move {
+            loop {
+                tokio::select! {
+                    _ = woken.recv() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    _ = stop.changed() => break,
+                }
+                owner.lock().await.tick().await;
+            }
+        }
+    });
+    let api = grpc::Api {
+        ctx: ctx.clone(),
+        owner: owner.clone(),
+    };
+    let grpc_server = tokio::spawn({
+        let mut stop = stop_rx.clone();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
+        async move {
+            tonic::transport::Server::builder()
+                .add_service(api.changefeeds())
+                .add_service(api.cluster())
+                .add_service(api.plugins())
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = stop.changed().await;
+                })
+                .await
+        }
+    });
+    let http_server = tokio::spawn({
+        let mut stop = stop_rx.clone();
+        let app = http::router(http::State {
+            ctx: ctx.clone(),
+            owner: owner.clone(),
+        });
+        async move {
+            axum::serve(http_listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.changed().await;
+                })
+                .await
+        }
+    });
+    // One line on stdout for scripts and tests: where to connect.
+    println!(
+        "sluice server ready: grpc {addr} http {http_addr} capture {id} data-dir {}",
+        data_dir.display()
+    );
+    tracing::info!(%addr, %http_addr, capture = %id, "Server started.");
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    eprintln!("sluice server: stopping: flushing every changefeed");
+    let _ = stop_tx.send(true);
+    let _ = owner_loop.await;
+    owner.lock().await.shutdown().await;
+    let _ = grpc_server.await;
+    let _ = http_server.await;
+    keeper.abort();
+    let _ = store.revoke(lease.0).await;
+    eprintln!("sluice server: stopped");
+    Ok(())
+}
+
+/// Registers the capture and its owner candidacy under a new lease.
+async fn register(
+    store: &dyn MetaStore,
+    id: &str,
+    addr: SocketAddr,
+    started_at_ms: u64,
+) -> anyhow::Result<(LeaseId, Duration)> {
+    let lease = store.grant_lease(Duration::from_secs(10)).await?;
+    let info = CaptureInfo {
+        version: 1,
+        id: id.to_string(),
+        address: addr.to_string(),
+        sluice_version: env!("CARGO_PKG_VERSION").to_string(),
+        started_at_ms,
+    };
+    store
+        .txn(Txn::new().and_then([
+            Op::put_with_lease(keys::capture(id)?, keys::encode(&info)?, lease.id),
+            Op::put_with_lease(
+                keys::owner_candidate(lease.id),
+                keys::encode(&info)?,
+                lease.id,
+            ),
+        ]))
+        .await
+        .context("registering the capture")?;
+    Ok((lease.id, lease.ttl))
+}
+
+async fn keep_alive(store: Arc<dyn MetaStore>, lease: LeaseId, ttl: Duration) {
+    loop {
+        tokio::time::sleep(ttl / 3).await;
+        if let Err(e) = store.keep_alive(lease).await {
+            tracing::error!(error = %e, "The capture's lease could not be kept alive.");
+        }
+    }
+}

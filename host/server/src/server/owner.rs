@@ -1,0 +1,623 @@
+//! The owner: every changefeed's record in the meta store, its feed state manager
+//! and its processor. Admin jobs and processor reports go through here; every
+//! change to a record is persisted before it is acted on (persist, then act).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use sluice_core::{CheckpointTs, CommitTs};
+use sluice_meta::keys::MetaKey;
+use sluice_meta::{Compare, Op, Revision, Txn, keys};
+use sluice_owner::{
+    AdminJob, Changefeed, ChangefeedId, ChangefeedInfo, ChangefeedStatus, Clock, Decision, Effect,
+    FeedState, FeedStateManager, PluginId, SeededJitter, SystemClock,
+};
+use sluice_processor::Progress;
+use tonic::Status;
+
+use super::Ctx;
+use super::processor::{Live, Outcome, Processor};
+use crate::progress::TaskPosition;
+use crate::spec::{self, FeedSpec};
+
+type Manager = FeedStateManager<SystemClock, SeededJitter>;
+
+/// The status of a changefeed is written at most this often while it runs (and
+/// on every state change and at shutdown).
+const STATUS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Counters of earlier processors of a changefeed, so that totals do not restart
+/// with every processor.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Totals {
+    pub rows_read: u64,
+    pub rows_written: u64,
+    pub bytes_written: u64,
+    pub retries: u64,
+}
+
+impl Totals {
+    fn add(&mut self, p: &Progress) {
+        self.rows_read += p.rows_read;
+        self.rows_written += p.rows_written;
+        self.bytes_written += p.bytes_written;
+        self.retries += p.retries;
+    }
+}
+
+struct Feed {
+    manager: Manager,
+    saved_info: ChangefeedInfo,
+    /// Mod revision of the stored info (compare-and-swap on every write).
+    info_revision: Revision,
+    saved_status: ChangefeedStatus,
+    status_saved_at: Instant,
+    processor: Option<Processor>,
+    totals: Totals,
+    /// Source resolved ts of the latest processor.
+    resolved: CommitTs,
+    /// When the checkpoint last moved (ms since the Unix epoch), for synced status.
+    last_advance_ms: u64,
+}
+
+/// A changefeed as the API shows it.
+#[derive(Debug, Clone)]
+pub struct FeedView {
+    pub changefeed: Changefeed,
+    pub resolved_ts: CommitTs,
+    pub progress: Option<Progress>,
+    pub totals: Totals,
+    pub plugins: Vec<(String, String, Arc<sluice_runtime::PluginStats>)>,
+    pub sink_data_dir: Option<std::path::PathBuf>,
+    pub last_advance_ms: u64,
+}
+
+impl FeedView {
+    /// Counters including the running processor's.
+    pub fn counters(&self) -> Totals {
+        let mut t = self.totals;
+        if let Some(p) = &self.progress {
+            t.add(p);
+        }
+        t
+    }
+}
+
+pub struct Owner {
+    ctx: Arc<Ctx>,
+    feeds: BTreeMap<ChangefeedId, Feed>,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> Status {
+    Status::unavailable(format!("meta store: {e:#}; retry"))
+}
+
+fn now_ms() -> u64 {
+    SystemClock.now_ms()
+}
+
+impl Owner {
+    /// Loads every changefeed from the store and starts the ones that run. A
+    /// changefeed that was running gets a new epoch; its checkpoint is raised to
+    /// what its processors saved, if that is higher.
+    pub async fn load(ctx: Arc<Ctx>) -> anyhow::Result<Self> {
+        let listing = ctx.store.list(&keys::tenants_prefix()).await?;
+        let mut infos = BTreeMap::new();
+        let mut statuses = BTreeMap::new();
+        let mut tasks: BTreeMap<(String, String), CheckpointTs> = BTreeMap::new();
+        for kv in &listing.kvs {
+            match MetaKey::parse(&kv.key) {
+                Some(MetaKey::ChangefeedInfo { .. }) => {
+                    let info = ChangefeedInfo::decode(&kv.value)
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", kv.key))?;
+                    infos.insert(info.id.clone(), (info, kv.mod_revision));
+                }
+                Some(MetaKey::ChangefeedStatus { tenant, changefeed }) => {
+                    let status = ChangefeedStatus::decode(&kv.value)
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", kv.key))?;
+                    statuses.insert((tenant, changefeed), status);
+                }
+                Some(MetaKey::TaskPosition {
+                    tenant, changefeed, ..
+                }) => {
+                    let position: TaskPosition = keys::decode(&kv.key, &kv.value)?;
+                    let entry = tasks.entry((tenant, changefeed)).or_default();
+                    *entry = (*entry).max(CheckpointTs(position.checkpoint_ts));
+                }
+                _ => {}
+            }
+        }
+        let mut owner = Owner {
+            ctx,
+            feeds: BTreeMap::new(),
+        };
+        for (id, (info, revision)) in infos {
+            let key = (id.tenant().to_string(), id.name().to_string());
+            let saved_status = statuses
+                .remove(&key)
+                .unwrap_or_else(|| ChangefeedStatus::at_start(info.start_ts));
+            let mut cf = Changefeed {
+                info: info.clone(),
+                status: saved_status.clone(),
+            };
+            if cf.state().is_active()
+                && let Some(task) = tasks.get(&key)
+            {
+                cf.status.checkpoint_ts = cf.status.checkpoint_ts.max(*task);
+            }
+            if cf.state().is_running() {
+                // A restart: the processors of the previous epoch are gone, or
+                // fenced once the new one claims the task position.
+                cf.info.epoch = cf.info.epoch.next();
+            }
+            let manager = FeedStateManager::new(
+                cf,
+                owner.ctx.backoff,
+                SystemClock,
+                SeededJitter::from_random_seed(),
+            )?;
+            owner.feeds.insert(
+                id.clone(),
+                Feed {
+                    manager,
+                    saved_info: info,
+                    info_revision: revision,
+                    saved_status,
+                    status_saved_at: Instant::now(),
+                    processor: None,
+                    totals: Totals::default(),
+                    resolved: CommitTs::ZERO,
+                    last_advance_ms: now_ms(),
+                },
+            );
+            owner.persist(&id, true).await?;
+        }
+        owner.tick().await;
+        Ok(owner)
+    }
+
+    /// Writes what changed of `id`'s record: the info (compare-and-swap) at once,
+    /// the status when `force` or at most every second.
+    async fn persist(&mut self, id: &ChangefeedId, force: bool) -> anyhow::Result<()> {
+        let store = self.ctx.store.clone();
+        let Some(feed) = self.feeds.get_mut(id) else {
+            return Ok(());
+        };
+        let cf = feed.manager.changefeed();
+        if cf.info != feed.saved_info {
+            let key = keys::changefeed_info(id.tenant(), id.name())?;
+            let compare = if feed.info_revision == Revision::ZERO {
+                Compare::absent(&key)
+            } else {
+                Compare::mod_revision(&key, feed.info_revision)
+            };
+            let result = store
+                .txn(
+                    Txn::new()
+                        .when([compare])
+                        .and_then([Op::put(&key, cf.info.encode())]),
+                )
+                .await?;
+            if !result.succeeded {
+                return Err(anyhow::anyhow!(
+                    "changefeed {id} was changed by another owner; this one steps back"
+                ));
+            }
+            feed.info_revision = result.revision;
+            feed.saved_info = cf.info.clone();
+        }
+        let status_due = force || feed.status_saved_at.elapsed() >= STATUS_EVERY;
+        if cf.status != feed.saved_status && status_due && cf.state() != FeedState::Removed {
+            let key = keys::changefeed_status(id.tenant(), id.name())?;
+            store.put(&key, cf.status.encode(), None).await?;
+            feed.saved_status = cf.status.clone();
+            feed.status_saved_at = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// One round of the owner loop: collect ended processors, pass checkpoints to
+    /// the managers, let time pass, act on the decisions, persist.
+    pub async fn tick(&mut self) {
+        let ids: Vec<ChangefeedId> = self.feeds.keys().cloned().collect();
+        for id in ids {
+            if let Err(e) = self.tick_one(&id).await {
+                tracing::warn!(changefeed = %id, error = format!("{e:#}"), "Owner could not update the changefeed; retrying.");
+            }
+        }
+    }
+
+    async fn tick_one(&mut self, id: &ChangefeedId) -> anyhow::Result<()> {
+        let feed = self.feeds.get_mut(id).expect("listed");
+        if feed.processor.as_ref().is_some_and(Processor::is_finished) {
+            let processor = feed.processor.take().expect("checked");
+            let epoch = processor.epoch;
+            let live = processor.live.clone();
+            let outcome = processor.join().await;
+            feed.absorb(epoch, &live, Some(outcome));
+        } else if let Some(p) = &feed.processor {
+            let (epoch, live) = (p.epoch, p.live.clone());
+            feed.absorb(epoch, &live, None);
+        }
+        // The latest decision reflects everything absorbed above.
+        let decision = feed.manager.tick();
+        // Persist before acting.
+        let force = feed.manager.changefeed().info != feed.saved_info;
+        self.persist(id, force).await?;
+        self.act(id, decision).await
+    }
+
+    /// Carries out a manager's decision (after it was persisted).
+    async fn act(&mut self, id: &ChangefeedId, decision: Decision) -> anyhow::Result<()> {
+        match decision {
+            Decision::Run | Decision::Restart { .. } => {
+                // Exactly one processor, of the current epoch.
+                let feed = self.feeds.get_mut(id).expect("present");
+                let cf = feed.manager.changefeed();
+                let (epoch, checkpoint) = (cf.epoch(), cf.checkpoint());
+                if feed.processor.as_ref().is_none_or(|p| p.epoch != epoch) {
+                    self.start(id, epoch, checkpoint).await?;
+                }
+            }
+            Decision::WaitUntil(_) | Decision::Fail(_) | Decision::Finish | Decision::Idle => {
+                self.stop(id).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the changefeed's processor, if one runs, and takes in its final
+    /// checkpoint.
+    async fn stop(&mut self, id: &ChangefeedId) -> anyhow::Result<()> {
+        let feed = self.feeds.get_mut(id).expect("present");
+        if let Some(processor) = feed.processor.take() {
+            let epoch = processor.epoch;
+            let live = processor.live.clone();
+            let outcome = processor.stop().await;
+            // Only the final checkpoint matters now: the feed was stopped on purpose.
+            feed.absorb(epoch, &live, None);
+            if let Some(p) = live.progress() {
+                feed.totals.add(&p);
+            }
+            tracing::debug!(changefeed = %id, ?outcome, "Processor stopped.");
+            self.persist(id, true).await?;
+        }
+        Ok(())
+    }
+
+    /// Starts a processor under `epoch` (stopping any older one first).
+    async fn start(
+        &mut self,
+        id: &ChangefeedId,
+        epoch: sluice_owner::Epoch,
+        checkpoint: CheckpointTs,
+    ) -> anyhow::Result<()> {
+        self.stop(id).await?;
+        let feed = self.feeds.get_mut(id).expect("present");
+        let info = feed.manager.changefeed().info.clone();
+        feed.processor = Some(Processor::start(self.ctx.clone(), info, epoch, checkpoint));
+        Ok(())
+    }
+
+    /// Stops every processor cleanly and saves every status (server shutdown).
+    pub async fn shutdown(&mut self) {
+        let ids: Vec<ChangefeedId> = self.feeds.keys().cloned().collect();
+        for id in ids {
+            if let Err(e) = self.stop(&id).await {
+                tracing::warn!(changefeed = %id, error = format!("{e:#}"), "Could not save the final status.");
+            }
+            if let Err(e) = self.persist(&id, true).await {
+                tracing::warn!(changefeed = %id, error = format!("{e:#}"), "Could not save the final status.");
+            }
+        }
+    }
+
+    // ------------------------------------------------------------- admin jobs
+
+    /// Checks a changefeed file against the registry and the plugins' own
+    /// `validate-config`, and turns it into a description.
+    async fn describe(
+        &self,
+        id: &ChangefeedId,
+        text: &str,
+        start_ts: CommitTs,
+        target_ts: Option<CommitTs>,
+    ) -> Result<ChangefeedInfo, Status> {
+        let spec = FeedSpec::parse(text).map_err(|e| {
+            Status::invalid_argument(format!("invalid changefeed file: {}", crate::chain(&e)))
+        })?;
+        for (at, plugin) in spec.plugins() {
+            let kind = if at == "sink" {
+                sluice_runtime::PluginKind::Sink
+            } else {
+                sluice_runtime::PluginKind::Filter
+            };
+            let record = self
+                .ctx
+                .registry
+                .get(id.tenant(), &plugin.plugin)
+                .await
+                .map_err(|e| Status::unavailable(crate::error_chain(&e)))?
+                .ok_or_else(|| {
+                    Status::not_found(format!(
+                        "{at}.plugin: no plugin {} in tenant {}; upload it first (sluice cli plugin upload)",
+                        plugin.plugin,
+                        id.tenant()
+                    ))
+                })?;
+            if record.world != kind.world() {
+                return Err(Status::invalid_argument(format!(
+                    "{at}.plugin: {} is a {} plugin; {at} needs a {}",
+                    plugin.plugin,
+                    record.world,
+                    kind.world()
+                )));
+            }
+        }
+        let info = spec
+            .to_info(text, id.clone(), start_ts, target_ts)
+            .map_err(|e| Status::invalid_argument(crate::chain(&e)))?;
+        info.validate()
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        // Each plugin checks its own options.
+        for (i, plugin) in info.filters.iter().enumerate() {
+            let component = self.load_plugin(id, &plugin.plugin).await?;
+            let mut filter =
+                sluice_runtime::WasmFilter::new(component, spec::settings_of(plugin, None))
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            filter.validate_config().await.map_err(|e| {
+                Status::invalid_argument(format!(
+                    "filters[{i}].config was rejected by `{}`: {e}",
+                    plugin.plugin
+                ))
+            })?;
+        }
+        let component = self.load_plugin(id, &info.sink.plugin).await?;
+        let mut sink =
+            sluice_runtime::WasmSink::new(component, spec::settings_of(&info.sink, None))
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        sink.validate_config().await.map_err(|e| {
+            Status::invalid_argument(format!(
+                "sink.config was rejected by `{}`: {e}",
+                info.sink.plugin
+            ))
+        })?;
+        Ok(info)
+    }
+
+    async fn load_plugin(
+        &self,
+        id: &ChangefeedId,
+        plugin: &PluginId,
+    ) -> Result<sluice_runtime::PluginComponent, Status> {
+        self.ctx
+            .registry
+            .load(id.tenant(), plugin)
+            .await
+            .map_err(|e| Status::failed_precondition(crate::error_chain(&e)))
+    }
+
+    pub async fn create(
+        &mut self,
+        id: ChangefeedId,
+        text: &str,
+        start_ts: CommitTs,
+        target_ts: Option<CommitTs>,
+    ) -> Result<FeedView, Status> {
+        if let Some(feed) = self.feeds.get(&id)
+            && feed.manager.changefeed().state() != FeedState::Removed
+        {
+            return Err(Status::already_exists(format!(
+                "changefeed {id} already exists (state {}); remove it first or pick another name",
+                feed.manager.changefeed().state()
+            )));
+        }
+        let info = self.describe(&id, text, start_ts, target_ts).await?;
+        if self.feeds.contains_key(&id) {
+            return self.admin(&id, AdminJob::Create(Box::new(info))).await;
+        }
+        let cf = Changefeed::create(info, now_ms())
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let manager = FeedStateManager::new(
+            cf,
+            self.ctx.backoff,
+            SystemClock,
+            SeededJitter::from_random_seed(),
+        )
+        .map_err(|e| Status::internal(e.to_string()))?;
+        // An empty saved record: the first persist writes everything (key absent).
+        let mut saved_info = manager.changefeed().info.clone();
+        saved_info.version = 0;
+        let saved_status = ChangefeedStatus {
+            version: 0,
+            ..manager.changefeed().status.clone()
+        };
+        self.feeds.insert(
+            id.clone(),
+            Feed {
+                manager,
+                saved_info,
+                info_revision: Revision::ZERO,
+                saved_status,
+                status_saved_at: Instant::now(),
+                processor: None,
+                totals: Totals::default(),
+                resolved: CommitTs::ZERO,
+                last_advance_ms: now_ms(),
+            },
+        );
+        if let Err(e) = self.persist(&id, true).await {
+            self.feeds.remove(&id);
+            return Err(unavailable(e));
+        }
+        let cf = self.feeds[&id].manager.changefeed().clone();
+        self.start(&id, cf.epoch(), cf.checkpoint())
+            .await
+            .map_err(unavailable)?;
+        Ok(self.view(&id).expect("present"))
+    }
+
+    pub async fn update(
+        &mut self,
+        id: &ChangefeedId,
+        text: &str,
+        target_ts: Option<CommitTs>,
+    ) -> Result<FeedView, Status> {
+        let start_ts = self.require(id)?.manager.changefeed().info.start_ts;
+        let info = self.describe(id, text, start_ts, target_ts).await?;
+        self.admin(id, AdminJob::Update(Box::new(info))).await
+    }
+
+    /// Applies an admin job to an existing changefeed: persist, then act.
+    pub async fn admin(&mut self, id: &ChangefeedId, job: AdminJob) -> Result<FeedView, Status> {
+        let feed = self.feeds.get_mut(id).ok_or_else(|| not_found(id))?;
+        let before = feed.manager.changefeed().clone();
+        let effect = feed
+            .manager
+            .apply_admin_job(job)
+            .map_err(|e| Status::failed_precondition(e.to_string()))?;
+        if let Err(e) = self.persist(id, true).await {
+            // Not stored: undo, so that memory matches the store.
+            let feed = self.feeds.get_mut(id).expect("present");
+            feed.manager = FeedStateManager::new(
+                before,
+                self.ctx.backoff,
+                SystemClock,
+                SeededJitter::from_random_seed(),
+            )
+            .expect("config was valid");
+            return Err(unavailable(e));
+        }
+        match effect {
+            Effect::Start { epoch, checkpoint } => {
+                self.start(id, epoch, checkpoint)
+                    .await
+                    .map_err(unavailable)?;
+            }
+            Effect::Stop => self.stop(id).await.map_err(unavailable)?,
+            Effect::Remove => {
+                self.stop(id).await.map_err(unavailable)?;
+                self.forget(id).await.map_err(unavailable)?;
+            }
+            Effect::Updated | Effect::Unchanged => {}
+        }
+        Ok(self.view(id).expect("present"))
+    }
+
+    /// Deletes what a removed changefeed kept (status, task positions); its info
+    /// stays as a tombstone so that a new incarnation continues its epochs.
+    async fn forget(&mut self, id: &ChangefeedId) -> anyhow::Result<()> {
+        let store = &self.ctx.store;
+        let mut ops = vec![Op::delete(keys::changefeed_status(id.tenant(), id.name())?)];
+        for kv in store
+            .list(&keys::task_prefix(id.tenant(), id.name())?)
+            .await?
+            .kvs
+        {
+            ops.push(Op::delete(kv.key));
+        }
+        store.txn(Txn::new().and_then(ops)).await?;
+        if let Some(feed) = self.feeds.get_mut(id) {
+            feed.totals = Totals::default();
+        }
+        Ok(())
+    }
+
+    fn require(&self, id: &ChangefeedId) -> Result<&Feed, Status> {
+        self.feeds.get(id).ok_or_else(|| not_found(id))
+    }
+
+    // ------------------------------------------------------------- queries
+
+    pub fn view(&self, id: &ChangefeedId) -> Option<FeedView> {
+        let feed = self.feeds.get(id)?;
+        let (progress, plugins) = match &feed.processor {
+            Some(p) => (
+                p.live.progress(),
+                p.live.plugins.lock().map(|v| v.clone()).unwrap_or_default(),
+            ),
+            None => (None, Vec::new()),
+        };
+        let cf = feed.manager.changefeed();
+        let sink_data_dir = cf
+            .info
+            .sink
+            .capabilities
+            .data_dir
+            .then(|| spec::plugin_data_dir(&self.ctx.data_dir, id, "sink"));
+        Some(FeedView {
+            changefeed: cf.clone(),
+            resolved_ts: feed.resolved.max(CommitTs(cf.checkpoint().get())),
+            progress,
+            totals: feed.totals,
+            plugins,
+            sink_data_dir,
+            last_advance_ms: feed.last_advance_ms,
+        })
+    }
+
+    pub fn get(&self, id: &ChangefeedId) -> Result<FeedView, Status> {
+        self.require(id)?;
+        Ok(self.view(id).expect("present"))
+    }
+
+    /// Changefeeds of `tenant` (all tenants when empty), removed ones left out.
+    pub fn list(&self, tenant: &str) -> Vec<FeedView> {
+        self.feeds
+            .iter()
+            .filter(|(id, f)| {
+                (tenant.is_empty() || id.tenant() == tenant)
+                    && f.manager.changefeed().state() != FeedState::Removed
+            })
+            .filter_map(|(id, _)| self.view(id))
+            .collect()
+    }
+
+    /// Changefeeds of `tenant` that use `plugin` (removed ones do not count).
+    pub fn users_of(&self, tenant: &str, plugin: &PluginId) -> Vec<String> {
+        self.feeds
+            .iter()
+            .filter(|(id, f)| {
+                let info = &f.manager.changefeed().info;
+                id.tenant() == tenant
+                    && info.state != FeedState::Removed
+                    && info
+                        .filters
+                        .iter()
+                        .chain([&info.sink])
+                        .any(|p| &p.plugin == plugin)
+            })
+            .map(|(id, _)| id.to_string())
+            .collect()
+    }
+}
+
+fn not_found(id: &ChangefeedId) -> Status {
+    Status::not_found(format!(
+        "no changefeed {id}; `sluice cli changefeed list` shows the existing ones"
+    ))
+}
+
+impl Feed {
+    /// Takes in what a processor of `epoch` reached and, when it ended, how.
+    /// Reports of another epoch are fenced and change nothing.
+    fn absorb(&mut self, epoch: sluice_owner::Epoch, live: &Live, outcome: Option<Outcome>) {
+        if let Some(p) = live.progress() {
+            self.resolved = self.resolved.max(CommitTs(p.resolved_ts.get()));
+            let before = self.manager.changefeed().checkpoint();
+            let _ = self.manager.on_checkpoint(epoch, p.checkpoint_ts);
+            if self.manager.changefeed().checkpoint() > before {
+                self.last_advance_ms = now_ms();
+            }
+            if outcome.is_some() {
+                self.totals.add(&p);
+            }
+        }
+        let _ = match outcome {
+            None | Some(Outcome::Stopped) | Some(Outcome::Fenced) => return,
+            Some(Outcome::Finished) => self.manager.on_target_reached(epoch),
+            Some(Outcome::Failed { kind, message }) => self.manager.on_error(epoch, kind, message),
+        };
+    }
+}

@@ -1,0 +1,313 @@
+//! A processor: one changefeed's pipeline running under one epoch on this capture.
+//! The owner starts it from a checkpoint and stops it; the processor loads the
+//! plugins from the registry, claims the task position (fencing older runs) and
+//! runs the pipeline until the source ends, it is stopped, or it fails.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use sluice_core::{CheckpointTs, CommitTs, Source, SourceEvent};
+use sluice_owner::{ChangefeedInfo, Epoch, ErrorKind};
+use sluice_processor::{Pipeline, PipelineError, Progress, ProgressStoreError};
+use sluice_runtime::{PluginKind, PluginStats, WasmFilter, WasmSink};
+use sluice_source::DatagenSource;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use super::Ctx;
+use crate::config::SourceConfig;
+use crate::progress::MetaProgressStore;
+use crate::registry::RegistryError;
+use crate::spec;
+
+/// How a processor ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The source ended (a bounded source, or the target ts): everything read is
+    /// downstream.
+    Finished,
+    /// Stopped by the owner after writing, flushing and closing.
+    Stopped,
+    /// Failed; the owner classifies and reacts.
+    Failed { kind: ErrorKind, message: String },
+    /// A newer epoch took over the task position; this one wrote nothing more.
+    Fenced,
+}
+
+/// What the owner can see of a running processor.
+#[derive(Default)]
+pub struct Live {
+    pub progress: Mutex<Option<watch::Receiver<Progress>>>,
+    pub plugins: Mutex<Vec<(String, String, Arc<PluginStats>)>>,
+}
+
+impl Live {
+    pub fn progress(&self) -> Option<Progress> {
+        self.progress
+            .lock()
+            .ok()
+            .and_then(|p| p.as_ref().map(|rx| rx.borrow().clone()))
+    }
+}
+
+/// A running processor.
+pub struct Processor {
+    pub epoch: Epoch,
+    pub live: Arc<Live>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Outcome>,
+}
+
+impl Processor {
+    /// Starts `info`'s pipeline under `epoch`, replicating after `checkpoint`.
+    pub fn start(
+        ctx: Arc<Ctx>,
+        info: ChangefeedInfo,
+        epoch: Epoch,
+        checkpoint: CheckpointTs,
+    ) -> Self {
+        let (tx, rx) = oneshot::channel();
+        let live = Arc::new(Live::default());
+        let span = tracing::info_span!("changefeed", id = %info.id, epoch = epoch.0);
+        let task = tokio::spawn({
+            let live = live.clone();
+            let ctx = ctx.clone();
+            async move {
+                let id = info.id.clone();
+                let outcome = run(&ctx, info, checkpoint, rx, &live).await;
+                match &outcome {
+                    Outcome::Failed { kind, message } => {
+                        tracing::warn!(kind = kind.as_str(), %message, "Processor failed.")
+                    }
+                    other => tracing::info!(?other, "Processor ended."),
+                }
+                // Wake the owner loop so that it looks at this outcome now.
+                let _ = ctx.wake.send(id);
+                outcome
+            }
+            .instrument(span)
+        });
+        Self {
+            epoch,
+            live,
+            shutdown: Some(tx),
+            task,
+        }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Asks the pipeline to write what it read, flush and close; waits for it.
+    pub async fn stop(mut self) -> Outcome {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.join().await
+    }
+
+    /// Waits for the task (which must be finished or stopping).
+    pub async fn join(self) -> Outcome {
+        match self.task.await {
+            Ok(outcome) => outcome,
+            Err(e) => Outcome::Failed {
+                kind: ErrorKind::Retryable,
+                message: format!("the processor task ended abnormally: {e}"),
+            },
+        }
+    }
+}
+
+fn failed(kind: ErrorKind, message: impl Into<String>) -> Outcome {
+    Outcome::Failed {
+        kind,
+        message: message.into(),
+    }
+}
+
+fn registry_failure(at: &str, plugin: &str, e: RegistryError) -> Outcome {
+    let kind = match e {
+        RegistryError::Store(_) | RegistryError::Io { .. } => ErrorKind::Retryable,
+        RegistryError::Damaged { .. } => ErrorKind::Fatal,
+        _ => ErrorKind::Config,
+    };
+    failed(
+        kind,
+        format!("{at}.plugin `{plugin}`: {}", crate::error_chain(&e)),
+    )
+}
+
+async fn run(
+    ctx: &Ctx,
+    info: ChangefeedInfo,
+    checkpoint: CheckpointTs,
+    shutdown: oneshot::Receiver<()>,
+    live: &Live,
+) -> Outcome {
+    let id = &info.id;
+    let tenant = id.tenant();
+    let plugin_dir = |role: &str| -> Result<PathBuf, Outcome> {
+        let dir = spec::plugin_data_dir(&ctx.data_dir, id, role);
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            failed(
+                ErrorKind::Retryable,
+                format!("cannot create {}: {e}", dir.display()),
+            )
+        })?;
+        Ok(dir)
+    };
+    let mut filters = Vec::new();
+    for (i, plugin) in info.filters.iter().enumerate() {
+        let at = format!("filters[{i}]");
+        let component = match ctx.registry.load(tenant, &plugin.plugin).await {
+            Ok(c) => c,
+            Err(e) => return registry_failure(&at, &plugin.plugin.to_string(), e),
+        };
+        if component.kind() != PluginKind::Filter {
+            return failed(
+                ErrorKind::Config,
+                format!("{at}.plugin `{}` is not a filter", plugin.plugin),
+            );
+        }
+        let dir = if plugin.capabilities.data_dir {
+            match plugin_dir(&format!("filter-{i}")) {
+                Ok(d) => Some(d),
+                Err(o) => return o,
+            }
+        } else {
+            None
+        };
+        match WasmFilter::new(component, spec::settings_of(plugin, dir)) {
+            Ok(f) => filters.push(f),
+            Err(e) => return failed(ErrorKind::Config, format!("{at}: {e}")),
+        }
+    }
+    let component = match ctx.registry.load(tenant, &info.sink.plugin).await {
+        Ok(c) => c,
+        Err(e) => return registry_failure("sink", &info.sink.plugin.to_string(), e),
+    };
+    if component.kind() != PluginKind::Sink {
+        return failed(
+            ErrorKind::Config,
+            format!("sink.plugin `{}` is not a sink", info.sink.plugin),
+        );
+    }
+    let dir = if info.sink.capabilities.data_dir {
+        match plugin_dir("sink") {
+            Ok(d) => Some(d),
+            Err(o) => return o,
+        }
+    } else {
+        None
+    };
+    let sink = match WasmSink::new(component, spec::settings_of(&info.sink, dir)) {
+        Ok(s) => s,
+        Err(e) => return failed(ErrorKind::Config, format!("sink: {e}")),
+    };
+    let source = match spec::source_of(&info) {
+        Ok(SourceConfig::Datagen(d)) => match DatagenSource::new(d) {
+            Ok(s) => s,
+            Err(e) => return failed(ErrorKind::Config, format!("source: {e}")),
+        },
+        Err(e) => return failed(ErrorKind::Config, format!("{e:#}")),
+    };
+    let mut config = match spec::pipeline_of(&info) {
+        Ok(p) => p.to_config(),
+        Err(e) => return failed(ErrorKind::Config, format!("{e:#}")),
+    };
+    // Batches must fit every plugin's bound, with half in reserve for filters that
+    // grow values.
+    let bound = filters
+        .iter()
+        .map(WasmFilter::max_batch_bytes)
+        .chain([sink.max_batch_bytes()])
+        .min()
+        .unwrap_or(u64::MAX);
+    config.max_batch_bytes = config.max_batch_bytes.min((bound / 2) as usize);
+
+    let (store, previous) = match MetaProgressStore::claim(
+        ctx.store.clone(),
+        tenant,
+        id.name(),
+        &ctx.capture_id,
+        Some(checkpoint),
+    )
+    .await
+    {
+        Ok(claimed) => claimed,
+        Err(e) => return failed(ErrorKind::Retryable, format!("{e:#}")),
+    };
+    config.replay_until = CommitTs(previous.fence_ts);
+    tracing::info!(
+        checkpoint = checkpoint.get(),
+        replay_until = previous.fence_ts,
+        "Processor starting."
+    );
+
+    {
+        let mut plugins = live.plugins.lock().expect("not poisoned");
+        for (i, f) in filters.iter().enumerate() {
+            use sluice_core::Filter;
+            plugins.push((
+                format!("filter-{i}"),
+                f.name().to_string(),
+                f.stats().clone(),
+            ));
+        }
+        use sluice_core::Sink;
+        plugins.push(("sink".into(), sink.name().to_string(), sink.stats().clone()));
+    }
+    let source = UpTo {
+        inner: source,
+        target: info.target_ts,
+    };
+    let mut pipeline =
+        Pipeline::new(config, filters, sink, checkpoint).with_progress_store(Box::new(store));
+    *live.progress.lock().expect("not poisoned") = Some(pipeline.progress());
+    let stop = async {
+        let _ = shutdown.await;
+    };
+    match pipeline.run(source, stop).await {
+        Ok(report) if report.interrupted => Outcome::Stopped,
+        Ok(_) => Outcome::Finished,
+        Err(PipelineError::Persist(ProgressStoreError::Fenced(_))) => Outcome::Fenced,
+        Err(e) => {
+            let kind = match &e {
+                PipelineError::Sink(p) | PipelineError::Filter { error: p, .. } => {
+                    ErrorKind::of_plugin_error(p)
+                }
+                PipelineError::Source(_) | PipelineError::Persist(_) => ErrorKind::Retryable,
+            };
+            failed(kind, crate::error_chain(&e))
+        }
+    }
+}
+
+/// A source that ends after the target ts: nothing above it is replicated.
+struct UpTo<S> {
+    inner: S,
+    target: Option<CommitTs>,
+}
+
+impl<S: Source> Source for UpTo<S> {
+    type Error = S::Error;
+
+    async fn next_event(&mut self) -> Result<SourceEvent, S::Error> {
+        let event = self.inner.next_event().await?;
+        let Some(target) = self.target else {
+            return Ok(event);
+        };
+        Ok(match event {
+            SourceEvent::Transaction(t) if t.commit_ts > target => SourceEvent::End,
+            SourceEvent::Ddl(d) if d.commit_ts > target => SourceEvent::End,
+            SourceEvent::Resolved(r) if r.get() >= target.get() => SourceEvent::End,
+            other => other,
+        })
+    }
+
+    fn start_after(&mut self, ts: CommitTs) {
+        self.inner.start_after(ts);
+    }
+}

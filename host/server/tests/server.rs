@@ -1,0 +1,669 @@
+//! `sluice server` end to end, driven through `sluice cli`: the real binary, the
+//! embedded meta store, real plugins uploaded through the API.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value as Json;
+use sluice_tests::plugin_path;
+
+mod common;
+use common::{expected_rows, lines_in};
+
+/// A server process on free ports with its own data dir.
+struct Server {
+    child: Child,
+    grpc: String,
+    http: String,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Server {
+    fn start(data_dir: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["server", "--data-dir"])
+            .arg(data_dir)
+            .args(["--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+            .args(extra)
+            .env("SLUICE_LOG", "warn,sluice=info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sluice server starts");
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let err = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        // sluice server ready: grpc ADDR http ADDR capture ID data-dir DIR
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert!(
+            line.starts_with("sluice server ready"),
+            "no ready line: {line:?}; stderr: {}",
+            stderr.lock().unwrap()
+        );
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            while out.read_line(&mut rest).unwrap_or(0) > 0 {}
+        });
+        Server {
+            child,
+            grpc: format!("http://{}", words[4]),
+            http: format!("http://{}", words[6]),
+            stderr,
+        }
+    }
+
+    /// `sluice cli --server .. ARGS`: (success, stdout, stderr).
+    fn cli(&self, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["cli", "--server", &self.grpc])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// A CLI command that must succeed, with `--output json` parsed.
+    fn json(&self, args: &[&str]) -> Json {
+        let mut all = vec!["--output", "json"];
+        all.extend_from_slice(args);
+        let (ok, out, err) = self.cli(&all);
+        assert!(ok, "sluice cli {args:?} failed: {err}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    }
+
+    /// A CLI command that must fail; its one error line.
+    fn error(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.cli(args);
+        assert!(!ok, "sluice cli {args:?} should fail: {out}");
+        let err = err.trim().to_string();
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        err
+    }
+
+    fn http_get(&self, path: &str) -> (u16, String) {
+        let url = format!("{}{path}", self.http);
+        let addr = url.trim_start_matches("http://");
+        let (host, rest) = addr.split_once('/').unwrap();
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(host).unwrap();
+        write!(
+            s,
+            "GET /{rest} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        let code = text[9..12].parse().unwrap();
+        let body = text.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+        (code, body.to_string())
+    }
+
+    fn wait_for(&self, what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !check() {
+            assert!(
+                start.elapsed() < timeout,
+                "timed out waiting for {what}; server log:\n{}",
+                self.stderr.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn state(&self, changefeed: &str) -> Json {
+        self.json(&["changefeed", "query", "-c", changefeed])
+    }
+
+    fn stop(mut self) -> String {
+        unsafe_sigterm(self.child.id());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{}", self.stderr.lock().unwrap());
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn kill(mut self) -> String {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn unsafe_sigterm(pid: u32) {
+    let status = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn upload(server: &Server, name: &str, kind: &str) -> Json {
+    let path = plugin_path(name);
+    server.json(&[
+        "plugin",
+        "upload",
+        path.to_str().unwrap(),
+        "--id",
+        &format!("{name}@0.1.0"),
+        "--kind",
+        kind,
+    ])
+}
+
+/// A changefeed file: datagen (quickstart seed) -> filter-mask -> sink-file.
+fn feed_file(dir: &Path, name: &str, total: u64, rate: u64) -> PathBuf {
+    feed_file_with(dir, name, total, rate, "")
+}
+
+fn feed_file_with(dir: &Path, name: &str, total: u64, rate: u64, pipeline: &str) -> PathBuf {
+    let text = format!(
+        r#"
+[source]
+type = "datagen"
+seed = 42
+total-rows = {total}
+rate = {rate}
+
+[[filters]]
+plugin = "filter-mask@0.1.0"
+[filters.config]
+columns = ["email", "shop.users.name"]
+mode = "hash"
+salt = "quickstart"
+
+[sink]
+plugin = "sink-file@0.1.0"
+[sink.config]
+format = "canal-json"
+dir = "changes"
+max-file-bytes = 1048576
+[sink.capabilities]
+data-dir = true
+
+[pipeline]
+{pipeline}
+"#
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn blackhole_file(dir: &Path, name: &str, total: u64, rate: u64) -> PathBuf {
+    let text = format!(
+        "[source]\ntype = \"datagen\"\ntotal-rows = {total}\nrate = {rate}\n\n[sink]\nplugin = \"sink-blackhole@0.1.0\"\n"
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn the_cli_drives_plugins_and_changefeeds_through_their_lifecycle() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("server"), &[]);
+    let sink = upload(&server, "sink-file", "sink");
+    assert_eq!(sink["id"], "sink-file@0.1.0");
+    assert_eq!(sink["world"], "sink");
+    upload(&server, "filter-mask", "filter");
+    upload(&server, "sink-blackhole", "sink");
+    let plugins = server.json(&["plugin", "list"]);
+    let ids: Vec<&str> = plugins
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "filter-mask@0.1.0",
+            "sink-blackhole@0.1.0",
+            "sink-file@0.1.0"
+        ]
+    );
+
+    // A bounded changefeed runs to the end: finished, every row in the files.
+    let file = feed_file(dir.path(), "masked", 3_000, 0);
+    let created = server.json(&[
+        "changefeed",
+        "create",
+        "-c",
+        "masked",
+        "--config",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(created["id"], "default/masked");
+    assert_eq!(created["epoch"], 1);
+    server.wait_for("masked to finish", Duration::from_secs(60), || {
+        server.state("masked")["state"] == "finished"
+    });
+    let q = server.state("masked");
+    let out_dir = PathBuf::from(q["status"]["sink-data-dir"].as_str().unwrap()).join("changes");
+    let lines = lines_in(&out_dir);
+    let expected = expected_rows(3_000);
+    assert_eq!(lines.len(), expected.len());
+    // Exactly the generated rows, masked, in commit order per table.
+    for table in ["users", "orders", "events"] {
+        let got: Vec<Json> = lines
+            .iter()
+            .filter(|l| l["table"] == table)
+            .map(|l| {
+                serde_json::json!({
+                    "table": l["table"], "type": l["type"],
+                    "commitTs": l["_sluice"]["commitTs"], "data": l["data"][0],
+                })
+            })
+            .collect();
+        let want: Vec<&Json> = expected.iter().filter(|e| e["table"] == table).collect();
+        assert_eq!(got.len(), want.len(), "{table}");
+        for (g, w) in got.iter().zip(want) {
+            assert_eq!(g, w);
+        }
+    }
+    assert_eq!(q["status"]["rows-written"], 3_000);
+    assert_eq!(
+        q["checkpoint-ts"],
+        expected.last().unwrap()["commitTs"],
+        "{q}"
+    );
+
+    // An endless one: the checkpoint moves; update is refused while it runs.
+    let endless = blackhole_file(dir.path(), "endless", 0, 5_000);
+    server.json(&[
+        "changefeed",
+        "create",
+        "-c",
+        "endless",
+        "--config",
+        endless.to_str().unwrap(),
+    ]);
+    let mut first = 0;
+    server.wait_for("the checkpoint to move", Duration::from_secs(30), || {
+        let cp = server.state("endless")["checkpoint-ts"].as_u64().unwrap();
+        if first == 0 && cp > 0 {
+            first = cp;
+        }
+        first > 0 && cp > first
+    });
+    let err = server.error(&[
+        "changefeed",
+        "update",
+        "-c",
+        "endless",
+        "--config",
+        endless.to_str().unwrap(),
+    ]);
+    assert!(
+        err.starts_with("error: not allowed now:") && err.contains("pause"),
+        "{err}"
+    );
+    let err = server.error(&["plugin", "remove", "--id", "sink-blackhole@0.1.0"]);
+    assert!(
+        err.contains("is used by default/endless; remove or update those changefeeds first"),
+        "{err}"
+    );
+
+    // Metrics and JSON status while it runs.
+    let (code, metrics) = server.http_get("/metrics");
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains(
+            "sluice_changefeed_state{tenant=\"default\",changefeed=\"endless\",state=\"normal\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sluice_plugin_call_duration_seconds_bucket{tenant=\"default\",changefeed=\"endless\",role=\"sink\",plugin=\"sink-blackhole@0.1.0\",le=\"0.001\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "sluice_changefeed_rows_written_total{tenant=\"default\",changefeed=\"masked\"} 3000"
+        ),
+        "{metrics}"
+    );
+    let (code, body) = server.http_get("/healthz");
+    assert_eq!((code, body.starts_with("ok")), (200, true), "{body}");
+    let (code, body) = server.http_get("/api/v1/changefeeds/default/masked");
+    assert_eq!(code, 200);
+    let v: Json = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (v["state"].as_str(), v["rows-written"].as_u64()),
+        (Some("finished"), Some(3000))
+    );
+    let (code, _) = server.http_get("/api/v1/changefeeds/default/nope");
+    assert_eq!(code, 404);
+
+    // Pause, update, resume (a new epoch), remove.
+    let paused = server.json(&["changefeed", "pause", "-c", "endless"]);
+    assert_eq!(paused["state"], "stopped");
+    let at_pause = server.state("endless")["checkpoint-ts"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        server.state("endless")["checkpoint-ts"].as_u64().unwrap(),
+        at_pause,
+        "a paused changefeed does not move"
+    );
+    let updated = blackhole_file(dir.path(), "endless2", 0, 8_000);
+    server.json(&[
+        "changefeed",
+        "update",
+        "-c",
+        "endless",
+        "--config",
+        updated.to_str().unwrap(),
+    ]);
+    assert!(
+        server.state("endless")["config"]
+            .as_str()
+            .unwrap()
+            .contains("rate = 8000")
+    );
+    let resumed = server.json(&["changefeed", "resume", "-c", "endless"]);
+    assert_eq!(
+        (resumed["state"].as_str(), resumed["epoch"].as_u64()),
+        (Some("normal"), Some(2))
+    );
+    server.wait_for(
+        "the checkpoint to move after resume",
+        Duration::from_secs(30),
+        || server.state("endless")["checkpoint-ts"].as_u64().unwrap() > at_pause,
+    );
+    let list = server.json(&["changefeed", "list"]);
+    assert_eq!(list.as_array().unwrap().len(), 2);
+    let removed = server.json(&["changefeed", "remove", "-c", "endless"]);
+    assert_eq!(removed["state"], "removed");
+    let err = server.error(&["changefeed", "resume", "-c", "endless"]);
+    assert!(
+        err.contains("not allowed now") && err.contains("removed"),
+        "{err}"
+    );
+    assert_eq!(
+        server
+            .json(&["changefeed", "list"])
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // No longer used: the plugin can go.
+    server.json(&["plugin", "remove", "--id", "sink-blackhole@0.1.0"]);
+
+    let captures = server.json(&["capture", "list"]);
+    assert_eq!(captures.as_array().unwrap().len(), 1);
+    assert_eq!(captures[0]["is-owner"], true);
+    let status = server.json(&["status"]);
+    assert_eq!(status["healthy"], true);
+    assert_eq!(status["owner"], captures[0]["id"]);
+    // The table output is for people: a header and one row per changefeed.
+    let (ok, table, _) = server.cli(&["changefeed", "list"]);
+    assert!(ok);
+    let rows: Vec<&str> = table.lines().collect();
+    assert!(
+        rows[0].starts_with("ID") && rows[0].contains("CHECKPOINT-TS"),
+        "{table}"
+    );
+    assert!(
+        rows[1].starts_with("default/masked") && rows[1].contains("finished"),
+        "{table}"
+    );
+    server.stop();
+}
+
+#[test]
+fn bad_requests_get_a_status_that_says_what_to_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("server"), &["--max-plugin-mib", "1"]);
+    upload(&server, "sink-file", "sink");
+    upload(&server, "filter-mask", "filter");
+    let bad = |name: &str, text: &str| {
+        let path = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&path, text).unwrap();
+        server.error(&[
+            "changefeed",
+            "create",
+            "-c",
+            name,
+            "--config",
+            path.to_str().unwrap(),
+        ])
+    };
+    let good = std::fs::read_to_string(feed_file(dir.path(), "good", 10, 0)).unwrap();
+    let cases = [
+        (
+            bad("toml", "[source\n"),
+            "invalid argument: invalid changefeed file: line 1, column 8: unclosed table, expected `]`",
+        ),
+        (
+            bad(
+                "unknown",
+                &good.replace("sink-file@0.1.0", "sink-nope@0.1.0"),
+            ),
+            "not found: sink.plugin: no plugin sink-nope@0.1.0 in tenant default; upload it first",
+        ),
+        (
+            bad(
+                "world",
+                &good.replace("sink-file@0.1.0", "filter-mask@0.1.0"),
+            ),
+            "invalid argument: sink.plugin: filter-mask@0.1.0 is a filter plugin; sink needs a sink",
+        ),
+        (
+            bad("options", &good.replace("canal-json", "xml")),
+            "invalid argument: sink.config was rejected by `sink-file@0.1.0`",
+        ),
+        (
+            bad("Bad_Name", &good),
+            "invalid argument: changefeed name `Bad_Name` is invalid",
+        ),
+    ];
+    for (err, want) in &cases {
+        assert!(
+            err.starts_with(&format!("error: {want}")),
+            "want `{want}`, got: {err}"
+        );
+    }
+    // Not a component, too large, the wrong world, other bytes under the same id.
+    let junk = dir.path().join("junk.wasm");
+    std::fs::write(&junk, b"\0asm\x01\0\0\0").unwrap();
+    let up = |file: &Path, id: &str, kind: &str| {
+        server.error(&[
+            "plugin",
+            "upload",
+            file.to_str().unwrap(),
+            "--id",
+            id,
+            "--kind",
+            kind,
+        ])
+    };
+    let err = up(&junk, "junk@0.1.0", "sink");
+    assert!(
+        err.contains("invalid argument: not a usable sink plugin") && err.contains("wasm32-wasip2"),
+        "{err}"
+    );
+    let big = dir.path().join("big.wasm");
+    std::fs::write(&big, vec![0u8; (1 << 20) + 1]).unwrap();
+    let err = up(&big, "big@0.1.0", "sink");
+    assert!(err.starts_with("error: too large:"), "{err}");
+    let err = up(&plugin_path("filter-mask"), "mask@0.1.0", "sink");
+    assert!(
+        err.contains("missing export `sluice:plugin/sink-api@0.1.0`"),
+        "{err}"
+    );
+    let err = up(&plugin_path("sink-blackhole"), "sink-file@0.1.0", "sink");
+    assert!(
+        err.starts_with("error: already exists:") && err.contains("upload it as a new version"),
+        "{err}"
+    );
+    let err = server.error(&["plugin", "remove", "--id", "nothing"]);
+    assert!(err.contains("has no version"), "{err}");
+    let err = server.error(&["changefeed", "pause", "-c", "ghost"]);
+    assert!(
+        err.starts_with("error: not found: no changefeed default/ghost"),
+        "{err}"
+    );
+    // Nothing was created by the bad requests.
+    assert_eq!(server.json(&["changefeed", "list"]), serde_json::json!([]));
+    server.stop();
+}
+
+/// SIGKILL the server at random moments while a changefeed writes into sink-file;
+/// every generated row must be in the output, every duplicate flagged replay and
+/// above the checkpoint its run resumed from.
+#[test]
+fn sigkill_the_server_ten_times_loses_no_row() {
+    const TOTAL: u64 = 40_000;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("server");
+    let server = Server::start(&data, &[]);
+    upload(&server, "sink-file", "sink");
+    upload(&server, "filter-mask", "filter");
+    let file = feed_file_with(
+        dir.path(),
+        "crash",
+        TOTAL,
+        12_000,
+        "flush-interval-ms = 200",
+    );
+    server.json(&[
+        "changefeed",
+        "create",
+        "-c",
+        "crash",
+        "--config",
+        file.to_str().unwrap(),
+    ]);
+    let out_dir = PathBuf::from(
+        server.state("crash")["status"]["sink-data-dir"]
+            .as_str()
+            .unwrap(),
+    )
+    .join("changes");
+    let mut logs = vec![server.kill()];
+    let mut seed: u64 = 0x5eed;
+    for _ in 0..10 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let wait = 300 + (seed >> 33) % 1200;
+        let server = Server::start(&data, &[]);
+        std::thread::sleep(Duration::from_millis(wait));
+        logs.push(server.kill());
+    }
+    let server = Server::start(&data, &[]);
+    server.wait_for("the changefeed to finish", Duration::from_secs(120), || {
+        server.state("crash")["state"] == "finished"
+    });
+    logs.push(server.stop());
+
+    // Where each processor started: `checkpoint=N` of "Processor starting.".
+    let starts: Vec<u64> = logs
+        .iter()
+        .flat_map(|log| log.lines())
+        .filter(|l| l.contains("Processor starting."))
+        .map(|l| {
+            l.split("checkpoint=")
+                .nth(1)
+                .unwrap()
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(starts.len() >= 2, "{logs:?}");
+    assert!(
+        starts.windows(2).all(|w| w[0] <= w[1]),
+        "checkpoints only move forward: {starts:?}"
+    );
+    assert!(
+        *starts.last().unwrap() > 0,
+        "the last run resumed from a saved checkpoint: {starts:?}"
+    );
+
+    let lines = lines_in(&out_dir);
+    // Generated commit ts per table, in order: where a run that starts after
+    // checkpoint C must begin in each table (the first ts above C).
+    let mut generated = std::collections::HashMap::<String, Vec<u64>>::new();
+    for r in expected_rows(TOTAL) {
+        let ts = generated
+            .entry(r["table"].as_str().unwrap().to_string())
+            .or_default();
+        ts.push(r["commitTs"].as_u64().unwrap());
+    }
+    let first_above = |table: &str, c: u64| generated[table].iter().copied().find(|&t| t > c);
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    let mut previous_ts = std::collections::HashMap::<String, u64>::new();
+    let mut restarts_below = 0;
+    for l in &lines {
+        let ts = l["_sluice"]["commitTs"].as_u64().unwrap();
+        let table = l["table"].as_str().unwrap();
+        let previous = previous_ts.insert(table.to_string(), ts).unwrap_or(0);
+        if ts < previous {
+            // A later run went back in this table: it must have started right
+            // after one of the saved checkpoints, so what it repeats lies above it.
+            restarts_below += 1;
+            assert!(
+                starts.iter().any(|&c| first_above(table, c) == Some(ts)),
+                "a run restarted {table} at {ts}, which is not the first ts above any saved checkpoint {starts:?}"
+            );
+        }
+        let key = serde_json::json!({
+            "table": l["table"], "type": l["type"],
+            "commitTs": l["_sluice"]["commitTs"], "data": l["data"][0],
+        })
+        .to_string();
+        let n = seen.entry(key.clone()).or_default();
+        *n += 1;
+        if *n > 1 {
+            assert_eq!(
+                l["_sluice"]["replay"], true,
+                "a duplicate is not flagged replay: {key}"
+            );
+        }
+    }
+    let expected: std::collections::HashSet<String> =
+        expected_rows(TOTAL).iter().map(|e| e.to_string()).collect();
+    for e in &expected {
+        assert!(seen.contains_key(e), "row lost: {e}");
+    }
+    for k in seen.keys() {
+        assert!(expected.contains(k), "a line that was never generated: {k}");
+    }
+    let replayed = lines
+        .iter()
+        .filter(|l| l["_sluice"]["replay"] == true)
+        .count();
+    eprintln!(
+        "{} lines for {TOTAL} rows, {replayed} flagged replay, {restarts_below} restarts below the written rows, starts {starts:?}",
+        lines.len()
+    );
+    assert!(replayed >= lines.len() - TOTAL as usize);
+    assert_eq!(seen.len(), TOTAL as usize);
+}
