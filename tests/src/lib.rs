@@ -2,6 +2,8 @@
 //! plugins are, sample batches from the data generator, and the conversion from
 //! host batches to SDK batches (to run plugin logic natively on the same data).
 
+pub mod etcd;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 

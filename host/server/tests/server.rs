@@ -667,3 +667,155 @@ fn sigkill_the_server_ten_times_loses_no_row() {
     assert!(replayed >= lines.len() - TOTAL as usize);
     assert_eq!(seen.len(), TOTAL as usize);
 }
+
+/// A misbehaving sink drives the feed state manager: retryable errors back off
+/// and restart under new epochs until the no-progress limit fails the changefeed;
+/// a fatal error fails it at once; update and resume bring it back.
+#[test]
+fn failing_sinks_back_off_restart_and_fail_then_update_and_resume_fix_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        &dir.path().join("server"),
+        &[
+            "--backoff-initial-ms",
+            "200",
+            "--backoff-max-ms",
+            "400",
+            "--fail-after-ms",
+            "3000",
+        ],
+    );
+    let misbehave = plugin_path("misbehave");
+    server.json(&[
+        "plugin",
+        "upload",
+        misbehave.to_str().unwrap(),
+        "--id",
+        "misbehave@0.1.0",
+        "--kind",
+        "sink",
+    ]);
+    upload(&server, "sink-blackhole", "sink");
+    let file = |name: &str, mode: &str| {
+        let path = dir.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "[source]\ntype = \"datagen\"\ntotal-rows = 500\n\n[sink]\nplugin = \"misbehave@0.1.0\"\nconfig = {{ mode = \"{mode}\" }}\n\n[pipeline]\nmax-retries = 0\n"
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let flaky = file("flaky", "error-retryable");
+    server.json(&[
+        "changefeed",
+        "create",
+        "-c",
+        "flaky",
+        "--config",
+        flaky.to_str().unwrap(),
+    ]);
+    let mut states = std::collections::BTreeSet::new();
+    server.wait_for("flaky to fail", Duration::from_secs(30), || {
+        let q = server.state("flaky");
+        states.insert(q["state"].as_str().unwrap().to_string());
+        q["state"] == "failed"
+    });
+    let q = server.state("flaky");
+    assert!(states.contains("pending"), "{states:?}");
+    assert!(
+        q["epoch"].as_u64().unwrap() >= 3,
+        "restarted under new epochs: {q}"
+    );
+    let failure = q["failure"].as_str().unwrap();
+    assert!(failure.contains("did not move for 3s"), "{failure}");
+    let errors = q["status"]["errors"].as_array().unwrap();
+    assert!(!errors.is_empty() && errors.len() <= 5, "{q}");
+    assert_eq!(errors[0]["kind"], "retryable");
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("mode error-retryable"),
+        "{q}"
+    );
+
+    let fatal = file("fatal", "error-fatal");
+    server.json(&[
+        "changefeed",
+        "create",
+        "-c",
+        "fatal",
+        "--config",
+        fatal.to_str().unwrap(),
+    ]);
+    server.wait_for("fatal to fail", Duration::from_secs(10), || {
+        server.state("fatal")["state"] == "failed"
+    });
+    let q = server.state("fatal");
+    assert_eq!(q["epoch"], 1, "no restart after a fatal error: {q}");
+    assert!(
+        q["failure"].as_str().unwrap().contains("mode error-fatal"),
+        "{q}"
+    );
+
+    // Failed: an update is allowed; resume starts a new epoch that finishes.
+    let fixed = blackhole_file(dir.path(), "fixed", 500, 0);
+    server.json(&[
+        "changefeed",
+        "update",
+        "-c",
+        "fatal",
+        "--config",
+        fixed.to_str().unwrap(),
+    ]);
+    let resumed = server.json(&["changefeed", "resume", "-c", "fatal"]);
+    assert_eq!(resumed["epoch"], 2);
+    server.wait_for(
+        "the fixed changefeed to finish",
+        Duration::from_secs(30),
+        || server.state("fatal")["state"] == "finished",
+    );
+    assert_eq!(server.state("fatal")["status"]["rows-written"], 500);
+    server.stop();
+}
+
+/// The same server on etcd: state survives a restart of the server.
+#[test]
+fn the_server_keeps_its_state_in_etcd() {
+    let etcd = sluice_tests::etcd::PrivateEtcd::start();
+    etcd.wait_listening();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("server");
+    let server = Server::start(&data, &["--etcd", &etcd.endpoint]);
+    upload(&server, "sink-file", "sink");
+    upload(&server, "filter-mask", "filter");
+    let file = feed_file(dir.path(), "on-etcd", 2_000, 0);
+    server.json(&[
+        "changefeed",
+        "create",
+        "-c",
+        "on-etcd",
+        "--config",
+        file.to_str().unwrap(),
+    ]);
+    server.wait_for("the changefeed to finish", Duration::from_secs(60), || {
+        server.state("on-etcd")["state"] == "finished"
+    });
+    let before = server.state("on-etcd");
+    server.stop();
+    // The records live in etcd (plugin bytes and outputs stay in the data dir).
+    assert!(!data.join("meta.redb").exists());
+    let server = Server::start(&data, &["--etcd", &etcd.endpoint]);
+    let after = server.state("on-etcd");
+    assert_eq!(after["state"], "finished");
+    assert_eq!(after["checkpoint-ts"], before["checkpoint-ts"]);
+    assert_eq!(
+        server.json(&["plugin", "list"]).as_array().unwrap().len(),
+        2
+    );
+    let out = PathBuf::from(after["status"]["sink-data-dir"].as_str().unwrap()).join("changes");
+    assert_eq!(lines_in(&out).len(), 2_000);
+    server.stop();
+}

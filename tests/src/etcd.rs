@@ -1,0 +1,76 @@
+//! A private etcd server for tests: its own data dir and ports, killed on drop.
+//! Needs the `etcd` binary (Debian: `etcd-server`); `cargo xtask test` installs it.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A private etcd server, killed when dropped.
+pub struct PrivateEtcd {
+    child: Child,
+    _dir: tempfile::TempDir,
+    /// `127.0.0.1:<client port>`.
+    pub endpoint: String,
+}
+
+impl Drop for PrivateEtcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl PrivateEtcd {
+    /// Starts etcd; it may not accept requests yet (see [`PrivateEtcd::wait_listening`]).
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (client, peer) = (free_port(), free_port());
+        let client_url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let child = Command::new("etcd")
+            .args(["--name", "sluice-test", "--data-dir"])
+            .arg(dir.path().join("etcd"))
+            .args([
+                "--listen-client-urls",
+                &client_url,
+                "--advertise-client-urls",
+                &client_url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+            ])
+            .args(["--initial-cluster", &format!("sluice-test={peer_url}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcd is not installed: apt-get install etcd-server (cargo xtask test does)");
+        Self {
+            child,
+            _dir: dir,
+            endpoint: format!("127.0.0.1:{client}"),
+        }
+    }
+
+    /// Waits until the client port accepts connections (at most 20 s).
+    pub fn wait_listening(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(&self.endpoint).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "etcd at {} did not start within 20 s",
+                self.endpoint
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
