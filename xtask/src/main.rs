@@ -7,6 +7,9 @@
 //!   from Debian's packages), build the plugins, run the whole test suite.
 //! - `ci`: `cargo fmt --check`, clippy with warnings denied, then `test`.
 //! - `bench`: build the plugins and run the boundary benchmark (release build).
+//! - `bench-server`: build the plugins and run the control-plane benchmark of
+//!   `sluice server` (release build): API latency, cost of saving positions,
+//!   recovery after SIGKILL.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -65,8 +68,14 @@ fn main() -> Result<()> {
             cmd.extend(args[1..].iter().map(String::as_str));
             cargo(&cmd)
         }
+        Some("bench-server") => {
+            build_plugins(&root)?;
+            cargo(&["bench", "-p", "sluice-server", "--bench", "control_plane"])
+        }
         _ => {
-            eprintln!("usage: cargo xtask <build-plugins | quickstart | test | ci | bench>");
+            eprintln!(
+                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server>"
+            );
             bail!("unknown or missing command")
         }
     }
