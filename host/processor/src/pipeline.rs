@@ -81,8 +81,14 @@ pub struct Pipeline<K: Sink, F: Filter> {
     store: Option<Box<dyn ProgressStore>>,
     /// Rows above this may not reach the sink until a higher fence is saved.
     fence: CommitTs,
+    /// The fence runs `fence_ahead` times this ahead (see `raise_fence`).
+    fence_lead: u64,
+    last_fence_save: Option<Instant>,
     last_saved: Option<(CheckpointTs, Instant)>,
 }
+
+/// The most the fence lead is multiplied by while catching up.
+const MAX_FENCE_LEAD: u64 = 1024;
 
 impl<K: Sink, F: Filter> Pipeline<K, F> {
     /// A pipeline into `sink` through `filters`; `start` is the checkpoint to
@@ -111,6 +117,8 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             store: None,
             // A previous run may have saved a higher fence: never save a lower one.
             fence,
+            fence_lead: 1,
+            last_fence_save: None,
             last_saved: None,
         }
     }
@@ -378,13 +386,29 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         if ts <= self.fence {
             return Ok(());
         }
-        let ahead = self.config.fence_ahead.as_millis() as u64;
+        // While catching up, upstream time passes much faster than wall time and a
+        // fixed lead would mean a save every few batches: the lead doubles while
+        // saves come less than a checkpoint interval apart, and shrinks back
+        // when they are rarer. A longer lead only flags more rows replay after a
+        // crash; it never loses one.
+        let interval = self.config.checkpoint_interval;
+        match self.last_fence_save {
+            Some(at) if at.elapsed() < interval => {
+                self.fence_lead = (self.fence_lead * 2).min(MAX_FENCE_LEAD);
+            }
+            Some(at) if at.elapsed() > interval * 4 => {
+                self.fence_lead = (self.fence_lead / 2).max(1);
+            }
+            _ => {}
+        }
+        let ahead = self.config.fence_ahead.as_millis() as u64 * self.fence_lead;
         let fence = CommitTs::compose(ts.physical_millis() + ahead, 0).max(ts);
         store
             .save_fence(fence)
             .await
             .map_err(PipelineError::Persist)?;
         self.fence = fence;
+        self.last_fence_save = Some(Instant::now());
         Ok(())
     }
 

@@ -1306,6 +1306,37 @@ async fn fence_is_saved_before_rows_reach_the_sink_and_checkpoints_follow_flushe
 }
 
 #[tokio::test]
+async fn while_catching_up_the_fence_lead_grows_so_saves_stay_rare() {
+    // Upstream time runs far ahead of wall time (no pacing): with a fixed 1 ms
+    // lead nearly every batch would need a fence save.
+    let log = Arc::new(std::sync::Mutex::new(StoreLog::default()));
+    let source = workload(20_000);
+    let config = PipelineConfig {
+        max_batch_rows: 20,
+        fence_ahead: Duration::from_millis(1),
+        checkpoint_interval: Duration::from_secs(3600),
+        ..config()
+    };
+    let (pipeline, result) = run_with_store(config, source, log.clone()).await;
+    result.unwrap();
+    let sink = pipeline.sink();
+    let log = log.lock().unwrap();
+    assert!(
+        sink.above_fence.is_empty(),
+        "rows written above the saved fence"
+    );
+    assert_eq!(sink.durable.len(), 20_000);
+    // Doubling from 1 ms reaches a lead of 1024 ms within 11 saves; after that one
+    // save covers hundreds of batches.
+    assert!(
+        log.fences.len() < 40 && sink.write_calls > 500,
+        "{} fence saves for {} writes",
+        log.fences.len(),
+        sink.write_calls
+    );
+}
+
+#[tokio::test]
 async fn rows_up_to_replay_until_are_flagged_replay() {
     let source = workload(400);
     let txns = transactions(&source);

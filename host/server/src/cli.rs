@@ -101,8 +101,9 @@ pub enum ChangefeedCommand {
         changefeed: String,
         #[arg(long)]
         config: PathBuf,
-        #[arg(long, default_value_t = 0)]
-        target_ts: u64,
+        /// A new target ts (0: no end); without it the target stays.
+        #[arg(long)]
+        target_ts: Option<u64>,
     },
     /// Stop a changefeed and drop it.
     Remove {

@@ -308,6 +308,10 @@ impl LimitsSection {
         if self.call_timeout_ms == 0 || self.host_call_timeout_ms == 0 {
             bail!("{at}.limits: timeouts must be at least 1 ms");
         }
+        const MAX_MS: u64 = 10 * 60 * 1000;
+        if self.call_timeout_ms > MAX_MS || self.host_call_timeout_ms > MAX_MS {
+            bail!("{at}.limits: timeouts may be at most {MAX_MS} ms (10 minutes)");
+        }
         Ok(())
     }
 }

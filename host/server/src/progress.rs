@@ -16,16 +16,43 @@ pub const RUN_CAPTURE: &str = "local";
 
 /// What is saved (see `docs/meta-layout.md`, task position).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+#[serde(rename_all = "kebab-case")]
 pub struct TaskPosition {
     pub version: u32,
     /// Incremented by every run; a save from an older run is fenced.
     pub epoch: u64,
+    /// The changefeed's epoch (in the server) of the run that claimed the key; 0
+    /// for `sluice run`. On a restart the owner trusts only positions of the
+    /// changefeed's current epoch: older ones may predate an overwritten
+    /// checkpoint or a removal.
+    #[serde(default)]
+    pub changefeed_epoch: u64,
     /// Every row with commit ts <= this is durable downstream.
     pub checkpoint_ts: u64,
     pub resolved_ts: u64,
     /// Rows above this never reached the sink.
     pub fence_ts: u64,
+}
+
+/// Which task position a run claims.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    pub tenant: &'a str,
+    pub changefeed: &'a str,
+    pub capture: &'a str,
+    pub changefeed_epoch: u64,
+}
+
+impl<'a> Claim<'a> {
+    /// The position `sluice run` uses for changefeed `id`.
+    pub fn local(changefeed: &'a str) -> Self {
+        Claim {
+            tenant: RUN_TENANT,
+            changefeed,
+            capture: RUN_CAPTURE,
+            changefeed_epoch: 0,
+        }
+    }
 }
 
 /// Saves a changefeed's positions with compare-and-swap on the key's revision, so
@@ -39,57 +66,66 @@ pub struct MetaProgressStore {
 
 impl MetaProgressStore {
     /// Claim the changefeed's task position on `capture` for a new run (a new
-    /// epoch of the key) that starts at `start` (`None`: at the saved checkpoint).
-    /// Returns the store and what earlier runs left: the position on this capture,
-    /// with its fence raised to the highest fence any capture saved, since rows up
-    /// to any of them may have reached the sink.
+    /// epoch of the key) of changefeed epoch `changefeed_epoch`, starting at
+    /// `start` (`None`: at the saved checkpoint). `guard` is checked in the same
+    /// transaction (the server passes its ownership). Returns the store and what
+    /// earlier runs left: the position on this capture, with its fence raised to
+    /// the highest fence any capture saved, since rows up to any of them may have
+    /// reached the sink.
     pub async fn claim(
         store: Arc<dyn MetaStore>,
-        tenant: &str,
-        changefeed: &str,
-        capture: &str,
+        key: Claim<'_>,
         start: Option<CheckpointTs>,
+        guard: Option<Compare>,
     ) -> anyhow::Result<(Self, TaskPosition)> {
         keys::ensure_layout(store.as_ref()).await?;
-        let key = keys::task_position(tenant, changefeed, capture)?;
-        let prefix = keys::task_prefix(tenant, changefeed)?;
+        let changefeed = key.changefeed;
+        let prefix = keys::task_prefix(key.tenant, changefeed)?;
+        let key_name = keys::task_position(key.tenant, changefeed, key.capture)?;
         let mut previous = TaskPosition {
             version: 1,
             ..TaskPosition::default()
         };
-        let mut compare = Compare::absent(&key);
+        let mut compare = Compare::absent(&key_name);
         let mut highest_fence = 0;
         for kv in store.list(&prefix).await?.kvs {
-            let position = keys::decode::<TaskPosition>(&kv.key, &kv.value)?;
-            highest_fence = highest_fence.max(position.fence_ts);
-            if kv.key == key {
-                compare = Compare::mod_revision(&key, kv.mod_revision);
-                previous = position;
+            if kv.key == key_name {
+                previous = keys::decode::<TaskPosition>(&kv.key, &kv.value)?;
+                compare = Compare::mod_revision(&key_name, kv.mod_revision);
+                highest_fence = highest_fence.max(previous.fence_ts);
+                continue;
+            }
+            // Another capture's position: only its fence matters here.
+            match keys::decode::<TaskPosition>(&kv.key, &kv.value) {
+                Ok(p) => highest_fence = highest_fence.max(p.fence_ts),
+                Err(e) => tracing::warn!(error = %e, "Ignoring an unreadable task position."),
             }
         }
         previous.fence_ts = previous.fence_ts.max(highest_fence);
         let record = TaskPosition {
+            version: 1,
             epoch: previous.epoch + 1,
+            changefeed_epoch: key.changefeed_epoch,
             checkpoint_ts: start.map_or(previous.checkpoint_ts, CheckpointTs::get),
             ..previous.clone()
         };
         let result = store
             .txn(
                 Txn::new()
-                    .when([compare])
-                    .and_then([Op::put(&key, keys::encode(&record)?)]),
+                    .when(std::iter::once(compare).chain(guard))
+                    .and_then([Op::put(&key_name, keys::encode(&record)?)]),
             )
             .await
             .context("claiming the changefeed's position")?;
         if !result.succeeded {
             bail!(
-                "another run of changefeed {changefeed} claimed its position at the same time; stop it first"
+                "another run of changefeed {changefeed} claimed its position at the same time, or this server is no longer the owner; stop it first"
             );
         }
         Ok((
             Self {
                 store,
-                key,
+                key: key_name,
                 record,
                 revision: result.revision,
             },
@@ -154,7 +190,7 @@ mod tests {
         let store: Arc<dyn MetaStore> =
             Arc::new(sluice_meta::EmbeddedMetaStore::open(&path).await.unwrap());
         let (mut first, previous) =
-            MetaProgressStore::claim(store.clone(), RUN_TENANT, "orders", RUN_CAPTURE, None)
+            MetaProgressStore::claim(store.clone(), Claim::local("orders"), None, None)
                 .await
                 .unwrap();
         assert_eq!(previous.epoch, 0);
@@ -165,7 +201,7 @@ mod tests {
             .unwrap();
 
         let (mut second, previous) =
-            MetaProgressStore::claim(store.clone(), RUN_TENANT, "orders", RUN_CAPTURE, None)
+            MetaProgressStore::claim(store.clone(), Claim::local("orders"), None, None)
                 .await
                 .unwrap();
         assert_eq!(
@@ -173,6 +209,7 @@ mod tests {
             TaskPosition {
                 version: 1,
                 epoch: 1,
+                changefeed_epoch: 0,
                 checkpoint_ts: 300,
                 resolved_ts: 400,
                 fence_ts: 500
@@ -192,7 +229,7 @@ mod tests {
         let store: Arc<dyn MetaStore> =
             Arc::new(sluice_meta::EmbeddedMetaStore::open(&path).await.unwrap());
         let (_third, previous) =
-            MetaProgressStore::claim(store, RUN_TENANT, "orders", RUN_CAPTURE, None)
+            MetaProgressStore::claim(store, Claim::local("orders"), None, None)
                 .await
                 .unwrap();
         assert_eq!(

@@ -13,7 +13,7 @@ use sluice_runtime::{LoadError, PluginComponent, PluginKind, PluginRuntime};
 
 /// What the meta store keeps about one uploaded plugin.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+#[serde(rename_all = "kebab-case")]
 pub struct PluginRecord {
     pub version: u32,
     pub tenant: String,
@@ -66,6 +66,9 @@ pub struct PluginRegistry {
     runtime: PluginRuntime,
     blobs: PathBuf,
     max_bytes: u64,
+    /// Uploads and deletes one at a time, so that a delete never removes bytes an
+    /// upload just decided to reuse.
+    changes: tokio::sync::Mutex<()>,
 }
 
 fn hex_sha256(bytes: &[u8]) -> String {
@@ -96,6 +99,7 @@ impl PluginRegistry {
             runtime,
             blobs: dir.to_path_buf(),
             max_bytes,
+            changes: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -131,6 +135,7 @@ impl PluginRegistry {
             });
         }
         let sha256 = hex_sha256(bytes);
+        let _one_at_a_time = self.changes.lock().await;
         if let Some(existing) = self.get(tenant, id).await? {
             if existing.sha256 == sha256 {
                 return Ok(existing);
@@ -140,16 +145,25 @@ impl PluginRegistry {
                 existing: existing.sha256,
             });
         }
-        // Checks the world and precompiles into the runtime's cache.
-        self.runtime
-            .load(kind, bytes)
+        // Checks the world and precompiles into the runtime's cache; compiling
+        // takes a while, so off the async workers.
+        let runtime = self.runtime.clone();
+        let owned = bytes.to_vec();
+        tokio::task::spawn_blocking(move || runtime.load(kind, &owned))
+            .await
+            .map_err(|e| RegistryError::Io {
+                path: "(compiling)".into(),
+                source: std::io::Error::other(e.to_string()),
+            })?
             .map_err(|source| RegistryError::NotAPlugin {
                 world: world_name(kind),
                 source,
             })?;
         let path = self.blob_path(&sha256);
         if !path.exists() {
-            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp = path.with_extension(format!("tmp{}-{n}", std::process::id()));
             let io = |source| RegistryError::Io {
                 path: path.display().to_string(),
                 source,
@@ -273,6 +287,7 @@ impl PluginRegistry {
             });
         }
         let key = Self::key(tenant, id)?;
+        let _one_at_a_time = self.changes.lock().await;
         let record = self.require(tenant, id).await?;
         self.store.delete(&key).await?;
         let still_used = self

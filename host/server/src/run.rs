@@ -86,9 +86,8 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
         let store: Arc<dyn MetaStore> = Arc::new(EmbeddedMetaStore::open(&path).await?);
         let (store, previous) = MetaProgressStore::claim(
             store,
-            crate::progress::RUN_TENANT,
-            &file.changefeed.id,
-            crate::progress::RUN_CAPTURE,
+            crate::progress::Claim::local(&file.changefeed.id),
+            None,
             None,
         )
         .await?;

@@ -284,12 +284,38 @@ fn the_cli_drives_plugins_and_changefeeds_through_their_lifecycle() {
             assert_eq!(g, w);
         }
     }
-    assert_eq!(q["status"]["rows-written"], 3_000);
+    assert_eq!(q["status"]["rows-written"], 3_000, "{q}");
     assert_eq!(
         q["checkpoint-ts"],
         expected.last().unwrap()["commitTs"],
         "{q}"
     );
+
+    // Resume the finished changefeed from an earlier checkpoint: everything above
+    // it is delivered again, nothing below.
+    let from = expected[1_999]["commitTs"].as_u64().unwrap();
+    let resumed = server.json(&[
+        "changefeed",
+        "resume",
+        "-c",
+        "masked",
+        "--overwrite-checkpoint-ts",
+        &from.to_string(),
+    ]);
+    assert_eq!(resumed["epoch"], 2);
+    server.wait_for("masked to finish again", Duration::from_secs(60), || {
+        server.state("masked")["state"] == "finished"
+    });
+    let again: Vec<u64> = lines_in(&out_dir)[3_000..]
+        .iter()
+        .map(|l| l["_sluice"]["commitTs"].as_u64().unwrap())
+        .collect();
+    let above = expected
+        .iter()
+        .filter(|e| e["commitTs"].as_u64().unwrap() > from)
+        .count();
+    assert_eq!(again.len(), above);
+    assert!(again.iter().all(|&ts| ts > from));
 
     // An endless one: the checkpoint moves; update is refused while it runs.
     let endless = blackhole_file(dir.path(), "endless", 0, 5_000);
@@ -341,9 +367,10 @@ fn the_cli_drives_plugins_and_changefeeds_through_their_lifecycle() {
         "{metrics}"
     );
     assert!(
-        metrics.contains(
-            "sluice_changefeed_rows_written_total{tenant=\"default\",changefeed=\"masked\"} 3000"
-        ),
+        metrics.contains(&format!(
+            "sluice_changefeed_rows_written_total{{tenant=\"default\",changefeed=\"masked\"}} {}",
+            3_000 + above
+        )),
         "{metrics}"
     );
     let (code, body) = server.http_get("/healthz");
@@ -353,7 +380,7 @@ fn the_cli_drives_plugins_and_changefeeds_through_their_lifecycle() {
     let v: Json = serde_json::from_str(&body).unwrap();
     assert_eq!(
         (v["state"].as_str(), v["rows-written"].as_u64()),
-        (Some("finished"), Some(3000))
+        (Some("finished"), Some(3_000 + above as u64))
     );
     let (code, _) = server.http_get("/api/v1/changefeeds/default/nope");
     assert_eq!(code, 404);
@@ -397,6 +424,11 @@ fn the_cli_drives_plugins_and_changefeeds_through_their_lifecycle() {
     assert_eq!(list.as_array().unwrap().len(), 2);
     let removed = server.json(&["changefeed", "remove", "-c", "endless"]);
     assert_eq!(removed["state"], "removed");
+    let err = server.error(&["changefeed", "query", "-c", "endless"]);
+    assert!(
+        err.starts_with("error: not found: no changefeed default/endless"),
+        "{err}"
+    );
     let err = server.error(&["changefeed", "resume", "-c", "endless"]);
     assert!(
         err.contains("not allowed now") && err.contains("removed"),
@@ -804,6 +836,20 @@ fn the_server_keeps_its_state_in_etcd() {
         server.state("on-etcd")["state"] == "finished"
     });
     let before = server.state("on-etcd");
+    // One server per meta store: a second one refuses to start.
+    let second = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["server", "--data-dir"])
+        .arg(dir.path().join("second"))
+        .args(["--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+        .args(["--etcd", &etcd.endpoint])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success());
+    assert!(
+        err.contains("is the owner of this meta store; run one server per meta store"),
+        "{err}"
+    );
     server.stop();
     // The records live in etcd (plugin bytes and outputs stay in the data dir).
     assert!(!data.join("meta.redb").exists());

@@ -15,7 +15,7 @@ use tokio::sync::Mutex;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::owner::{FeedView, Owner};
+use super::owner::{FeedView, Owner, describe};
 use super::{CaptureInfo, Ctx};
 use crate::registry::{PluginRecord, RegistryError};
 
@@ -243,12 +243,11 @@ impl ChangefeedService for Api {
     ) -> Result<Response<pb::Changefeed>, Status> {
         let r = request.into_inner();
         let id = changefeed_id(r.id.as_ref())?;
-        let view = self
-            .owner
-            .lock()
-            .await
-            .create(id, &r.config_toml, CommitTs(r.start_ts), ts(r.target_ts))
-            .await?;
+        // Checking the plugins takes a while: not under the owner's lock.
+        self.owner.lock().await.check_new(&id)?;
+        let start_ts = CommitTs(r.start_ts);
+        let info = describe(&self.ctx, &id, &r.config_toml, start_ts, ts(r.target_ts)).await?;
+        let view = self.owner.lock().await.create(info).await?;
         Ok(Response::new(changefeed_pb(&view)))
     }
 
@@ -278,12 +277,14 @@ impl ChangefeedService for Api {
     ) -> Result<Response<pb::Changefeed>, Status> {
         let r = request.into_inner();
         let id = changefeed_id(r.id.as_ref())?;
-        let view = self
-            .owner
-            .lock()
-            .await
-            .update(&id, &r.config_toml, ts(r.target_ts))
-            .await?;
+        let (start_ts, target_ts) = self.owner.lock().await.update_base(&id)?;
+        let target_ts = match r.target_ts {
+            None => target_ts,
+            Some(t) => ts(t),
+        };
+        let info = describe(&self.ctx, &id, &r.config_toml, start_ts, target_ts).await?;
+        let job = AdminJob::Update(Box::new(info));
+        let view = self.owner.lock().await.admin(&id, job).await?;
         Ok(Response::new(changefeed_pb(&view)))
     }
 

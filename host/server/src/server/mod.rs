@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
-use sluice_meta::{EmbeddedMetaStore, EtcdMetaStore, LeaseId, MetaStore, Op, Txn, keys};
+use sluice_meta::{Compare, EmbeddedMetaStore, EtcdMetaStore, LeaseId, MetaStore, Op, Txn, keys};
 use sluice_owner::{BackoffConfig, ChangefeedId};
 use sluice_runtime::{PluginRuntime, RuntimeConfig};
 use tokio::sync::{Mutex, mpsc};
@@ -65,6 +65,20 @@ pub struct Ctx {
     pub backoff: BackoffConfig,
     /// Processors send their changefeed here when they end.
     pub wake: mpsc::UnboundedSender<ChangefeedId>,
+    /// Holds while this capture is the owner (its candidate key, as created):
+    /// checked in every write of the owner and every task position claim.
+    pub owner_guard: Compare,
+    /// Set when the server must stop because it can no longer act safely (lost
+    /// its lease or its ownership).
+    pub fatal: tokio::sync::watch::Sender<Option<String>>,
+}
+
+impl Ctx {
+    /// Stops the server: it can no longer act safely.
+    pub fn give_up(&self, why: String) {
+        tracing::error!(%why, "The server stops.");
+        self.fatal.send_replace(Some(why));
+    }
 }
 
 /// What a capture registers under `/sluice/v1/capture/{id}` (with its lease).
@@ -138,7 +152,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let id = capture_id(&data_dir)?;
     let started_at_ms = sluice_owner::Clock::now_ms(&sluice_owner::SystemClock);
     let lease = register(store.as_ref(), &id, addr, started_at_ms).await?;
-    let keeper = tokio::spawn(keep_alive(store.clone(), lease.0, lease.1));
+    let owner_guard = match campaign(store.as_ref(), lease.0).await {
+        Ok(guard) => guard,
+        Err(e) => {
+            let _ = store.revoke(lease.0).await;
+            return Err(e);
+        }
+    };
+    let (fatal, mut fatal_rx) = tokio::sync::watch::channel(None);
 
     let runtime = PluginRuntime::new(RuntimeConfig {
         cache_dir: Some(data_dir.join("precompiled")),
@@ -161,7 +182,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         started_at_ms,
         backoff,
         wake,
+        owner_guard,
+        fatal,
     });
+    let keeper = tokio::spawn(keep_alive(ctx.clone(), lease.0, lease.1));
     let owner = Arc::new(Mutex::new(Owner::load(ctx.clone()).await?));
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -219,11 +243,17 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(%addr, %http_addr, capture = %id, "Server started.");
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+    let fatal_reason = tokio::select! {
+        _ = tokio::signal::ctrl_c() => None,
+        _ = term.recv() => None,
+        reason = async {
+            let _ = fatal_rx.wait_for(Option::is_some).await;
+            fatal_rx.borrow().clone()
+        } => reason,
+    };
     eprintln!("sluice server: stopping: flushing every changefeed");
+    // No new admin jobs or processors from here on; then the listeners drain.
+    owner.lock().await.close();
     let _ = stop_tx.send(true);
     let _ = owner_loop.await;
     owner.lock().await.shutdown().await;
@@ -231,8 +261,38 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let _ = http_server.await;
     keeper.abort();
     let _ = store.revoke(lease.0).await;
+    if let Some(reason) = fatal_reason {
+        anyhow::bail!("sluice server stopped: {reason}");
+    }
     eprintln!("sluice server: stopped");
     Ok(())
+}
+
+/// Becomes the owner, or refuses to start while another capture is: one server
+/// per meta store until captures can share the work (the cluster issue). Returns
+/// the guard that holds while this capture stays the owner.
+async fn campaign(store: &dyn MetaStore, lease: LeaseId) -> anyhow::Result<Compare> {
+    let key = keys::owner_candidate(lease);
+    let candidates = store.list(&keys::owner_prefix()).await?;
+    let ours =
+        candidates.kvs.iter().find(|kv| kv.key == key).context(
+            "this capture's owner candidacy vanished at once; is the meta store healthy?",
+        )?;
+    if let Some(first) = candidates
+        .kvs
+        .iter()
+        .min_by_key(|kv| kv.create_revision)
+        .filter(|kv| kv.key != key)
+    {
+        let other: CaptureInfo = keys::decode(&first.key, &first.value)?;
+        anyhow::bail!(
+            "capture {} at {} is the owner of this meta store; run one server per meta store \
+             (or wait up to 10 s for a killed one's lease to expire)",
+            other.id,
+            other.address
+        );
+    }
+    Ok(Compare::create_revision(key, ours.create_revision))
 }
 
 /// Registers the capture and its owner candidacy under a new lease.
@@ -264,11 +324,23 @@ async fn register(
     Ok((lease.id, lease.ttl))
 }
 
-async fn keep_alive(store: Arc<dyn MetaStore>, lease: LeaseId, ttl: Duration) {
+/// Keeps the capture's lease alive; once it is lost (the keys are gone, so another
+/// capture may take over), the server stops.
+async fn keep_alive(ctx: Arc<Ctx>, lease: LeaseId, ttl: Duration) {
     loop {
         tokio::time::sleep(ttl / 3).await;
-        if let Err(e) = store.keep_alive(lease).await {
-            tracing::error!(error = %e, "The capture's lease could not be kept alive.");
+        match ctx.store.keep_alive(lease).await {
+            Ok(_) => {}
+            Err(sluice_meta::MetaError::LeaseNotFound { .. }) => {
+                ctx.give_up(
+                    "the capture's lease expired (was the meta store unreachable?); start it again"
+                        .into(),
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "The capture's lease could not be renewed; retrying.")
+            }
         }
     }
 }

@@ -23,6 +23,10 @@ use crate::spec::{self, FeedSpec};
 
 type Manager = FeedStateManager<SystemClock, SeededJitter>;
 
+/// How long a stopping processor may take to write, flush and close before it is
+/// cancelled (its unflushed rows are then replayed, flagged, by the next run).
+const STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The status of a changefeed is written at most this often while it runs (and
 /// on every state change and at shutdown).
 const STATUS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -87,10 +91,30 @@ impl FeedView {
 pub struct Owner {
     ctx: Arc<Ctx>,
     feeds: BTreeMap<ChangefeedId, Feed>,
+    /// Set at shutdown: no admin jobs, no new processors.
+    closing: bool,
 }
 
-fn unavailable(e: impl std::fmt::Display) -> Status {
-    Status::unavailable(format!("meta store: {e:#}; retry"))
+fn unavailable(e: anyhow::Error) -> Status {
+    match e.downcast_ref::<sluice_meta::MetaError>() {
+        Some(sluice_meta::MetaError::InvalidRequest { reason }) => Status::invalid_argument(
+            format!("the changefeed cannot be stored: {reason}; make its file smaller"),
+        ),
+        _ => Status::unavailable(format!("meta store: {e:#}; retry")),
+    }
+}
+
+/// Illegal transitions are preconditions; a wrong description is an argument.
+fn admin_status(e: sluice_owner::AdminError) -> Status {
+    use sluice_owner::AdminError::*;
+    match e {
+        Invalid(_)
+        | IdChanged { .. }
+        | StartTsChanged { .. }
+        | TargetNotAfterCheckpoint { .. }
+        | OverwritePastTarget { .. } => Status::invalid_argument(e.to_string()),
+        _ => Status::failed_precondition(e.to_string()),
+    }
 }
 
 fn now_ms() -> u64 {
@@ -105,32 +129,44 @@ impl Owner {
         let listing = ctx.store.list(&keys::tenants_prefix()).await?;
         let mut infos = BTreeMap::new();
         let mut statuses = BTreeMap::new();
-        let mut tasks: BTreeMap<(String, String), CheckpointTs> = BTreeMap::new();
+        let mut tasks: BTreeMap<(String, String), Vec<TaskPosition>> = BTreeMap::new();
         for kv in &listing.kvs {
+            // A record this build cannot read is skipped (and its changefeed left
+            // alone), so that one bad value does not stop every other changefeed.
+            let skip = |e: &dyn std::fmt::Display| {
+                tracing::error!(key = %kv.key, error = %e, "Skipping a record that does not decode.");
+            };
             match MetaKey::parse(&kv.key) {
-                Some(MetaKey::ChangefeedInfo { .. }) => {
-                    let info = ChangefeedInfo::decode(&kv.value)
-                        .map_err(|e| anyhow::anyhow!("{}: {e}", kv.key))?;
-                    infos.insert(info.id.clone(), (info, kv.mod_revision));
-                }
+                Some(MetaKey::ChangefeedInfo { .. }) => match ChangefeedInfo::decode(&kv.value) {
+                    Ok(info) => {
+                        infos.insert(info.id.clone(), (info, kv.mod_revision));
+                    }
+                    Err(e) => skip(&e),
+                },
                 Some(MetaKey::ChangefeedStatus { tenant, changefeed }) => {
-                    let status = ChangefeedStatus::decode(&kv.value)
-                        .map_err(|e| anyhow::anyhow!("{}: {e}", kv.key))?;
-                    statuses.insert((tenant, changefeed), status);
+                    match ChangefeedStatus::decode(&kv.value) {
+                        Ok(status) => {
+                            statuses.insert((tenant, changefeed), status);
+                        }
+                        Err(e) => skip(&e),
+                    }
                 }
                 Some(MetaKey::TaskPosition {
                     tenant, changefeed, ..
-                }) => {
-                    let position: TaskPosition = keys::decode(&kv.key, &kv.value)?;
-                    let entry = tasks.entry((tenant, changefeed)).or_default();
-                    *entry = (*entry).max(CheckpointTs(position.checkpoint_ts));
-                }
+                }) => match keys::decode::<TaskPosition>(&kv.key, &kv.value) {
+                    Ok(position) => tasks
+                        .entry((tenant, changefeed))
+                        .or_default()
+                        .push(position),
+                    Err(e) => skip(&e),
+                },
                 _ => {}
             }
         }
         let mut owner = Owner {
             ctx,
             feeds: BTreeMap::new(),
+            closing: false,
         };
         for (id, (info, revision)) in infos {
             let key = (id.tenant().to_string(), id.name().to_string());
@@ -141,10 +177,16 @@ impl Owner {
                 info: info.clone(),
                 status: saved_status.clone(),
             };
-            if cf.state().is_active()
-                && let Some(task) = tasks.get(&key)
-            {
-                cf.status.checkpoint_ts = cf.status.checkpoint_ts.max(*task);
+            // Processors save the checkpoint more often than the owner copies it:
+            // take theirs, but only from the current epoch (an older one may
+            // predate an overwritten checkpoint or a removal).
+            if !matches!(cf.state(), FeedState::Removed | FeedState::Finished) {
+                for task in tasks.get(&key).into_iter().flatten() {
+                    if task.changefeed_epoch == cf.epoch().0 {
+                        let saved = CheckpointTs(task.checkpoint_ts);
+                        cf.status.checkpoint_ts = cf.status.checkpoint_ts.max(saved);
+                    }
+                }
             }
             if cf.state().is_running() {
                 // A restart: the processors of the previous epoch are gone, or
@@ -177,41 +219,69 @@ impl Owner {
         Ok(owner)
     }
 
-    /// Writes what changed of `id`'s record: the info (compare-and-swap) at once,
-    /// the status when `force` or at most every second.
+    /// Writes what changed of `id`'s record in one transaction, under this
+    /// capture's ownership: the info (compare-and-swap on its revision) at once, the
+    /// status when `force` or at most every second.
     async fn persist(&mut self, id: &ChangefeedId, force: bool) -> anyhow::Result<()> {
-        let store = self.ctx.store.clone();
+        let ctx = self.ctx.clone();
         let Some(feed) = self.feeds.get_mut(id) else {
             return Ok(());
         };
-        let cf = feed.manager.changefeed();
-        if cf.info != feed.saved_info {
-            let key = keys::changefeed_info(id.tenant(), id.name())?;
-            let compare = if feed.info_revision == Revision::ZERO {
-                Compare::absent(&key)
-            } else {
-                Compare::mod_revision(&key, feed.info_revision)
-            };
-            let result = store
-                .txn(
-                    Txn::new()
-                        .when([compare])
-                        .and_then([Op::put(&key, cf.info.encode())]),
-                )
-                .await?;
-            if !result.succeeded {
-                return Err(anyhow::anyhow!(
-                    "changefeed {id} was changed by another owner; this one steps back"
-                ));
-            }
-            feed.info_revision = result.revision;
-            feed.saved_info = cf.info.clone();
-        }
+        let cf = feed.manager.changefeed().clone();
+        let info_key = keys::changefeed_info(id.tenant(), id.name())?;
+        let status_key = keys::changefeed_status(id.tenant(), id.name())?;
+        let write_info = cf.info != feed.saved_info;
         let status_due = force || feed.status_saved_at.elapsed() >= STATUS_EVERY;
-        if cf.status != feed.saved_status && status_due && cf.state() != FeedState::Removed {
-            let key = keys::changefeed_status(id.tenant(), id.name())?;
-            store.put(&key, cf.status.encode(), None).await?;
-            feed.saved_status = cf.status.clone();
+        let write_status =
+            cf.status != feed.saved_status && status_due && cf.state() != FeedState::Removed;
+        if !write_info && !write_status {
+            return Ok(());
+        }
+        let mut compares = vec![ctx.owner_guard.clone()];
+        let mut ops = Vec::new();
+        let info_bytes = cf.info.encode();
+        if write_info {
+            compares.push(if feed.info_revision == Revision::ZERO {
+                Compare::absent(&info_key)
+            } else {
+                Compare::mod_revision(&info_key, feed.info_revision)
+            });
+            ops.push(Op::put(&info_key, info_bytes.clone()));
+        }
+        if write_status {
+            ops.push(Op::put(&status_key, cf.status.encode()));
+        }
+        let result = ctx
+            .store
+            .txn(Txn::new().when(compares).and_then(ops))
+            .await?;
+        let revision = if result.succeeded {
+            result.revision
+        } else {
+            // Either an earlier write landed although its answer was lost (the
+            // stored info is ours: adopt it), or this capture is no longer the
+            // owner, or someone else changed the record: stop acting.
+            let stored = ctx.store.get(&info_key).await?;
+            match stored {
+                Some(kv) if write_info && kv.value == info_bytes => {
+                    feed.info_revision = kv.mod_revision;
+                    return Box::pin(self.persist(id, force)).await;
+                }
+                _ => {
+                    let why = format!(
+                        "changefeed {id} was changed outside this server, or this server lost its ownership"
+                    );
+                    ctx.give_up(why.clone());
+                    anyhow::bail!(why);
+                }
+            }
+        };
+        if write_info {
+            feed.info_revision = revision;
+            feed.saved_info = cf.info;
+        }
+        if write_status {
+            feed.saved_status = cf.status;
             feed.status_saved_at = Instant::now();
         }
         Ok(())
@@ -256,7 +326,7 @@ impl Owner {
                 let feed = self.feeds.get_mut(id).expect("present");
                 let cf = feed.manager.changefeed();
                 let (epoch, checkpoint) = (cf.epoch(), cf.checkpoint());
-                if feed.processor.as_ref().is_none_or(|p| p.epoch != epoch) {
+                if !self.closing && feed.processor.as_ref().is_none_or(|p| p.epoch != epoch) {
                     self.start(id, epoch, checkpoint).await?;
                 }
             }
@@ -268,19 +338,15 @@ impl Owner {
     }
 
     /// Stops the changefeed's processor, if one runs, and takes in its final
-    /// checkpoint.
+    /// checkpoint and how it ended.
     async fn stop(&mut self, id: &ChangefeedId) -> anyhow::Result<()> {
         let feed = self.feeds.get_mut(id).expect("present");
         if let Some(processor) = feed.processor.take() {
             let epoch = processor.epoch;
             let live = processor.live.clone();
-            let outcome = processor.stop().await;
-            // Only the final checkpoint matters now: the feed was stopped on purpose.
-            feed.absorb(epoch, &live, None);
-            if let Some(p) = live.progress() {
-                feed.totals.add(&p);
-            }
+            let outcome = processor.stop(STOP_TIMEOUT).await;
             tracing::debug!(changefeed = %id, ?outcome, "Processor stopped.");
+            feed.absorb(epoch, &live, Some(outcome));
             self.persist(id, true).await?;
         }
         Ok(())
@@ -300,6 +366,20 @@ impl Owner {
         Ok(())
     }
 
+    /// Refuses admin jobs and new processors from now on (server shutdown).
+    pub fn close(&mut self) {
+        self.closing = true;
+    }
+
+    fn open_for_jobs(&self) -> Result<(), Status> {
+        if self.closing {
+            return Err(Status::unavailable(
+                "the server is stopping; retry once it is back",
+            ));
+        }
+        Ok(())
+    }
+
     /// Stops every processor cleanly and saves every status (server shutdown).
     pub async fn shutdown(&mut self) {
         let ids: Vec<ChangefeedId> = self.feeds.keys().cloned().collect();
@@ -315,96 +395,24 @@ impl Owner {
 
     // ------------------------------------------------------------- admin jobs
 
-    /// Checks a changefeed file against the registry and the plugins' own
-    /// `validate-config`, and turns it into a description.
-    async fn describe(
-        &self,
-        id: &ChangefeedId,
-        text: &str,
-        start_ts: CommitTs,
-        target_ts: Option<CommitTs>,
-    ) -> Result<ChangefeedInfo, Status> {
-        let spec = FeedSpec::parse(text).map_err(|e| {
-            Status::invalid_argument(format!("invalid changefeed file: {}", crate::chain(&e)))
-        })?;
-        for (at, plugin) in spec.plugins() {
-            let kind = if at == "sink" {
-                sluice_runtime::PluginKind::Sink
-            } else {
-                sluice_runtime::PluginKind::Filter
-            };
-            let record = self
-                .ctx
-                .registry
-                .get(id.tenant(), &plugin.plugin)
-                .await
-                .map_err(|e| Status::unavailable(crate::error_chain(&e)))?
-                .ok_or_else(|| {
-                    Status::not_found(format!(
-                        "{at}.plugin: no plugin {} in tenant {}; upload it first (sluice cli plugin upload)",
-                        plugin.plugin,
-                        id.tenant()
-                    ))
-                })?;
-            if record.world != kind.world() {
-                return Err(Status::invalid_argument(format!(
-                    "{at}.plugin: {} is a {} plugin; {at} needs a {}",
-                    plugin.plugin,
-                    record.world,
-                    kind.world()
-                )));
-            }
+    /// Whether `id` may be created (before describing it, which takes a while).
+    pub fn check_new(&self, id: &ChangefeedId) -> Result<(), Status> {
+        self.open_for_jobs()?;
+        if let Some(feed) = self.feeds.get(id)
+            && feed.manager.changefeed().state() != FeedState::Removed
+        {
+            return Err(Status::already_exists(format!(
+                "changefeed {id} already exists (state {}); remove it first or pick another name",
+                feed.manager.changefeed().state()
+            )));
         }
-        let info = spec
-            .to_info(text, id.clone(), start_ts, target_ts)
-            .map_err(|e| Status::invalid_argument(crate::chain(&e)))?;
-        info.validate()
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        // Each plugin checks its own options.
-        for (i, plugin) in info.filters.iter().enumerate() {
-            let component = self.load_plugin(id, &plugin.plugin).await?;
-            let mut filter =
-                sluice_runtime::WasmFilter::new(component, spec::settings_of(plugin, None))
-                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
-            filter.validate_config().await.map_err(|e| {
-                Status::invalid_argument(format!(
-                    "filters[{i}].config was rejected by `{}`: {e}",
-                    plugin.plugin
-                ))
-            })?;
-        }
-        let component = self.load_plugin(id, &info.sink.plugin).await?;
-        let mut sink =
-            sluice_runtime::WasmSink::new(component, spec::settings_of(&info.sink, None))
-                .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        sink.validate_config().await.map_err(|e| {
-            Status::invalid_argument(format!(
-                "sink.config was rejected by `{}`: {e}",
-                info.sink.plugin
-            ))
-        })?;
-        Ok(info)
+        Ok(())
     }
 
-    async fn load_plugin(
-        &self,
-        id: &ChangefeedId,
-        plugin: &PluginId,
-    ) -> Result<sluice_runtime::PluginComponent, Status> {
-        self.ctx
-            .registry
-            .load(id.tenant(), plugin)
-            .await
-            .map_err(|e| Status::failed_precondition(crate::error_chain(&e)))
-    }
-
-    pub async fn create(
-        &mut self,
-        id: ChangefeedId,
-        text: &str,
-        start_ts: CommitTs,
-        target_ts: Option<CommitTs>,
-    ) -> Result<FeedView, Status> {
+    /// Creates a changefeed from a description made by [`describe`].
+    pub async fn create(&mut self, info: ChangefeedInfo) -> Result<FeedView, Status> {
+        let id = info.id.clone();
+        self.check_new(&id)?;
         if let Some(feed) = self.feeds.get(&id)
             && feed.manager.changefeed().state() != FeedState::Removed
         {
@@ -413,7 +421,6 @@ impl Owner {
                 feed.manager.changefeed().state()
             )));
         }
-        let info = self.describe(&id, text, start_ts, target_ts).await?;
         if self.feeds.contains_key(&id) {
             return self.admin(&id, AdminJob::Create(Box::new(info))).await;
         }
@@ -458,25 +465,18 @@ impl Owner {
         Ok(self.view(&id).expect("present"))
     }
 
-    pub async fn update(
-        &mut self,
-        id: &ChangefeedId,
-        text: &str,
-        target_ts: Option<CommitTs>,
-    ) -> Result<FeedView, Status> {
-        let start_ts = self.require(id)?.manager.changefeed().info.start_ts;
-        let info = self.describe(id, text, start_ts, target_ts).await?;
-        self.admin(id, AdminJob::Update(Box::new(info))).await
+    /// The start ts and target ts an update of `id` keeps unless it sets them.
+    pub fn update_base(&self, id: &ChangefeedId) -> Result<(CommitTs, Option<CommitTs>), Status> {
+        let info = &self.require(id)?.manager.changefeed().info;
+        Ok((info.start_ts, info.target_ts))
     }
 
     /// Applies an admin job to an existing changefeed: persist, then act.
     pub async fn admin(&mut self, id: &ChangefeedId, job: AdminJob) -> Result<FeedView, Status> {
+        self.open_for_jobs()?;
         let feed = self.feeds.get_mut(id).ok_or_else(|| not_found(id))?;
         let before = feed.manager.changefeed().clone();
-        let effect = feed
-            .manager
-            .apply_admin_job(job)
-            .map_err(|e| Status::failed_precondition(e.to_string()))?;
+        let effect = feed.manager.apply_admin_job(job).map_err(admin_status)?;
         if let Err(e) = self.persist(id, true).await {
             // Not stored: undo, so that memory matches the store.
             let feed = self.feeds.get_mut(id).expect("present");
@@ -498,6 +498,12 @@ impl Owner {
             Effect::Stop => self.stop(id).await.map_err(unavailable)?,
             Effect::Remove => {
                 self.stop(id).await.map_err(unavailable)?;
+                self.forget(id).await.map_err(unavailable)?;
+            }
+            // Removing again finishes what a failed removal left behind.
+            Effect::Unchanged
+                if self.feeds[id].manager.changefeed().state() == FeedState::Removed =>
+            {
                 self.forget(id).await.map_err(unavailable)?;
             }
             Effect::Updated | Effect::Unchanged => {}
@@ -558,7 +564,9 @@ impl Owner {
     }
 
     pub fn get(&self, id: &ChangefeedId) -> Result<FeedView, Status> {
-        self.require(id)?;
+        if self.require(id)?.manager.changefeed().state() == FeedState::Removed {
+            return Err(not_found(id));
+        }
         Ok(self.view(id).expect("present"))
     }
 
@@ -620,4 +628,84 @@ impl Feed {
             Some(Outcome::Failed { kind, message }) => self.manager.on_error(epoch, kind, message),
         };
     }
+}
+
+/// Checks a changefeed file against the registry and the plugins' own
+/// `validate-config`, and turns it into a description.
+pub async fn describe(
+    ctx: &Ctx,
+    id: &ChangefeedId,
+    text: &str,
+    start_ts: CommitTs,
+    target_ts: Option<CommitTs>,
+) -> Result<ChangefeedInfo, Status> {
+    let spec = FeedSpec::parse(text).map_err(|e| {
+        Status::invalid_argument(format!("invalid changefeed file: {}", crate::chain(&e)))
+    })?;
+    for (at, plugin) in spec.plugins() {
+        let kind = if at == "sink" {
+            sluice_runtime::PluginKind::Sink
+        } else {
+            sluice_runtime::PluginKind::Filter
+        };
+        let record = ctx
+            .registry
+            .get(id.tenant(), &plugin.plugin)
+            .await
+            .map_err(super::grpc::registry_status)?
+            .ok_or_else(|| {
+                Status::not_found(format!(
+                    "{at}.plugin: no plugin {} in tenant {}; upload it first (sluice cli plugin upload)",
+                    plugin.plugin,
+                    id.tenant()
+                ))
+            })?;
+        if record.world != kind.world() {
+            return Err(Status::invalid_argument(format!(
+                "{at}.plugin: {} is a {} plugin; {at} needs a {}",
+                plugin.plugin,
+                record.world,
+                kind.world()
+            )));
+        }
+    }
+    let info = spec
+        .to_info(text, id.clone(), start_ts, target_ts)
+        .map_err(|e| Status::invalid_argument(crate::chain(&e)))?;
+    info.validate()
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    // Each plugin checks its own options.
+    for (i, plugin) in info.filters.iter().enumerate() {
+        let component = load_plugin(ctx, id, &plugin.plugin).await?;
+        let mut filter =
+            sluice_runtime::WasmFilter::new(component, spec::settings_of(plugin, None))
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        filter.validate_config().await.map_err(|e| {
+            Status::invalid_argument(format!(
+                "filters[{i}].config was rejected by `{}`: {e}",
+                plugin.plugin
+            ))
+        })?;
+    }
+    let component = load_plugin(ctx, id, &info.sink.plugin).await?;
+    let mut sink = sluice_runtime::WasmSink::new(component, spec::settings_of(&info.sink, None))
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    sink.validate_config().await.map_err(|e| {
+        Status::invalid_argument(format!(
+            "sink.config was rejected by `{}`: {e}",
+            info.sink.plugin
+        ))
+    })?;
+    Ok(info)
+}
+
+async fn load_plugin(
+    ctx: &Ctx,
+    id: &ChangefeedId,
+    plugin: &PluginId,
+) -> Result<sluice_runtime::PluginComponent, Status> {
+    ctx.registry
+        .load(id.tenant(), plugin)
+        .await
+        .map_err(super::grpc::registry_status)
 }

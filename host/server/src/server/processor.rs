@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use sluice_core::{CheckpointTs, CommitTs, Source, SourceEvent};
+use sluice_core::{CheckpointTs, CommitTs, ResolvedTs, Source, SourceEvent};
 use sluice_owner::{ChangefeedInfo, Epoch, ErrorKind};
 use sluice_processor::{Pipeline, PipelineError, Progress, ProgressStoreError};
 use sluice_runtime::{PluginKind, PluginStats, WasmFilter, WasmSink};
@@ -17,7 +17,7 @@ use tracing::Instrument;
 
 use super::Ctx;
 use crate::config::SourceConfig;
-use crate::progress::MetaProgressStore;
+use crate::progress::{Claim, MetaProgressStore};
 use crate::registry::RegistryError;
 use crate::spec;
 
@@ -75,7 +75,7 @@ impl Processor {
             let ctx = ctx.clone();
             async move {
                 let id = info.id.clone();
-                let outcome = run(&ctx, info, checkpoint, rx, &live).await;
+                let outcome = run(&ctx, info, epoch, checkpoint, rx, &live).await;
                 match &outcome {
                     Outcome::Failed { kind, message } => {
                         tracing::warn!(kind = kind.as_str(), %message, "Processor failed.")
@@ -100,12 +100,22 @@ impl Processor {
         self.task.is_finished()
     }
 
-    /// Asks the pipeline to write what it read, flush and close; waits for it.
-    pub async fn stop(mut self) -> Outcome {
+    /// Asks the pipeline to write what it read, flush and close; waits for it up
+    /// to `timeout`, then cancels it (its unflushed rows are replayed, flagged, by
+    /// the next run).
+    pub async fn stop(mut self, timeout: std::time::Duration) -> Outcome {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        self.join().await
+        let abort = self.task.abort_handle();
+        match tokio::time::timeout(timeout, self.join()).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                abort.abort();
+                tracing::warn!(?timeout, "A processor did not stop in time; cancelled it.");
+                Outcome::Stopped
+            }
+        }
     }
 
     /// Waits for the task (which must be finished or stopping).
@@ -142,6 +152,7 @@ fn registry_failure(at: &str, plugin: &str, e: RegistryError) -> Outcome {
 async fn run(
     ctx: &Ctx,
     info: ChangefeedInfo,
+    epoch: Epoch,
     checkpoint: CheckpointTs,
     shutdown: oneshot::Receiver<()>,
     live: &Live,
@@ -227,12 +238,17 @@ async fn run(
         .unwrap_or(u64::MAX);
     config.max_batch_bytes = config.max_batch_bytes.min((bound / 2) as usize);
 
+    let claim = Claim {
+        tenant,
+        changefeed: id.name(),
+        capture: &ctx.capture_id,
+        changefeed_epoch: epoch.0,
+    };
     let (store, previous) = match MetaProgressStore::claim(
         ctx.store.clone(),
-        tenant,
-        id.name(),
-        &ctx.capture_id,
+        claim,
         Some(checkpoint),
+        Some(ctx.owner_guard.clone()),
     )
     .await
     {
@@ -262,6 +278,7 @@ async fn run(
     let source = UpTo {
         inner: source,
         target: info.target_ts,
+        reached: false,
     };
     let mut pipeline =
         Pipeline::new(config, filters, sink, checkpoint).with_progress_store(Box::new(store));
@@ -285,26 +302,37 @@ async fn run(
     }
 }
 
-/// A source that ends after the target ts: nothing above it is replicated.
+/// A source that ends at the target ts: nothing above it is replicated, and the
+/// target itself is resolved first, so that the checkpoint reaches it.
 struct UpTo<S> {
     inner: S,
     target: Option<CommitTs>,
+    reached: bool,
 }
 
 impl<S: Source> Source for UpTo<S> {
     type Error = S::Error;
 
     async fn next_event(&mut self) -> Result<SourceEvent, S::Error> {
+        if self.reached {
+            return Ok(SourceEvent::End);
+        }
         let event = self.inner.next_event().await?;
         let Some(target) = self.target else {
             return Ok(event);
         };
-        Ok(match event {
-            SourceEvent::Transaction(t) if t.commit_ts > target => SourceEvent::End,
-            SourceEvent::Ddl(d) if d.commit_ts > target => SourceEvent::End,
-            SourceEvent::Resolved(r) if r.get() >= target.get() => SourceEvent::End,
-            other => other,
-        })
+        let past = match &event {
+            SourceEvent::Transaction(t) => t.commit_ts > target,
+            SourceEvent::Ddl(d) => d.commit_ts > target,
+            SourceEvent::Resolved(r) => r.get() >= target.get(),
+            SourceEvent::End => false,
+        };
+        if past {
+            // Everything up to the target has been produced.
+            self.reached = true;
+            return Ok(SourceEvent::Resolved(ResolvedTs(target.get())));
+        }
+        Ok(event)
     }
 
     fn start_after(&mut self, ts: CommitTs) {
