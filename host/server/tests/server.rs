@@ -373,6 +373,12 @@ fn the_cli_drives_plugins_and_changefeeds_through_their_lifecycle() {
         )),
         "{metrics}"
     );
+    assert!(
+        metrics.contains(
+            "sluice_plugin_reported_total{tenant=\"default\",changefeed=\"endless\",role=\"sink\",plugin=\"sink-blackhole@0.1.0\",name=\"rows\"}"
+        ),
+        "{metrics}"
+    );
     let (code, body) = server.http_get("/healthz");
     assert_eq!((code, body.starts_with("ok")), (200, true), "{body}");
     let (code, body) = server.http_get("/api/v1/changefeeds/default/masked");
@@ -864,4 +870,58 @@ fn the_server_keeps_its_state_in_etcd() {
     let out = PathBuf::from(after["status"]["sink-data-dir"].as_str().unwrap()).join("changes");
     assert_eq!(lines_in(&out).len(), 2_000);
     server.stop();
+}
+
+/// A clean stop (SIGTERM) flushes and saves the checkpoint: after a restart the
+/// changefeed continues where it stopped and nothing is delivered twice.
+#[test]
+fn a_clean_stop_resumes_exactly_where_it_stopped() {
+    const TOTAL: u64 = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("server");
+    let server = Server::start(&data, &[]);
+    upload(&server, "sink-file", "sink");
+    upload(&server, "filter-mask", "filter");
+    let file = feed_file(dir.path(), "clean", TOTAL, 10_000);
+    server.json(&[
+        "changefeed",
+        "create",
+        "-c",
+        "clean",
+        "--config",
+        file.to_str().unwrap(),
+    ]);
+    server.wait_for("some rows to be written", Duration::from_secs(30), || {
+        server.state("clean")["checkpoint-ts"].as_u64().unwrap() > 0
+    });
+    let out_dir = PathBuf::from(
+        server.state("clean")["status"]["sink-data-dir"]
+            .as_str()
+            .unwrap(),
+    )
+    .join("changes");
+    server.stop();
+    let written = lines_in(&out_dir).len();
+    assert!(written > 0 && written < TOTAL as usize, "{written}");
+    let server = Server::start(&data, &[]);
+    server.wait_for("the changefeed to finish", Duration::from_secs(60), || {
+        server.state("clean")["state"] == "finished"
+    });
+    server.stop();
+    let lines = lines_in(&out_dir);
+    let mut keys = std::collections::HashSet::new();
+    for l in &lines {
+        let key = serde_json::json!({
+            "table": l["table"], "type": l["type"],
+            "commitTs": l["_sluice"]["commitTs"], "data": l["data"][0],
+        })
+        .to_string();
+        assert!(
+            keys.insert(key.clone()),
+            "delivered twice after a clean stop: {key}"
+        );
+    }
+    let expected: std::collections::HashSet<String> =
+        expected_rows(TOTAL).iter().map(|e| e.to_string()).collect();
+    assert_eq!(keys, expected);
 }

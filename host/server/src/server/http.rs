@@ -331,6 +331,37 @@ pub fn render_metrics(feeds: &[FeedView], healthy: bool) -> String {
                 &pl,
                 stats.instantiations.load(Ordering::Relaxed) as f64,
             );
+            // What the plugin reports itself (`host.counter-add`, `host.gauge-set`).
+            for (metric, value) in stats.counters() {
+                let l = [
+                    ("tenant", tenant),
+                    ("changefeed", name),
+                    ("role", role.as_str()),
+                    ("plugin", plugin.as_str()),
+                    ("name", metric.as_str()),
+                ];
+                f.counter(
+                    "sluice_plugin_reported_total",
+                    "Counters the plugin reports (host.counter-add), by name.",
+                    &l,
+                    value as f64,
+                );
+            }
+            for (metric, value) in stats.gauges() {
+                let l = [
+                    ("tenant", tenant),
+                    ("changefeed", name),
+                    ("role", role.as_str()),
+                    ("plugin", plugin.as_str()),
+                    ("name", metric.as_str()),
+                ];
+                f.gauge(
+                    "sluice_plugin_reported",
+                    "Gauges the plugin reports (host.gauge-set), by name.",
+                    &l,
+                    value,
+                );
+            }
             let cumulative = stats.call_latency.cumulative();
             let mut h = Histogram::default();
             h.set_sample_count(stats.call_latency.count());
