@@ -237,11 +237,22 @@ fn id_text(r: &Option<pb::ChangefeedRef>) -> String {
         .unwrap_or_default()
 }
 
+/// The wall-clock time of a ts, for people (`2026-01-01T00:00:01.250Z`).
+fn ts_time(ts: u64) -> String {
+    if ts == 0 {
+        return String::new();
+    }
+    let ms = sluice_core::CommitTs(ts).physical_millis();
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
 fn changefeed_json(c: &pb::Changefeed) -> Value {
     json!({
         "id": id_text(&c.id),
         "state": state_name(c.state),
         "checkpoint-ts": c.checkpoint_ts,
+        "checkpoint-time": ts_time(c.checkpoint_ts),
         "epoch": c.epoch,
         "sink": c.sink,
         "filters": c.filters,
@@ -261,7 +272,9 @@ fn status_json(s: &pb::ChangefeedStatus) -> Value {
     json!({
         "state": state_name(s.state),
         "checkpoint-ts": s.checkpoint_ts,
+        "checkpoint-time": ts_time(s.checkpoint_ts),
         "resolved-ts": s.resolved_ts,
+        "resolved-time": ts_time(s.resolved_ts),
         "checkpoint-lag-ms": s.checkpoint_lag_ms,
         "resolved-lag-ms": s.resolved_lag_ms,
         "epoch": s.epoch,
@@ -326,7 +339,14 @@ async fn execute(args: &CliArgs, channel: Channel) -> Result<Out, tonic::Status>
                     .await?
                     .into_inner();
                 Out::Rows(
-                    vec!["id", "state", "checkpoint-ts", "epoch", "sink"],
+                    vec![
+                        "id",
+                        "state",
+                        "checkpoint-time",
+                        "checkpoint-ts",
+                        "epoch",
+                        "sink",
+                    ],
                     list.changefeeds.iter().map(changefeed_json).collect(),
                 )
             }
@@ -522,7 +542,12 @@ fn print_object(v: &Value, indent: &str) {
         println!("{indent}{}", cell(v));
         return;
     };
-    for (k, v) in map {
+    // The changefeed file is long: it goes last.
+    let long_last = map
+        .iter()
+        .filter(|(k, _)| k.as_str() != "config")
+        .chain(map.get_key_value("config"));
+    for (k, v) in long_last {
         match v {
             Value::Object(_) => {
                 println!("{indent}{k}:");
