@@ -401,8 +401,13 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             }
             _ => {}
         }
-        let ahead = self.config.fence_ahead.as_millis() as u64 * self.fence_lead;
-        let fence = CommitTs::compose(ts.physical_millis() + ahead, 0).max(ts);
+        let ahead = (self.config.fence_ahead.as_millis() as u64).saturating_mul(self.fence_lead);
+        // The physical part of a ts has 46 bits.
+        let physical = ts
+            .physical_millis()
+            .saturating_add(ahead)
+            .min((1 << 46) - 1);
+        let fence = CommitTs::compose(physical, 0).max(ts);
         store
             .save_fence(fence)
             .await

@@ -278,6 +278,16 @@ impl PipelineSection {
         if self.flush_interval_ms == 0 {
             bail!("pipeline.flush-interval-ms must be at least 1");
         }
+        const HOUR_MS: u64 = 3_600_000;
+        for (key, value) in [
+            ("flush-interval-ms", self.flush_interval_ms),
+            ("checkpoint-interval-ms", self.checkpoint_interval_ms),
+            ("fence-ahead-ms", self.fence_ahead_ms),
+        ] {
+            if value > HOUR_MS {
+                bail!("pipeline.{key} is {value}; at most {HOUR_MS} (one hour)");
+            }
+        }
         Ok(())
     }
 

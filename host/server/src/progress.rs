@@ -59,6 +59,8 @@ impl<'a> Claim<'a> {
 /// that only the run that claimed the key last can write it.
 pub struct MetaProgressStore {
     store: Arc<dyn MetaStore>,
+    /// Checked with every save too (the server's ownership).
+    guard: Option<Compare>,
     key: String,
     record: TaskPosition,
     revision: Revision,
@@ -112,7 +114,7 @@ impl MetaProgressStore {
         let result = store
             .txn(
                 Txn::new()
-                    .when(std::iter::once(compare).chain(guard))
+                    .when(std::iter::once(compare).chain(guard.clone()))
                     .and_then([Op::put(&key_name, keys::encode(&record)?)]),
             )
             .await
@@ -125,6 +127,7 @@ impl MetaProgressStore {
         Ok((
             Self {
                 store,
+                guard,
                 key: key_name,
                 record,
                 revision: result.revision,
@@ -136,8 +139,9 @@ impl MetaProgressStore {
     async fn save(&mut self, record: TaskPosition) -> Result<(), ProgressStoreError> {
         let value =
             keys::encode(&record).map_err(|e| ProgressStoreError::Unavailable(e.to_string()))?;
+        let own = Compare::mod_revision(&self.key, self.revision);
         let txn = Txn::new()
-            .when([Compare::mod_revision(&self.key, self.revision)])
+            .when(std::iter::once(own).chain(self.guard.clone()))
             .and_then([Op::put(&self.key, value)]);
         let result = self
             .store
@@ -146,7 +150,7 @@ impl MetaProgressStore {
             .map_err(|e| ProgressStoreError::Unavailable(e.to_string()))?;
         if !result.succeeded {
             return Err(ProgressStoreError::Fenced(format!(
-                "epoch {} of this changefeed was superseded by a newer run",
+                "epoch {} of this changefeed was superseded by a newer run, or this server is no longer the owner",
                 self.record.epoch
             )));
         }

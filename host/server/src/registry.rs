@@ -52,6 +52,9 @@ pub enum RegistryError {
     /// Retry later.
     #[error("meta store")]
     Store(#[from] MetaError),
+    /// This server no longer owns the meta store; another one does the work.
+    #[error("this server is no longer the owner; retry against the current owner")]
+    NotOwner,
     #[error("plugin storage at {path}")]
     Io {
         path: String,
@@ -69,6 +72,8 @@ pub struct PluginRegistry {
     /// Uploads and deletes one at a time, so that a delete never removes bytes an
     /// upload just decided to reuse.
     changes: tokio::sync::Mutex<()>,
+    /// Checked with every write (the server's ownership).
+    guard: Option<Compare>,
 }
 
 fn hex_sha256(bytes: &[u8]) -> String {
@@ -100,7 +105,14 @@ impl PluginRegistry {
             blobs: dir.to_path_buf(),
             max_bytes,
             changes: tokio::sync::Mutex::new(()),
+            guard: None,
         })
+    }
+
+    /// Checks `guard` with every write.
+    pub fn with_guard(mut self, guard: Compare) -> Self {
+        self.guard = Some(guard);
+        self
     }
 
     /// The largest upload accepted, in bytes.
@@ -187,7 +199,7 @@ impl PluginRegistry {
                 .unwrap_or(0),
         };
         let put = Txn::new()
-            .when([Compare::absent(&key)])
+            .when(std::iter::once(Compare::absent(&key)).chain(self.guard.clone()))
             .and_then([Op::put(&key, keys::encode(&record)?)]);
         if !self.store.txn(put).await?.succeeded {
             // Someone uploaded the same id meanwhile: same answer as above.
@@ -249,27 +261,38 @@ impl PluginRegistry {
     ) -> Result<PluginComponent, RegistryError> {
         let record = self.require(tenant, id).await?;
         let path = self.blob_path(&record.sha256);
-        let bytes = std::fs::read(&path).map_err(|source| RegistryError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        if hex_sha256(&bytes) != record.sha256 {
-            return Err(RegistryError::Damaged {
-                id: id.to_string(),
-                path: path.display().to_string(),
-            });
-        }
         let kind = if record.world == "sink" {
             PluginKind::Sink
         } else {
             PluginKind::Filter
         };
-        self.runtime
-            .load(kind, &bytes)
-            .map_err(|source| RegistryError::NotAPlugin {
-                world: world_name(kind),
+        let runtime = self.runtime.clone();
+        let id = id.to_string();
+        // Reading, hashing and (on a cache miss) compiling take a while: off the
+        // async workers, which also keep the capture's lease alive.
+        tokio::task::spawn_blocking(move || {
+            let bytes = std::fs::read(&path).map_err(|source| RegistryError::Io {
+                path: path.display().to_string(),
                 source,
-            })
+            })?;
+            if hex_sha256(&bytes) != record.sha256 {
+                return Err(RegistryError::Damaged {
+                    id,
+                    path: path.display().to_string(),
+                });
+            }
+            runtime
+                .load(kind, &bytes)
+                .map_err(|source| RegistryError::NotAPlugin {
+                    world: world_name(kind),
+                    source,
+                })
+        })
+        .await
+        .map_err(|e| RegistryError::Io {
+            path: "(loading)".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?
     }
 
     /// Remove `id`, unless `used_by` names changefeeds that use it. The bytes stay
@@ -289,7 +312,12 @@ impl PluginRegistry {
         let key = Self::key(tenant, id)?;
         let _one_at_a_time = self.changes.lock().await;
         let record = self.require(tenant, id).await?;
-        self.store.delete(&key).await?;
+        let delete = Txn::new()
+            .when(self.guard.clone())
+            .and_then([Op::delete(&key)]);
+        if !self.store.txn(delete).await?.succeeded {
+            return Err(RegistryError::NotOwner);
+        }
         let still_used = self
             .store
             .list(&keys::tenants_prefix())

@@ -231,7 +231,9 @@ pub fn registry_status(e: RegistryError) -> Status {
         RegistryError::NotFound { .. } => Status::not_found(message),
         RegistryError::InUse { .. } => Status::failed_precondition(message),
         RegistryError::Damaged { .. } => Status::data_loss(message),
-        RegistryError::Store(_) | RegistryError::Io { .. } => Status::unavailable(message),
+        RegistryError::Store(_) | RegistryError::Io { .. } | RegistryError::NotOwner => {
+            Status::unavailable(message)
+        }
     }
 }
 
@@ -283,8 +285,9 @@ impl ChangefeedService for Api {
             Some(t) => ts(t),
         };
         let info = describe(&self.ctx, &id, &r.config_toml, start_ts, target_ts).await?;
-        let job = AdminJob::Update(Box::new(info));
-        let view = self.owner.lock().await.admin(&id, job).await?;
+        let mut owner = self.owner.lock().await;
+        owner.plugins_present(&info).await?;
+        let view = owner.admin(&id, AdminJob::Update(Box::new(info))).await?;
         Ok(Response::new(changefeed_pb(&view)))
     }
 
@@ -495,7 +498,7 @@ impl PluginService for Api {
                 .map(|b| format!("{b:02x}"))
                 .collect();
             if !got.eq_ignore_ascii_case(&header.sha256) {
-                return Err(Status::data_loss(format!(
+                return Err(Status::invalid_argument(format!(
                     "the upload arrived with sha256 {got}, not {} as announced; upload again",
                     header.sha256
                 )));
@@ -564,7 +567,8 @@ impl PluginService for Api {
         request: Request<pb::PluginRef>,
     ) -> Result<Response<pb::Plugin>, Status> {
         let (tenant, id) = plugin_id(Some(request.get_ref()))?;
-        // Holding the owner's lock: no changefeed can start using it meanwhile.
+        // Holding the owner's lock: creates and updates re-check their plugins
+        // under it, so none starts using this one meanwhile.
         let owner = self.owner.lock().await;
         let used_by = owner.users_of(&tenant, &id);
         let record = self

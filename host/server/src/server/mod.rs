@@ -170,7 +170,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         runtime,
         &data_dir.join("plugins"),
         args.max_plugin_mib << 20,
-    )?;
+    )?
+    .with_guard(owner_guard.clone());
     let (wake, mut woken) = mpsc::unbounded_channel();
     let ctx = Arc::new(Ctx {
         store: store.clone(),
@@ -186,7 +187,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         fatal,
     });
     let keeper = tokio::spawn(keep_alive(ctx.clone(), lease.0, lease.1));
-    let owner = Arc::new(Mutex::new(Owner::load(ctx.clone()).await?));
+    let owner = match Owner::load(ctx.clone()).await {
+        Ok(owner) => Arc::new(Mutex::new(owner)),
+        Err(e) => {
+            keeper.abort();
+            let _ = store.revoke(lease.0).await;
+            return Err(e);
+        }
+    };
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let owner_loop = tokio::spawn({
@@ -251,12 +259,18 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             fatal_rx.borrow().clone()
         } => reason,
     };
-    eprintln!("sluice server: stopping: flushing every changefeed");
     // No new admin jobs or processors from here on; then the listeners drain.
     owner.lock().await.close();
     let _ = stop_tx.send(true);
     let _ = owner_loop.await;
-    owner.lock().await.shutdown().await;
+    if fatal_reason.is_some() {
+        // Another owner may be taking over: stop writing at once.
+        eprintln!("sluice server: stopping: cancelling every changefeed");
+        owner.lock().await.abort_all().await;
+    } else {
+        eprintln!("sluice server: stopping: flushing every changefeed");
+        owner.lock().await.shutdown().await;
+    }
     let _ = grpc_server.await;
     let _ = http_server.await;
     keeper.abort();
@@ -310,9 +324,10 @@ async fn register(
         sluice_version: env!("CARGO_PKG_VERSION").to_string(),
         started_at_ms,
     };
-    store
-        .txn(Txn::new().and_then([
-            Op::put_with_lease(keys::capture(id)?, keys::encode(&info)?, lease.id),
+    let capture_key = keys::capture(id)?;
+    let registered = store
+        .txn(Txn::new().when([Compare::absent(&capture_key)]).and_then([
+            Op::put_with_lease(&capture_key, keys::encode(&info)?, lease.id),
             Op::put_with_lease(
                 keys::owner_candidate(lease.id),
                 keys::encode(&info)?,
@@ -321,6 +336,13 @@ async fn register(
         ]))
         .await
         .context("registering the capture")?;
+    if !registered.succeeded {
+        let _ = store.revoke(lease.id).await;
+        anyhow::bail!(
+            "capture {id} is already registered: another server runs with this data dir (or a copy \
+             of it), or a killed one's lease has not expired yet (up to 10 s)"
+        );
+    }
     Ok((lease.id, lease.ttl))
 }
 

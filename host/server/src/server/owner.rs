@@ -93,6 +93,8 @@ pub struct Owner {
     feeds: BTreeMap<ChangefeedId, Feed>,
     /// Set at shutdown: no admin jobs, no new processors.
     closing: bool,
+    /// Changefeeds whose stored records this build cannot read: left alone.
+    unreadable: std::collections::BTreeSet<(String, String)>,
 }
 
 fn unavailable(e: anyhow::Error) -> Status {
@@ -130,6 +132,7 @@ impl Owner {
         let mut infos = BTreeMap::new();
         let mut statuses = BTreeMap::new();
         let mut tasks: BTreeMap<(String, String), Vec<TaskPosition>> = BTreeMap::new();
+        let mut unreadable = std::collections::BTreeSet::new();
         for kv in &listing.kvs {
             // A record this build cannot read is skipped (and its changefeed left
             // alone), so that one bad value does not stop every other changefeed.
@@ -137,18 +140,26 @@ impl Owner {
                 tracing::error!(key = %kv.key, error = %e, "Skipping a record that does not decode.");
             };
             match MetaKey::parse(&kv.key) {
-                Some(MetaKey::ChangefeedInfo { .. }) => match ChangefeedInfo::decode(&kv.value) {
-                    Ok(info) => {
-                        infos.insert(info.id.clone(), (info, kv.mod_revision));
+                Some(MetaKey::ChangefeedInfo { tenant, changefeed }) => {
+                    match ChangefeedInfo::decode(&kv.value) {
+                        Ok(info) => {
+                            infos.insert(info.id.clone(), (info, kv.mod_revision));
+                        }
+                        Err(e) => {
+                            skip(&e);
+                            unreadable.insert((tenant, changefeed));
+                        }
                     }
-                    Err(e) => skip(&e),
-                },
+                }
                 Some(MetaKey::ChangefeedStatus { tenant, changefeed }) => {
                     match ChangefeedStatus::decode(&kv.value) {
                         Ok(status) => {
                             statuses.insert((tenant, changefeed), status);
                         }
-                        Err(e) => skip(&e),
+                        Err(e) => {
+                            skip(&e);
+                            unreadable.insert((tenant, changefeed));
+                        }
                     }
                 }
                 Some(MetaKey::TaskPosition {
@@ -167,9 +178,15 @@ impl Owner {
             ctx,
             feeds: BTreeMap::new(),
             closing: false,
+            unreadable: unreadable.clone(),
         };
         for (id, (info, revision)) in infos {
             let key = (id.tenant().to_string(), id.name().to_string());
+            if unreadable.contains(&key) {
+                // Its status cannot be read: leave the changefeed alone rather than
+                // overwrite what a newer build wrote.
+                continue;
+            }
             let saved_status = statuses
                 .remove(&key)
                 .unwrap_or_else(|| ChangefeedStatus::at_start(info.start_ts));
@@ -223,6 +240,15 @@ impl Owner {
     /// capture's ownership: the info (compare-and-swap on its revision) at once, the
     /// status when `force` or at most every second.
     async fn persist(&mut self, id: &ChangefeedId, force: bool) -> anyhow::Result<()> {
+        self.persist_once(id, force, false).await
+    }
+
+    async fn persist_once(
+        &mut self,
+        id: &ChangefeedId,
+        force: bool,
+        adopted: bool,
+    ) -> anyhow::Result<()> {
         let ctx = self.ctx.clone();
         let Some(feed) = self.feeds.get_mut(id) else {
             return Ok(());
@@ -263,9 +289,17 @@ impl Owner {
             // owner, or someone else changed the record: stop acting.
             let stored = ctx.store.get(&info_key).await?;
             match stored {
-                Some(kv) if write_info && kv.value == info_bytes => {
+                // Adopted once; if the write fails again, the guard is what fails.
+                Some(kv) if write_info && kv.value == info_bytes && !adopted => {
                     feed.info_revision = kv.mod_revision;
-                    return Box::pin(self.persist(id, force)).await;
+                    return Box::pin(self.persist_once(id, force, true)).await;
+                }
+                // A new changefeed whose key holds a record this build could not
+                // read: refuse the request, the server is fine.
+                Some(_) if feed.info_revision == Revision::ZERO && !adopted => {
+                    anyhow::bail!(
+                        "changefeed {id} has a stored record this server cannot read; remove it with a matching version first"
+                    );
                 }
                 _ => {
                     let why = format!(
@@ -382,13 +416,40 @@ impl Owner {
 
     /// Stops every processor cleanly and saves every status (server shutdown).
     pub async fn shutdown(&mut self) {
+        // Signal every processor first, then collect them: the stops overlap.
+        let mut stopping = tokio::task::JoinSet::new();
+        for (id, feed) in &mut self.feeds {
+            if let Some(processor) = feed.processor.take() {
+                let id = id.clone();
+                stopping.spawn(async move {
+                    let (epoch, live) = (processor.epoch, processor.live.clone());
+                    let outcome = processor.stop(STOP_TIMEOUT).await;
+                    (id, epoch, live, outcome)
+                });
+            }
+        }
+        while let Some(stopped) = stopping.join_next().await {
+            let Ok((id, epoch, live, outcome)) = stopped else {
+                continue;
+            };
+            if let Some(feed) = self.feeds.get_mut(&id) {
+                feed.absorb(epoch, &live, Some(outcome));
+            }
+        }
         let ids: Vec<ChangefeedId> = self.feeds.keys().cloned().collect();
         for id in ids {
-            if let Err(e) = self.stop(&id).await {
-                tracing::warn!(changefeed = %id, error = format!("{e:#}"), "Could not save the final status.");
-            }
             if let Err(e) = self.persist(&id, true).await {
                 tracing::warn!(changefeed = %id, error = format!("{e:#}"), "Could not save the final status.");
+            }
+        }
+    }
+
+    /// Cancels every processor without flushing (the server may no longer act):
+    /// what they did not flush is replayed, flagged, by the next owner.
+    pub async fn abort_all(&mut self) {
+        for feed in self.feeds.values_mut() {
+            if let Some(processor) = feed.processor.take() {
+                processor.abort().await;
             }
         }
     }
@@ -398,6 +459,15 @@ impl Owner {
     /// Whether `id` may be created (before describing it, which takes a while).
     pub fn check_new(&self, id: &ChangefeedId) -> Result<(), Status> {
         self.open_for_jobs()?;
+        if self
+            .unreadable
+            .contains(&(id.tenant().to_string(), id.name().to_string()))
+        {
+            return Err(Status::failed_precondition(format!(
+                "changefeed {id} has stored records this server cannot read (written by another version?); \
+                 run the version that wrote them to remove it"
+            )));
+        }
         if let Some(feed) = self.feeds.get(id)
             && feed.manager.changefeed().state() != FeedState::Removed
         {
@@ -409,10 +479,31 @@ impl Owner {
         Ok(())
     }
 
+    /// Every plugin `info` names is still uploaded (it was checked before the
+    /// owner's lock was taken; deletes happen under the lock).
+    pub async fn plugins_present(&self, info: &ChangefeedInfo) -> Result<(), Status> {
+        for plugin in info.filters.iter().chain([&info.sink]) {
+            let present = self
+                .ctx
+                .registry
+                .get(info.id.tenant(), &plugin.plugin)
+                .await
+                .map_err(super::grpc::registry_status)?;
+            if present.is_none() {
+                return Err(Status::not_found(format!(
+                    "plugin {} was removed meanwhile; upload it again",
+                    plugin.plugin
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Creates a changefeed from a description made by [`describe`].
     pub async fn create(&mut self, info: ChangefeedInfo) -> Result<FeedView, Status> {
         let id = info.id.clone();
         self.check_new(&id)?;
+        self.plugins_present(&info).await?;
         if let Some(feed) = self.feeds.get(&id)
             && feed.manager.changefeed().state() != FeedState::Removed
         {
@@ -523,7 +614,18 @@ impl Owner {
         {
             ops.push(Op::delete(kv.key));
         }
-        store.txn(Txn::new().and_then(ops)).await?;
+        let result = store
+            .txn(
+                Txn::new()
+                    .when([self.ctx.owner_guard.clone()])
+                    .and_then(ops),
+            )
+            .await?;
+        if !result.succeeded {
+            let why = "this server is no longer the owner".to_string();
+            self.ctx.give_up(why.clone());
+            anyhow::bail!(why);
+        }
         if let Some(feed) = self.feeds.get_mut(id) {
             feed.totals = Totals::default();
         }

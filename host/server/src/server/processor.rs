@@ -107,26 +107,37 @@ impl Processor {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        let abort = self.task.abort_handle();
-        match tokio::time::timeout(timeout, self.join()).await {
-            Ok(outcome) => outcome,
+        match tokio::time::timeout(timeout, &mut self.task).await {
+            Ok(result) => joined(result),
             Err(_) => {
-                abort.abort();
-                tracing::warn!(?timeout, "A processor did not stop in time; cancelled it.");
+                tracing::warn!(?timeout, "A processor did not stop in time; cancelling it.");
+                self.abort().await;
                 Outcome::Stopped
             }
         }
     }
 
+    /// Cancels the pipeline without flushing and waits until it is gone (a guest
+    /// call in progress ends at its own deadline at the latest), so that no write
+    /// of it can land after this returns.
+    pub async fn abort(mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+    }
+
     /// Waits for the task (which must be finished or stopping).
     pub async fn join(self) -> Outcome {
-        match self.task.await {
-            Ok(outcome) => outcome,
-            Err(e) => Outcome::Failed {
-                kind: ErrorKind::Retryable,
-                message: format!("the processor task ended abnormally: {e}"),
-            },
-        }
+        joined(self.task.await)
+    }
+}
+
+fn joined(result: Result<Outcome, tokio::task::JoinError>) -> Outcome {
+    match result {
+        Ok(outcome) => outcome,
+        Err(e) => Outcome::Failed {
+            kind: ErrorKind::Retryable,
+            message: format!("the processor task ended abnormally: {e}"),
+        },
     }
 }
 
