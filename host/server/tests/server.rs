@@ -925,3 +925,94 @@ fn a_clean_stop_resumes_exactly_where_it_stopped() {
         expected_rows(TOTAL).iter().map(|e| e.to_string()).collect();
     assert_eq!(keys, expected);
 }
+
+/// The upload stream's protocol, spoken directly (the CLI always gets it right).
+#[test]
+fn malformed_upload_streams_are_refused_with_what_to_fix() {
+    use sluice_api::v1 as pb;
+    use sluice_api::v1::plugin_service_client::PluginServiceClient;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("server"), &[]);
+    let bytes = std::fs::read(plugin_path("sink-blackhole")).unwrap();
+    let header = |sha256: &str, world: pb::PluginWorld| pb::UploadPluginRequest {
+        part: Some(pb::upload_plugin_request::Part::Header(pb::PluginHeader {
+            id: Some(pb::PluginRef {
+                tenant: "acme".into(),
+                name: "sink-blackhole".into(),
+                version: "1.0.0".into(),
+            }),
+            world: world.into(),
+            sha256: sha256.into(),
+        })),
+    };
+    let chunk = |b: &[u8]| pb::UploadPluginRequest {
+        part: Some(pb::upload_plugin_request::Part::Chunk(b.to_vec())),
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let url = server.grpc.clone();
+    let upload = |messages: Vec<pb::UploadPluginRequest>| {
+        runtime.block_on(async {
+            let mut client = PluginServiceClient::connect(url.clone()).await.unwrap();
+            client.upload_plugin(tokio_stream::iter(messages)).await
+        })
+    };
+    let half = bytes.len() / 2;
+    let cases = [
+        (
+            vec![chunk(&bytes)],
+            tonic::Code::InvalidArgument,
+            "the first message of an upload must be the header",
+        ),
+        (
+            vec![header("", pb::PluginWorld::Unspecified), chunk(&bytes)],
+            tonic::Code::InvalidArgument,
+            "say whether the plugin is a sink or a filter",
+        ),
+        (
+            vec![
+                header("", pb::PluginWorld::Sink),
+                chunk(&bytes[..half]),
+                header("", pb::PluginWorld::Sink),
+            ],
+            tonic::Code::InvalidArgument,
+            "only the first message of an upload may be a header",
+        ),
+        (
+            vec![
+                header(&"0".repeat(64), pb::PluginWorld::Sink),
+                chunk(&bytes[..half]),
+                chunk(&bytes[half..]),
+            ],
+            tonic::Code::InvalidArgument,
+            "as announced; upload again",
+        ),
+    ];
+    for (messages, code, want) in cases {
+        let status = upload(messages).unwrap_err();
+        assert_eq!(status.code(), code, "{status:?}");
+        assert!(status.message().contains(want), "want `{want}`: {status:?}");
+    }
+    // In two chunks with the right checksum it is accepted, in its tenant only.
+    let sha: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let plugin = upload(vec![
+        header(&sha, pb::PluginWorld::Sink),
+        chunk(&bytes[..half]),
+        chunk(&bytes[half..]),
+    ])
+    .unwrap()
+    .into_inner();
+    assert_eq!(
+        (plugin.sha256.as_str(), plugin.size_bytes),
+        (sha.as_str(), bytes.len() as u64)
+    );
+    let acme = server.json(&["--tenant", "acme", "plugin", "list"]);
+    assert_eq!(acme[0]["id"], "sink-blackhole@1.0.0");
+    assert_eq!(server.json(&["plugin", "list"]), serde_json::json!([]));
+    server.stop();
+}
