@@ -81,11 +81,24 @@ fn main() -> Result<()> {
     }
 }
 
+/// The workspace `cargo xtask` was run in: the nearest directory upwards from the
+/// current one whose `Cargo.toml` has `[workspace]`. Found at run time, not from
+/// where xtask was compiled, because checkouts may share one target dir.
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_path_buf()
+    let start = std::env::current_dir().expect("a current directory");
+    start
+        .ancestors()
+        .find(|dir| {
+            std::fs::read_to_string(dir.join("Cargo.toml"))
+                .is_ok_and(|text| text.contains("[workspace]"))
+        })
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .expect("xtask lives in the workspace")
+                .to_path_buf()
+        })
 }
 
 fn cargo(args: &[&str]) -> Result<()> {

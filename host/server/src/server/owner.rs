@@ -647,7 +647,17 @@ impl Owner {
             ),
             None => (None, Vec::new()),
         };
-        let cf = feed.manager.changefeed();
+        let mut cf = feed.manager.changefeed().clone();
+        let mut resolved = feed.resolved;
+        // The running processor's progress is newer than the owner's last round
+        // (up to 200 ms old): show it. It is durable downstream already.
+        if let (Some(p), Some(processor)) = (&progress, &feed.processor)
+            && processor.epoch == cf.epoch()
+            && cf.state().is_running()
+        {
+            cf.status.checkpoint_ts = cf.status.checkpoint_ts.max(p.checkpoint_ts);
+            resolved = resolved.max(CommitTs(p.resolved_ts.get()));
+        }
         let sink_data_dir = cf
             .info
             .sink
@@ -655,8 +665,8 @@ impl Owner {
             .data_dir
             .then(|| spec::plugin_data_dir(&self.ctx.data_dir, id, "sink"));
         Some(FeedView {
-            changefeed: cf.clone(),
-            resolved_ts: feed.resolved.max(CommitTs(cf.checkpoint().get())),
+            resolved_ts: resolved.max(CommitTs(cf.checkpoint().get())),
+            changefeed: cf,
             progress,
             totals: feed.totals,
             plugins,
