@@ -570,12 +570,13 @@ fn bad_requests_get_a_status_that_says_what_to_fix() {
     server.stop();
 }
 
-/// SIGKILL the server at random moments while a changefeed writes into sink-file;
-/// every generated row must be in the output, every duplicate flagged replay and
-/// above the checkpoint its run resumed from.
+/// SIGKILL the server at random moments while two changefeeds write into
+/// sink-file; every generated row must be in each output, every duplicate flagged
+/// replay and above the checkpoint its run resumed from.
 #[test]
 fn sigkill_the_server_ten_times_loses_no_row() {
     const TOTAL: u64 = 40_000;
+    const FEEDS: [&str; 2] = ["crash", "crash2"];
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("server");
     let server = Server::start(&data, &[]);
@@ -588,20 +589,20 @@ fn sigkill_the_server_ten_times_loses_no_row() {
         12_000,
         "flush-interval-ms = 200",
     );
-    server.json(&[
-        "changefeed",
-        "create",
-        "-c",
-        "crash",
-        "--config",
-        file.to_str().unwrap(),
-    ]);
-    let out_dir = PathBuf::from(
-        server.state("crash")["status"]["sink-data-dir"]
-            .as_str()
-            .unwrap(),
-    )
-    .join("changes");
+    let mut out_dirs = Vec::new();
+    for name in FEEDS {
+        server.json(&[
+            "changefeed",
+            "create",
+            "-c",
+            name,
+            "--config",
+            file.to_str().unwrap(),
+        ]);
+        let q = server.state(name);
+        out_dirs
+            .push(PathBuf::from(q["status"]["sink-data-dir"].as_str().unwrap()).join("changes"));
+    }
     let mut logs = vec![server.kill()];
     let mut seed: u64 = 0x5eed;
     for _ in 0..10 {
@@ -614,16 +615,29 @@ fn sigkill_the_server_ten_times_loses_no_row() {
         logs.push(server.kill());
     }
     let server = Server::start(&data, &[]);
-    server.wait_for("the changefeed to finish", Duration::from_secs(120), || {
-        server.state("crash")["state"] == "finished"
-    });
+    server.wait_for(
+        "the changefeeds to finish",
+        Duration::from_secs(180),
+        || {
+            FEEDS
+                .iter()
+                .all(|name| server.state(name)["state"] == "finished")
+        },
+    );
     logs.push(server.stop());
+    for (name, out_dir) in FEEDS.iter().zip(&out_dirs) {
+        check_crash_output(name, &logs, out_dir, TOTAL);
+    }
+}
 
-    // Where each processor started: `checkpoint=N` of "Processor starting.".
+fn check_crash_output(name: &str, logs: &[String], out_dir: &Path, total: u64) {
+    // Where each of its processors started: `checkpoint=N` of "Processor
+    // starting." in the changefeed's span.
+    let span = format!("id=default/{name} ");
     let starts: Vec<u64> = logs
         .iter()
         .flat_map(|log| log.lines())
-        .filter(|l| l.contains("Processor starting."))
+        .filter(|l| l.contains("Processor starting.") && l.contains(&span))
         .map(|l| {
             l.split("checkpoint=")
                 .nth(1)
@@ -635,21 +649,21 @@ fn sigkill_the_server_ten_times_loses_no_row() {
                 .unwrap()
         })
         .collect();
-    assert!(starts.len() >= 2, "{logs:?}");
+    assert!(starts.len() >= 2, "{name}: {logs:?}");
     assert!(
         starts.windows(2).all(|w| w[0] <= w[1]),
-        "checkpoints only move forward: {starts:?}"
+        "{name}: checkpoints only move forward: {starts:?}"
     );
     assert!(
         *starts.last().unwrap() > 0,
-        "the last run resumed from a saved checkpoint: {starts:?}"
+        "{name}: the last run resumed from a saved checkpoint: {starts:?}"
     );
 
-    let lines = lines_in(&out_dir);
+    let lines = lines_in(out_dir);
     // Generated commit ts per table, in order: where a run that starts after
     // checkpoint C must begin in each table (the first ts above C).
     let mut generated = std::collections::HashMap::<String, Vec<u64>>::new();
-    for r in expected_rows(TOTAL) {
+    for r in expected_rows(total) {
         let ts = generated
             .entry(r["table"].as_str().unwrap().to_string())
             .or_default();
@@ -669,7 +683,7 @@ fn sigkill_the_server_ten_times_loses_no_row() {
             restarts_below += 1;
             assert!(
                 starts.iter().any(|&c| first_above(table, c) == Some(ts)),
-                "a run restarted {table} at {ts}, which is not the first ts above any saved checkpoint {starts:?}"
+                "{name}: a run restarted {table} at {ts}, which is not the first ts above any saved checkpoint {starts:?}"
             );
         }
         let key = serde_json::json!({
@@ -682,28 +696,31 @@ fn sigkill_the_server_ten_times_loses_no_row() {
         if *n > 1 {
             assert_eq!(
                 l["_sluice"]["replay"], true,
-                "a duplicate is not flagged replay: {key}"
+                "{name}: a duplicate is not flagged replay: {key}"
             );
         }
     }
     let expected: std::collections::HashSet<String> =
-        expected_rows(TOTAL).iter().map(|e| e.to_string()).collect();
+        expected_rows(total).iter().map(|e| e.to_string()).collect();
     for e in &expected {
-        assert!(seen.contains_key(e), "row lost: {e}");
+        assert!(seen.contains_key(e), "{name}: row lost: {e}");
     }
     for k in seen.keys() {
-        assert!(expected.contains(k), "a line that was never generated: {k}");
+        assert!(
+            expected.contains(k),
+            "{name}: a line that was never generated: {k}"
+        );
     }
     let replayed = lines
         .iter()
         .filter(|l| l["_sluice"]["replay"] == true)
         .count();
     eprintln!(
-        "{} lines for {TOTAL} rows, {replayed} flagged replay, {restarts_below} restarts below the written rows, starts {starts:?}",
+        "{name}: {} lines for {total} rows, {replayed} flagged replay, {restarts_below} restarts below the written rows, starts {starts:?}",
         lines.len()
     );
-    assert!(replayed >= lines.len() - TOTAL as usize);
-    assert_eq!(seen.len(), TOTAL as usize);
+    assert!(replayed >= lines.len() - total as usize);
+    assert_eq!(seen.len(), total as usize);
 }
 
 /// A misbehaving sink drives the feed state manager: retryable errors back off
