@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use sluice_api::v1 as pb;
+
+use crate::json::{capture_json, changefeed_json, plugin_json, status_json};
 use sluice_api::v1::changefeed_service_client::ChangefeedServiceClient;
 use sluice_api::v1::cluster_service_client::ClusterServiceClient;
 use sluice_api::v1::plugin_service_client::PluginServiceClient;
@@ -218,93 +219,6 @@ fn read(path: &PathBuf) -> Result<String, tonic::Status> {
     })
 }
 
-fn state_name(s: i32) -> &'static str {
-    match pb::FeedState::try_from(s) {
-        Ok(pb::FeedState::Normal) => "normal",
-        Ok(pb::FeedState::Warning) => "warning",
-        Ok(pb::FeedState::Pending) => "pending",
-        Ok(pb::FeedState::Failed) => "failed",
-        Ok(pb::FeedState::Stopped) => "stopped",
-        Ok(pb::FeedState::Finished) => "finished",
-        Ok(pb::FeedState::Removed) => "removed",
-        _ => "unknown",
-    }
-}
-
-fn id_text(r: &Option<pb::ChangefeedRef>) -> String {
-    r.as_ref()
-        .map(|r| format!("{}/{}", r.tenant, r.name))
-        .unwrap_or_default()
-}
-
-/// The wall-clock time of a ts, for people (`2026-01-01T00:00:01.250Z`).
-fn ts_time(ts: u64) -> String {
-    if ts == 0 {
-        return String::new();
-    }
-    let ms = sluice_core::CommitTs(ts).physical_millis();
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
-    humantime::format_rfc3339_millis(at).to_string()
-}
-
-fn changefeed_json(c: &pb::Changefeed) -> Value {
-    json!({
-        "id": id_text(&c.id),
-        "state": state_name(c.state),
-        "checkpoint-ts": c.checkpoint_ts,
-        "checkpoint-time": ts_time(c.checkpoint_ts),
-        "epoch": c.epoch,
-        "sink": c.sink,
-        "filters": c.filters,
-        "start-ts": c.start_ts,
-        "target-ts": c.target_ts,
-        "created-at-ms": c.created_at_ms,
-        "failure": c.failure,
-    })
-}
-
-fn status_json(s: &pb::ChangefeedStatus) -> Value {
-    let records = |list: &[pb::ErrorRecord]| {
-        list.iter()
-            .map(|e| json!({"at-ms": e.at_ms, "kind": e.kind, "message": e.message}))
-            .collect::<Vec<_>>()
-    };
-    json!({
-        "state": state_name(s.state),
-        "checkpoint-ts": s.checkpoint_ts,
-        "checkpoint-time": ts_time(s.checkpoint_ts),
-        "resolved-ts": s.resolved_ts,
-        "resolved-time": ts_time(s.resolved_ts),
-        "checkpoint-lag-ms": s.checkpoint_lag_ms,
-        "resolved-lag-ms": s.resolved_lag_ms,
-        "epoch": s.epoch,
-        "rows-read": s.rows_read,
-        "rows-written": s.rows_written,
-        "retries": s.retries,
-        "sink-data-dir": s.sink_data_dir,
-        "failure": s.failure,
-        "errors": records(&s.last_errors),
-        "warnings": records(&s.last_warnings),
-    })
-}
-
-fn plugin_json(p: &pb::Plugin) -> Value {
-    let id = p.id.clone().unwrap_or_default();
-    json!({
-        "id": format!("{}@{}", id.name, id.version),
-        "tenant": id.tenant,
-        "world": match pb::PluginWorld::try_from(p.world) {
-            Ok(pb::PluginWorld::Sink) => "sink",
-            Ok(pb::PluginWorld::Filter) => "filter",
-            _ => "unknown",
-        },
-        "sha256": p.sha256,
-        "size-bytes": p.size_bytes,
-        "uploaded-at-ms": p.uploaded_at_ms,
-        "used-by": p.used_by.iter().map(|r| format!("{}/{}", r.tenant, r.name)).collect::<Vec<_>>(),
-    })
-}
-
 async fn execute(args: &CliArgs, channel: Channel) -> Result<Out, tonic::Status> {
     let tenant = args.tenant.as_str();
     let mut feeds = ChangefeedServiceClient::new(channel.clone());
@@ -409,10 +323,7 @@ async fn execute(args: &CliArgs, channel: Channel) -> Result<Out, tonic::Status>
                 let bytes = std::fs::read(file).map_err(|e| {
                     tonic::Status::invalid_argument(format!("cannot read {}: {e}", file.display()))
                 })?;
-                let sha256: String = Sha256::digest(&bytes)
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect();
+                let sha256 = crate::registry::hex_sha256(&bytes);
                 let world = if kind == "sink" {
                     pb::PluginWorld::Sink
                 } else {
@@ -461,13 +372,7 @@ async fn execute(args: &CliArgs, channel: Channel) -> Result<Out, tonic::Status>
                 .into_inner();
             Out::Rows(
                 vec!["id", "address", "is-owner", "version"],
-                list.captures
-                    .iter()
-                    .map(|c| {
-                        json!({"id": c.id, "address": c.address, "is-owner": c.is_owner,
-                               "version": c.version, "started-at-ms": c.started_at_ms})
-                    })
-                    .collect(),
+                list.captures.iter().map(capture_json).collect(),
             )
         }
         CliCommand::Status => {

@@ -2,6 +2,7 @@
 
 mod cli;
 mod config;
+mod json;
 mod progress;
 mod registry;
 mod run;

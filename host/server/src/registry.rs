@@ -76,7 +76,8 @@ pub struct PluginRegistry {
     guard: Option<Compare>,
 }
 
-fn hex_sha256(bytes: &[u8]) -> String {
+/// Lower-case hex sha256, as plugins are addressed.
+pub fn hex_sha256(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
         .map(|b| format!("{b:02x}"))

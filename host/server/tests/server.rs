@@ -385,7 +385,7 @@ fn the_cli_drives_plugins_and_changefeeds_through_their_lifecycle() {
     assert_eq!(code, 200);
     let v: Json = serde_json::from_str(&body).unwrap();
     assert_eq!(
-        (v["state"].as_str(), v["rows-written"].as_u64()),
+        (v["state"].as_str(), v["status"]["rows-written"].as_u64()),
         (Some("finished"), Some(3_000 + above as u64))
     );
     let (code, _) = server.http_get("/api/v1/changefeeds/default/nope");

@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
 use sluice_api::v1 as pb;
 use sluice_api::v1::changefeed_service_server::{ChangefeedService, ChangefeedServiceServer};
 use sluice_api::v1::cluster_service_server::{ClusterService, ClusterServiceServer};
@@ -85,7 +84,7 @@ fn id_pb(id: &ChangefeedId) -> pb::ChangefeedRef {
     }
 }
 
-fn changefeed_pb(v: &FeedView) -> pb::Changefeed {
+pub fn changefeed_pb(v: &FeedView) -> pb::Changefeed {
     let info = &v.changefeed.info;
     pb::Changefeed {
         id: Some(id_pb(&info.id)),
@@ -493,10 +492,7 @@ impl PluginService for Api {
             }
         }
         if !header.sha256.is_empty() {
-            let got: String = Sha256::digest(&bytes)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
+            let got = crate::registry::hex_sha256(&bytes);
             if !got.eq_ignore_ascii_case(&header.sha256) {
                 return Err(Status::invalid_argument(format!(
                     "the upload arrived with sha256 {got}, not {} as announced; upload again",

@@ -86,12 +86,7 @@ async fn captures(axum::extract::State(s): S) -> Response {
     match grpc::captures(&s.ctx).await {
         Ok(list) => Json(
             list.iter()
-                .map(|c| {
-                    json!({
-                        "id": c.id, "address": c.address, "is-owner": c.is_owner,
-                        "version": c.version, "started-at-ms": c.started_at_ms,
-                    })
-                })
+                .map(crate::json::capture_json)
                 .collect::<Vec<_>>(),
         )
         .into_response(),
@@ -105,32 +100,12 @@ struct ListQuery {
     tenant: String,
 }
 
-/// A changefeed with its status, as JSON.
+/// A changefeed with its status, as JSON: the shape of `sluice cli changefeed
+/// query --output json`, without the file.
 pub fn view_json(v: &FeedView) -> Value {
-    let s = grpc::status_pb(v);
-    let info = &v.changefeed.info;
-    json!({
-        "tenant": info.id.tenant(),
-        "name": info.id.name(),
-        "state": info.state.as_str(),
-        "epoch": info.epoch.0,
-        "sink": info.sink.plugin.to_string(),
-        "filters": info.filters.iter().map(|f| f.plugin.to_string()).collect::<Vec<_>>(),
-        "start-ts": info.start_ts.get(),
-        "target-ts": info.target_ts.map(CommitTs::get),
-        "created-at-ms": info.created_at_ms,
-        "checkpoint-ts": s.checkpoint_ts,
-        "resolved-ts": s.resolved_ts,
-        "checkpoint-lag-ms": s.checkpoint_lag_ms,
-        "resolved-lag-ms": s.resolved_lag_ms,
-        "rows-read": s.rows_read,
-        "rows-written": s.rows_written,
-        "retries": s.retries,
-        "sink-data-dir": (!s.sink_data_dir.is_empty()).then_some(s.sink_data_dir),
-        "failure": (!s.failure.is_empty()).then_some(s.failure),
-        "errors": info.errors.iter().map(|e| json!({"at-ms": e.at_ms, "kind": e.kind.as_str(), "message": e.message})).collect::<Vec<_>>(),
-        "warnings": info.warnings.iter().map(|w| json!({"at-ms": w.at_ms, "message": w.message})).collect::<Vec<_>>(),
-    })
+    let mut out = crate::json::changefeed_json(&grpc::changefeed_pb(v));
+    out["status"] = crate::json::status_json(&grpc::status_pb(v));
+    out
 }
 
 async fn changefeeds(axum::extract::State(s): S, Query(q): Query<ListQuery>) -> Response {

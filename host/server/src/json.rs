@@ -1,0 +1,103 @@
+//! The JSON shapes of the admin API's messages (kebab-case keys), shared by
+//! `sluice cli --output json` and the server's `/api/v1/` so that both say the
+//! same thing the same way.
+
+use serde_json::{Value, json};
+use sluice_api::v1 as pb;
+
+pub fn state_name(s: i32) -> &'static str {
+    match pb::FeedState::try_from(s) {
+        Ok(pb::FeedState::Normal) => "normal",
+        Ok(pb::FeedState::Warning) => "warning",
+        Ok(pb::FeedState::Pending) => "pending",
+        Ok(pb::FeedState::Failed) => "failed",
+        Ok(pb::FeedState::Stopped) => "stopped",
+        Ok(pb::FeedState::Finished) => "finished",
+        Ok(pb::FeedState::Removed) => "removed",
+        _ => "unknown",
+    }
+}
+
+pub fn id_text(r: &Option<pb::ChangefeedRef>) -> String {
+    r.as_ref()
+        .map(|r| format!("{}/{}", r.tenant, r.name))
+        .unwrap_or_default()
+}
+
+/// The wall-clock time of a ts, for people (`2026-01-01T00:00:01.250Z`).
+pub fn ts_time(ts: u64) -> String {
+    if ts == 0 {
+        return String::new();
+    }
+    let ms = sluice_core::CommitTs(ts).physical_millis();
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+pub fn changefeed_json(c: &pb::Changefeed) -> Value {
+    json!({
+        "id": id_text(&c.id),
+        "state": state_name(c.state),
+        "checkpoint-ts": c.checkpoint_ts,
+        "checkpoint-time": ts_time(c.checkpoint_ts),
+        "epoch": c.epoch,
+        "sink": c.sink,
+        "filters": c.filters,
+        "start-ts": c.start_ts,
+        "target-ts": c.target_ts,
+        "created-at-ms": c.created_at_ms,
+        "failure": c.failure,
+    })
+}
+
+pub fn status_json(s: &pb::ChangefeedStatus) -> Value {
+    let records = |list: &[pb::ErrorRecord]| {
+        list.iter()
+            .map(|e| json!({"at-ms": e.at_ms, "kind": e.kind, "message": e.message}))
+            .collect::<Vec<_>>()
+    };
+    json!({
+        "state": state_name(s.state),
+        "checkpoint-ts": s.checkpoint_ts,
+        "checkpoint-time": ts_time(s.checkpoint_ts),
+        "resolved-ts": s.resolved_ts,
+        "resolved-time": ts_time(s.resolved_ts),
+        "checkpoint-lag-ms": s.checkpoint_lag_ms,
+        "resolved-lag-ms": s.resolved_lag_ms,
+        "epoch": s.epoch,
+        "rows-read": s.rows_read,
+        "rows-written": s.rows_written,
+        "retries": s.retries,
+        "sink-data-dir": s.sink_data_dir,
+        "failure": s.failure,
+        "errors": records(&s.last_errors),
+        "warnings": records(&s.last_warnings),
+    })
+}
+
+pub fn plugin_json(p: &pb::Plugin) -> Value {
+    let id = p.id.clone().unwrap_or_default();
+    json!({
+        "id": format!("{}@{}", id.name, id.version),
+        "tenant": id.tenant,
+        "world": match pb::PluginWorld::try_from(p.world) {
+            Ok(pb::PluginWorld::Sink) => "sink",
+            Ok(pb::PluginWorld::Filter) => "filter",
+            _ => "unknown",
+        },
+        "sha256": p.sha256,
+        "size-bytes": p.size_bytes,
+        "uploaded-at-ms": p.uploaded_at_ms,
+        "used-by": p.used_by.iter().map(|r| format!("{}/{}", r.tenant, r.name)).collect::<Vec<_>>(),
+    })
+}
+
+pub fn capture_json(c: &pb::Capture) -> Value {
+    json!({
+        "id": c.id,
+        "address": c.address,
+        "is-owner": c.is_owner,
+        "version": c.version,
+        "started-at-ms": c.started_at_ms,
+    })
+}
