@@ -307,33 +307,24 @@ pub fn render_metrics(feeds: &[FeedView], healthy: bool) -> String {
                 stats.instantiations.load(Ordering::Relaxed) as f64,
             );
             // What the plugin reports itself (`host.counter-add`, `host.gauge-set`).
+            fn named<'a>(pl: &[(&'a str, &'a str)], metric: &'a str) -> Vec<(&'a str, &'a str)> {
+                let mut l = pl.to_vec();
+                l.push(("name", metric));
+                l
+            }
             for (metric, value) in stats.counters() {
-                let l = [
-                    ("tenant", tenant),
-                    ("changefeed", name),
-                    ("role", role.as_str()),
-                    ("plugin", plugin.as_str()),
-                    ("name", metric.as_str()),
-                ];
                 f.counter(
                     "sluice_plugin_reported_total",
                     "Counters the plugin reports (host.counter-add), by name.",
-                    &l,
+                    &named(&pl, &metric),
                     value as f64,
                 );
             }
             for (metric, value) in stats.gauges() {
-                let l = [
-                    ("tenant", tenant),
-                    ("changefeed", name),
-                    ("role", role.as_str()),
-                    ("plugin", plugin.as_str()),
-                    ("name", metric.as_str()),
-                ];
                 f.gauge(
                     "sluice_plugin_reported",
                     "Gauges the plugin reports (host.gauge-set), by name.",
-                    &l,
+                    &named(&pl, &metric),
                     value,
                 );
             }
