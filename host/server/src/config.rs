@@ -307,6 +307,16 @@ impl PipelineSection {
     }
 }
 
+/// TCP grants are `ip:port` pairs (no name lookups).
+pub fn check_tcp(at: &str, grants: &[String]) -> anyhow::Result<()> {
+    for addr in grants {
+        addr.parse::<SocketAddr>().map_err(|_| {
+            anyhow::anyhow!("{at}.capabilities.tcp: `{addr}` is not an ip:port pair")
+        })?;
+    }
+    Ok(())
+}
+
 impl LimitsSection {
     pub fn validate(&self, at: &str) -> anyhow::Result<()> {
         if self.memory.0 < (1 << 20) {
@@ -332,12 +342,7 @@ impl PluginSection {
             bail!("{at}.plugin is empty: name a plugin (e.g. \"sink-file\") or a .wasm path");
         }
         self.limits.validate(at)?;
-        for addr in &self.capabilities.tcp {
-            addr.parse::<SocketAddr>().map_err(|_| {
-                anyhow::anyhow!("{at}.capabilities.tcp: `{addr}` is not an ip:port pair")
-            })?;
-        }
-        Ok(())
+        check_tcp(at, &self.capabilities.tcp)
     }
 
     /// Where the component file is.

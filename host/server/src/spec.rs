@@ -11,7 +11,7 @@ use serde::Deserialize;
 use sluice_core::CommitTs;
 use sluice_owner::{Capabilities, ChangefeedId, ChangefeedInfo, Limits, PluginId, PluginRef};
 
-use crate::config::{LimitsSection, PipelineSection, SourceConfig};
+use crate::config::{LimitsSection, PipelineSection, SourceConfig, check_tcp};
 
 /// A changefeed file as the server takes it.
 #[derive(Debug, Clone, Deserialize)]
@@ -53,11 +53,7 @@ impl FeedSpec {
         }
         for (at, plugin) in spec.plugins() {
             plugin.limits.validate(&at)?;
-            for addr in &plugin.capabilities.tcp {
-                addr.parse::<std::net::SocketAddr>().map_err(|_| {
-                    anyhow::anyhow!("{at}.capabilities.tcp: `{addr}` is not an ip:port pair")
-                })?;
-            }
+            check_tcp(&at, &plugin.capabilities.tcp)?;
         }
         spec.pipeline.validate()?;
         Ok(spec)
@@ -189,7 +185,7 @@ pub fn settings_of(
 mod tests {
     use super::*;
 
-    pub const GOOD: &str = r#"
+    const GOOD: &str = r#"
 [source]
 type = "datagen"
 total-rows = 100

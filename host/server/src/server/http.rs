@@ -174,16 +174,6 @@ impl Families {
     }
 }
 
-const STATES: [FeedState; 7] = [
-    FeedState::Normal,
-    FeedState::Warning,
-    FeedState::Pending,
-    FeedState::Failed,
-    FeedState::Stopped,
-    FeedState::Finished,
-    FeedState::Removed,
-];
-
 /// Every metric, computed from the owner's view at scrape time.
 pub fn render_metrics(feeds: &[FeedView], healthy: bool) -> String {
     let mut f = Families(Vec::new());
@@ -238,7 +228,7 @@ pub fn render_metrics(feeds: &[FeedView], healthy: bool) -> String {
             &l,
             info.epoch.0 as f64,
         );
-        for state in STATES {
+        for state in FeedState::ALL {
             f.gauge(
                 "sluice_changefeed_state",
                 "1 for the changefeed's current state, 0 for the others.",
