@@ -261,6 +261,10 @@ max-batch-rows = 10
                 GOOD.replace("[pipeline]", "[pipelin]"),
                 "unknown field `pipelin`",
             ),
+            (
+                GOOD.replace("data-dir = true", "tcp = [\"db:5432\"]"),
+                "sink.capabilities.tcp: `db:5432` is not an ip:port pair",
+            ),
         ];
         for (text, want) in cases {
             let err = format!("{:#}", FeedSpec::parse(&text).unwrap_err());
