@@ -161,7 +161,10 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             self.config.event_cache_count.max(1),
         );
         // The reader runs in the caller's span (the changefeed's), like the rest.
-        let reader = tokio::spawn(
+        // It lives in a JoinSet so that it is aborted however this function ends:
+        // an error return, or the whole pipeline being cancelled (dropped).
+        let mut reader = tokio::task::JoinSet::new();
+        reader.spawn(
             async move {
                 loop {
                     let event = source
@@ -215,7 +218,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
                 }
             }
         };
-        reader.abort();
+        reader.abort_all();
         result?;
         self.emit().await?;
         self.flush().await?;

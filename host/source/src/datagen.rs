@@ -12,7 +12,8 @@ use sluice_core::{
     Transaction, Value,
 };
 
-/// Weights of the operation mix (they need not sum to anything in particular).
+/// Weights of the operation mix (they need not sum to anything in particular);
+/// each is at most [`MAX_MIX_WEIGHT`].
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Mix {
@@ -100,24 +101,90 @@ pub enum DatagenError {
     UnknownTable(String),
     #[error("datagen: {0}")]
     Invalid(String),
+    #[error(
+        "datagen ran out of commit timestamps (their physical part reached the year 4199); \
+         lower start-millis or set total-rows"
+    )]
+    Exhausted,
 }
 
+/// Largest `max-txn-rows`: one transaction's rows are built in memory at once.
+pub const MAX_TXN_ROWS: u32 = 10_000;
+/// Largest weight in `[source.mix]`.
+pub const MAX_MIX_WEIGHT: u32 = 1_000_000;
+/// Largest `rate` (row changes per second).
+pub const MAX_RATE: u64 = 100_000_000;
+/// Largest `start-millis`: 3000-01-01T00:00:00Z. Commit ts keep their physical part
+/// in 46 bits (until the year 4199), so a generator starting here can run for
+/// more than a millennium of generated time before it runs out of timestamps.
+pub const MAX_START_MILLIS: u64 = 32_503_680_000_000;
+/// Longest `schema` name (MySQL's identifier limit).
+pub const MAX_SCHEMA_CHARS: usize = 64;
+/// Live rows a table keeps for updates and deletes; at this many, the generator
+/// deletes instead of inserting, so that an endless run has bounded memory.
+pub const MAX_LIVE_ROWS: usize = 100_000;
+/// The largest physical part a commit ts can hold (46 bits of milliseconds).
+const MAX_PHYSICAL_MILLIS: u64 = (1 << 46) - 1;
+/// Transactions skipped (on a resume) between two yields to the async runtime, so
+/// that a long skip can be cancelled and does not hold a worker.
+const SKIP_YIELD_EVERY: u32 = 256;
+
 impl DatagenConfig {
-    /// Check the settings (no I/O).
+    /// Check the settings (no I/O). Every number has a range; the error names the
+    /// key and the range.
     pub fn validate(&self) -> Result<(), DatagenError> {
+        let invalid = |m: String| Err(DatagenError::Invalid(m));
         for t in &self.tables {
             if !TABLES.contains(&t.as_str()) {
                 return Err(DatagenError::UnknownTable(t.clone()));
             }
         }
-        if self.max_txn_rows == 0 {
-            return Err(DatagenError::Invalid(
-                "max-txn-rows must be at least 1".into(),
+        if self.tables.len() > TABLES.len() {
+            return invalid(format!(
+                "tables lists {} names; name each of users, orders, events at most once",
+                self.tables.len()
+            ));
+        }
+        if !(1..=MAX_TXN_ROWS).contains(&self.max_txn_rows) {
+            return invalid(format!(
+                "max-txn-rows is {}; it must be between 1 and {MAX_TXN_ROWS}",
+                self.max_txn_rows
             ));
         }
         if self.mix.insert == 0 {
-            return Err(DatagenError::Invalid(
+            return invalid(
                 "mix.insert must be above 0 (nothing to update or delete otherwise)".into(),
+            );
+        }
+        for (key, weight) in [
+            ("insert", self.mix.insert),
+            ("update", self.mix.update),
+            ("delete", self.mix.delete),
+        ] {
+            if weight > MAX_MIX_WEIGHT {
+                return invalid(format!(
+                    "mix.{key} is {weight}; weights are at most {MAX_MIX_WEIGHT}"
+                ));
+            }
+        }
+        if self.rate > MAX_RATE {
+            return invalid(format!(
+                "rate is {} rows/s; at most {MAX_RATE} (0 means as fast as the sink takes them)",
+                self.rate
+            ));
+        }
+        if self.start_millis > MAX_START_MILLIS {
+            return invalid(format!(
+                "start-millis is {}; at most {MAX_START_MILLIS} (3000-01-01)",
+                self.start_millis
+            ));
+        }
+        if self.schema.is_empty()
+            || self.schema.chars().count() > MAX_SCHEMA_CHARS
+            || self.schema.chars().any(char::is_control)
+        {
+            return invalid(format!(
+                "schema must be 1 to {MAX_SCHEMA_CHARS} characters without control characters"
             ));
         }
         Ok(())
@@ -210,6 +277,10 @@ pub struct DatagenSource {
     /// When the first row was emitted, and how many were generated before it.
     started: Option<(tokio::time::Instant, u64)>,
     ended: bool,
+    /// Commit ts ran out (46 bits of milliseconds): the next event is an error.
+    exhausted: bool,
+    /// [`MAX_LIVE_ROWS`], lower in tests.
+    max_live_rows: usize,
 }
 
 const FIRST: [&str; 8] = [
@@ -245,7 +316,27 @@ impl DatagenSource {
             pending_resolved: None,
             started: None,
             ended: false,
+            exhausted: false,
+            max_live_rows: MAX_LIVE_ROWS,
         })
+    }
+
+    /// Starts generated time after `ts` if `ts` is later than `start-millis`: a
+    /// changefeed created with a start ts beyond the generator's first commit
+    /// gets rows committed after it at once, instead of a generator that first
+    /// produces (and skips) every transaction up to it. Call it with the
+    /// changefeed's start ts, which never changes, so that a resume regenerates
+    /// exactly the same workload.
+    pub fn begin_after(mut self, ts: CommitTs) -> Self {
+        if ts.physical_millis() >= self.next_ts.physical_millis() {
+            let millis = ts.physical_millis().saturating_add(1);
+            if millis > MAX_PHYSICAL_MILLIS {
+                self.exhausted = true;
+            } else {
+                self.next_ts = CommitTs::compose(millis, 0);
+            }
+        }
+        self
     }
 
     /// The schemas of the generated tables.
@@ -334,17 +425,20 @@ impl DatagenSource {
 
     fn row(&mut self) -> RowChange {
         let table = self.below(self.tables.len() as u64) as usize;
-        let mix = self.config.mix.clone();
+        let (insert, update, delete) = (
+            u64::from(self.config.mix.insert),
+            u64::from(self.config.mix.update),
+            u64::from(self.config.mix.delete),
+        );
         let live = self.tables[table].live.len() as u64;
-        let total = mix.insert as u64
-            + if live > 0 {
-                (mix.update + mix.delete) as u64
-            } else {
-                0
-            };
-        let pick = self.below(total);
+        let total = insert + if live > 0 { update + delete } else { 0 };
+        let mut pick = self.below(total);
+        // A full table deletes instead of inserting: memory stays bounded.
+        if pick < insert && live as usize >= self.max_live_rows {
+            pick = insert + update;
+        }
         let schema = self.tables[table].schema.clone();
-        if pick < mix.insert as u64 {
+        if pick < insert {
             let id = self.tables[table].next_id;
             self.tables[table].next_id += 1;
             let after = self.image(table, id, 1);
@@ -355,7 +449,7 @@ impl DatagenSource {
                 before: None,
                 after: Some(after),
             }
-        } else if pick < (mix.insert + mix.update) as u64 {
+        } else if pick < insert + update {
             let pos = self.below(live) as usize;
             let before = self.tables[table].live[pos].clone();
             let id = match before[0] {
@@ -387,9 +481,12 @@ impl DatagenSource {
         }
     }
 
-    /// The next transaction, or `None` when the total is reached.
+    /// The next transaction, or `None` when the total is reached (or commit ts
+    /// ran out: see [`Source::next_event`]).
     pub fn next_transaction(&mut self) -> Option<Transaction> {
-        if self.config.total_rows > 0 && self.emitted_rows >= self.config.total_rows {
+        if self.exhausted
+            || (self.config.total_rows > 0 && self.emitted_rows >= self.config.total_rows)
+        {
             return None;
         }
         let mut n = 1 + self.below(self.config.max_txn_rows as u64);
@@ -401,7 +498,13 @@ impl DatagenSource {
         self.emitted_rows += n;
         // Advance 1..=3 ms per transaction, logical part for a little variety.
         let step = 1 + self.below(3);
-        self.next_ts = CommitTs::compose(commit_ts.physical_millis() + step, self.below(4));
+        let logical = self.below(4);
+        let millis = commit_ts.physical_millis() + step;
+        if millis > MAX_PHYSICAL_MILLIS {
+            self.exhausted = true;
+        } else {
+            self.next_ts = CommitTs::compose(millis, logical);
+        }
         Some(Transaction { commit_ts, rows })
     }
 }
@@ -416,12 +519,24 @@ impl Source for DatagenSource {
         if self.ended {
             return Ok(SourceEvent::End);
         }
+        let mut skipped = 0u32;
         loop {
+            if self.exhausted {
+                self.ended = true;
+                return Err(DatagenError::Exhausted);
+            }
             let Some(txn) = self.next_transaction() else {
+                if self.exhausted {
+                    continue;
+                }
                 self.ended = true;
                 return Ok(SourceEvent::End);
             };
             if txn.commit_ts <= self.skip_until {
+                skipped += 1;
+                if skipped.is_multiple_of(SKIP_YIELD_EVERY) {
+                    tokio::task::yield_now().await;
+                }
                 continue;
             }
             if self.config.rate > 0 {
@@ -496,6 +611,178 @@ mod tests {
             }
         }
         assert!(ops.iter().all(|&n| n > 100), "{ops:?}");
+    }
+
+    #[test]
+    fn every_number_has_a_range() {
+        let bad = [
+            (
+                DatagenConfig {
+                    max_txn_rows: u32::MAX,
+                    total_rows: 0,
+                    ..Default::default()
+                },
+                "max-txn-rows is 4294967295; it must be between 1 and 10000",
+            ),
+            (
+                DatagenConfig {
+                    mix: Mix {
+                        insert: u32::MAX,
+                        update: u32::MAX,
+                        delete: 1,
+                    },
+                    ..Default::default()
+                },
+                "mix.insert is 4294967295; weights are at most 1000000",
+            ),
+            (
+                DatagenConfig {
+                    start_millis: 1 << 46,
+                    ..Default::default()
+                },
+                "start-millis is 70368744177664; at most",
+            ),
+            (
+                DatagenConfig {
+                    rate: u64::MAX,
+                    ..Default::default()
+                },
+                "rate is 18446744073709551615 rows/s",
+            ),
+            (
+                DatagenConfig {
+                    schema: String::new(),
+                    ..Default::default()
+                },
+                "schema must be 1 to 64 characters",
+            ),
+        ];
+        for (config, want) in bad {
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains(want), "want `{want}` in `{err}`");
+        }
+        // The largest accepted values work: the weights do not overflow.
+        let txns = drain(DatagenConfig {
+            total_rows: 300,
+            max_txn_rows: MAX_TXN_ROWS,
+            mix: Mix {
+                insert: MAX_MIX_WEIGHT,
+                update: MAX_MIX_WEIGHT,
+                delete: MAX_MIX_WEIGHT,
+            },
+            start_millis: MAX_START_MILLIS,
+            ..Default::default()
+        });
+        assert_eq!(txns.iter().map(|t| t.rows.len()).sum::<usize>(), 300);
+        assert!(txns.windows(2).all(|w| w[0].commit_ts < w[1].commit_ts));
+    }
+
+    #[test]
+    fn commit_ts_never_wraps_it_ends_with_an_error() {
+        let mut g = DatagenSource::new(DatagenConfig {
+            total_rows: 0,
+            ..Default::default()
+        })
+        .unwrap();
+        g.next_ts = CommitTs::compose(MAX_PHYSICAL_MILLIS - 5, 0);
+        let txns: Vec<_> = std::iter::from_fn(|| g.next_transaction()).collect();
+        assert!(!txns.is_empty() && txns.len() <= 6, "{}", txns.len());
+        assert!(txns.windows(2).all(|w| w[0].commit_ts < w[1].commit_ts));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut events = Vec::new();
+        let mut g = DatagenSource::new(DatagenConfig {
+            total_rows: 0,
+            ..Default::default()
+        })
+        .unwrap();
+        g.next_ts = CommitTs::compose(MAX_PHYSICAL_MILLIS - 5, 0);
+        let err = rt.block_on(async {
+            loop {
+                match g.next_event().await {
+                    Ok(e) => events.push(e),
+                    Err(e) => break e,
+                }
+            }
+        });
+        assert!(matches!(err, DatagenError::Exhausted), "{err}");
+        assert!(events.len() >= 2);
+    }
+
+    #[test]
+    fn an_endless_run_keeps_a_bounded_live_set() {
+        let mut g = DatagenSource::new(DatagenConfig {
+            total_rows: 0,
+            mix: Mix {
+                insert: 1,
+                update: 0,
+                delete: 0,
+            },
+            ..Default::default()
+        })
+        .unwrap();
+        g.max_live_rows = 50;
+        let mut ops = [0usize; 3];
+        for _ in 0..2_000 {
+            let txn = g.next_transaction().unwrap();
+            for row in &txn.rows {
+                ops[row.op.code() as usize] += 1;
+            }
+        }
+        assert!(g.tables.iter().all(|t| t.live.len() <= 50));
+        assert!(ops[Op::Delete.code() as usize] > 1_000, "{ops:?}");
+    }
+
+    #[test]
+    fn a_start_ts_past_the_generator_starts_generated_time_after_it() {
+        let start = CommitTs::compose(default_start_ms() + 86_400_000 * 365, 7);
+        let mut g = DatagenSource::new(DatagenConfig {
+            total_rows: 10,
+            ..Default::default()
+        })
+        .unwrap()
+        .begin_after(start);
+        let first = g.next_transaction().unwrap();
+        assert!(first.commit_ts > start);
+        // An earlier start ts changes nothing.
+        let a = drain(DatagenConfig {
+            total_rows: 50,
+            ..Default::default()
+        });
+        let mut g = DatagenSource::new(DatagenConfig {
+            total_rows: 50,
+            ..Default::default()
+        })
+        .unwrap()
+        .begin_after(CommitTs(5));
+        let b: Vec<_> = std::iter::from_fn(|| g.next_transaction()).collect();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn a_long_skip_yields_and_can_be_cancelled() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut g = DatagenSource::new(DatagenConfig {
+                total_rows: 0,
+                ..Default::default()
+            })
+            .unwrap();
+            // Far ahead: the skip would take very long.
+            g.start_after(CommitTs::compose(MAX_START_MILLIS, 0));
+            let task = tokio::spawn(async move {
+                let _ = g.next_event().await;
+            });
+            // On a current-thread runtime this sleep only ends if the skip yields.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            task.abort();
+            let joined = task.await;
+            assert!(joined.unwrap_err().is_cancelled());
+        });
     }
 
     #[test]
