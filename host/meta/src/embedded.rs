@@ -280,10 +280,32 @@ struct Opened {
 /// the previous run.
 fn open_file(path: &Path) -> Result<Opened, MetaError> {
     let err = |e| storage_error(path, e);
-    let db = redb::Builder::new()
-        .set_check_integrity_on_open(true)
-        .create(path)
-        .map_err(|e| err(e.into()))?;
+    let mut builder = redb::Builder::new();
+    builder.set_check_integrity_on_open(true);
+    // A new store is created only where no file exists: an existing file that is
+    // empty, truncated or foreign is refused, never silently replaced by an empty
+    // store (which would lose every record while looking healthy).
+    let db = match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => builder.create(path),
+        Err(e) => {
+            return Err(MetaError::Corrupt {
+                path: path.to_owned(),
+                reason: format!("it cannot be read ({e})"),
+                source: None,
+            });
+        }
+        Ok(m) if m.len() == 0 => {
+            return Err(MetaError::Corrupt {
+                path: path.to_owned(),
+                reason: "the file is empty (0 bytes); a new store is created only where no \
+                         file exists"
+                    .into(),
+                source: None,
+            });
+        }
+        Ok(_) => builder.open(path),
+    }
+    .map_err(|e| err(e.into()))?;
     let wtx = db.begin_write().map_err(|e| err(e.into()))?;
     let tables: Vec<String> = wtx
         .list_tables()

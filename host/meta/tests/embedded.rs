@@ -281,11 +281,22 @@ async fn a_file_open_elsewhere_is_in_use() {
 }
 
 #[tokio::test]
-async fn an_empty_file_becomes_an_empty_store_and_a_missing_dir_is_unavailable() {
+async fn an_empty_or_short_file_is_refused_and_a_missing_dir_is_unavailable() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("empty");
     std::fs::write(&path, b"").unwrap();
-    let store = EmbeddedMetaStore::open(&path).await.unwrap();
+    let message = assert_corrupt(EmbeddedMetaStore::open(&path).await, &path);
+    assert!(message.contains("the file is empty (0 bytes)"), "{message}");
+    // Refused, not replaced: the file is still there, still empty.
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+    for short in [&b"\0"[..], b"redb", &[0u8; 511]] {
+        std::fs::write(&path, short).unwrap();
+        assert_corrupt(EmbeddedMetaStore::open(&path).await, &path);
+        assert_eq!(std::fs::read(&path).unwrap(), short);
+    }
+    // Where no file exists, a new store is created.
+    let fresh = dir.path().join("fresh");
+    let store = EmbeddedMetaStore::open(&fresh).await.unwrap();
     assert_eq!(store.revision().await.unwrap(), Revision::ZERO);
     drop(store);
 
