@@ -443,7 +443,9 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
     /// retryable failure, replay into a fresh sink and call again, up to
     /// `max_retries` times.
     async fn call_sink(&mut self, call: SinkCall<'_>) -> Result<(), PipelineError> {
-        let mut attempts = 0;
+        // One count of attempts for the call and its replays, so that the backoff
+        // keeps doubling while the same call keeps failing.
+        let mut attempt = 0;
         loop {
             let result = match call {
                 SinkCall::Flush(ts) => self.sink.flush(ts).await,
@@ -451,13 +453,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             };
             match result {
                 Ok(()) => return Ok(()),
-                Err(e) if attempts >= self.config.max_retries => {
-                    return Err(PipelineError::Sink(e));
-                }
-                Err(e) => {
-                    attempts += 1;
-                    self.retry_sink(Err(e)).await?;
-                }
+                Err(e) => attempt = self.retry_sink_from(Err(e), attempt).await?,
             }
         }
     }
@@ -465,11 +461,17 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
     /// After a failed sink call: back off, open a fresh sink and replay every
     /// unacknowledged batch (flagged as replay). Returns once the sink is back in
     /// the state the failed call expected, or fails the pipeline.
-    async fn retry_sink(
+    async fn retry_sink(&mut self, result: Result<(), PluginError>) -> Result<(), PipelineError> {
+        self.retry_sink_from(result, 0).await.map(|_| ())
+    }
+
+    /// [`Self::retry_sink`] after `attempt` earlier retries of the same call: the
+    /// next wait is the backoff of `attempt + 1`. Returns the attempts made so far.
+    async fn retry_sink_from(
         &mut self,
         mut result: Result<(), PluginError>,
-    ) -> Result<(), PipelineError> {
-        let mut attempt = 0;
+        mut attempt: u32,
+    ) -> Result<u32, PipelineError> {
         while let Err(error) = result {
             if !error.is_retryable() || attempt >= self.config.max_retries {
                 return Err(PipelineError::Sink(error));
@@ -481,7 +483,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             tokio::time::sleep(wait).await;
             result = self.replay().await;
         }
-        Ok(())
+        Ok(attempt)
     }
 
     async fn replay(&mut self) -> Result<(), PluginError> {

@@ -173,6 +173,8 @@ struct MemorySink {
     fail_flushes: HashMap<usize, PluginError>,
     write_calls: usize,
     flush_calls: usize,
+    /// When each `flush` call came (tokio time, so paused tests measure it).
+    flush_times: Vec<tokio::time::Instant>,
     opens: usize,
     closed: bool,
     /// Every row ever received, in write order, replays included.
@@ -323,6 +325,7 @@ impl Sink for MemorySink {
         self.observe();
         let call = self.flush_calls;
         self.flush_calls += 1;
+        self.flush_times.push(tokio::time::Instant::now());
         if let Some(error) = self.fail_flushes.remove(&call) {
             return self.fail(Call::Flush, error);
         }
@@ -709,6 +712,52 @@ async fn fatal_sink_error_fails_the_pipeline() {
         .copied()
         .filter(|r| r.commit_ts <= progress.checkpoint_ts.get());
     assert_eq!(per_table(sink.durable_ids()), per_table(acknowledged));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_flush_backs_off_doubling_like_a_failing_write() {
+    let source = workload(200);
+    let config = PipelineConfig {
+        initial_backoff: Duration::from_millis(100),
+        max_backoff: Duration::from_secs(5),
+        max_retries: 8,
+        ..config()
+    };
+    let mut sink = MemorySink::default();
+    for call in 0..7 {
+        sink = sink.fail_flush(call, PluginError::Stopped("connection reset".into()));
+    }
+    let (pipeline, result) =
+        run_pipeline(config, no_filters(), sink, source, std::future::pending()).await;
+    result.unwrap();
+    let gaps: Vec<u128> = pipeline
+        .sink()
+        .flush_times
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_millis())
+        .collect();
+    // Seven failures, then success: waits of 100 ms doubling up to 5 s.
+    assert_eq!(gaps[..7], [100, 200, 400, 800, 1600, 3200, 5000], "{gaps:?}");
+    assert_eq!(pipeline.progress().borrow().retries, 7);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flush_that_keeps_failing_fails_after_max_retries() {
+    let source = workload(200);
+    let config = PipelineConfig {
+        initial_backoff: Duration::from_millis(100),
+        max_backoff: Duration::from_secs(5),
+        max_retries: 3,
+        ..config()
+    };
+    let mut sink = MemorySink::default();
+    for call in 0..100 {
+        sink = sink.fail_flush(call, PluginError::Stopped("connection reset".into()));
+    }
+    let (pipeline, result) =
+        run_pipeline(config, no_filters(), sink, source, std::future::pending()).await;
+    assert!(matches!(result, Err(PipelineError::Sink(_))), "{result:?}");
+    assert_eq!(pipeline.sink().flush_calls, 4, "the call and three retries");
 }
 
 #[tokio::test]
