@@ -123,13 +123,26 @@ fn filter(rt: &PluginRuntime, name: &str, config: serde_json::Value) -> WasmFilt
     WasmFilter::new(component, PluginSettings::new(name, config.to_string())).unwrap()
 }
 
+/// Milliseconds since the Unix epoch, now.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
 #[tokio::test]
 async fn sink_file_writes_exact_canal_json_lines() {
     let rt = PluginRuntime::new(RuntimeConfig::default()).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut sink = sink_file(&rt, dir.path(), serde_json::json!({ "dir": "out" }));
+    let mut sink = sink_file(
+        &rt,
+        dir.path(),
+        serde_json::json!({ "dir": "out", "enable-sluice-extension": true }),
+    );
     sink.validate_config().await.unwrap();
     let (schemas, mut batch) = sample();
+    let start = now_ms();
     sink.write(&schemas, &mut batch).await.unwrap();
     sink.flush(CommitTs(TS + 2)).await.unwrap();
     sink.apply_ddl(&DdlEvent {
@@ -141,31 +154,43 @@ async fn sink_file_writes_exact_canal_json_lines() {
     .await
     .unwrap();
     sink.close().await.unwrap();
+    let end = now_ms();
 
     let out = std::fs::read_to_string(dir.path().join("out/changes-000001.jsonl")).unwrap();
+    // `ts` is the wall clock when the line was made: check it, then blank it.
+    let lines: Vec<String> = out
+        .lines()
+        .map(|l| {
+            let ts = serde_json::from_str::<serde_json::Value>(l).unwrap()["ts"]
+                .as_u64()
+                .unwrap();
+            assert!((start..=end).contains(&ts), "{ts} not in {start}..={end}");
+            l.replace(&format!(r#""ts":{ts},"#), r#""ts":NOW,"#)
+        })
+        .collect();
     let head = r#"{"id":0,"database":"app","table":"users","pkNames":["id"],"isDdl":false"#;
-    let types = r#""mysqlType":{"id":"int","name":"text","score":"decimal(6,2)","seen":"datetime","ok":"boolean"}"#;
+    let types = concat!(
+        r#""sqlType":{"id":4,"name":2005,"score":3,"seen":93,"ok":-6},"#,
+        r#""mysqlType":{"id":"int","name":"text","score":"decimal","seen":"datetime","ok":"tinyint"}"#
+    );
     let expected = [
         format!(
-            r#"{head},"type":"INSERT","es":{MS},"ts":{MS},"sql":"",{types},"data":[{{"id":"7","name":"say \"hi\"\nbye","score":null,"seen":"2023-11-14 22:13:20.123456","ok":"1"}}],"old":null,"_sluice":{{"commitTs":{TS},"replay":false}}}}"#
+            r#"{head},"type":"INSERT","es":{MS},"ts":NOW,"sql":"",{types},"data":[{{"id":"7","name":"say \"hi\"\nbye","score":null,"seen":"2023-11-14 22:13:20","ok":"1"}}],"old":null,"_sluice":{{"commitTs":{TS},"replay":false}}}}"#
         ),
         format!(
-            r#"{head},"type":"UPDATE","es":{MS},"ts":{MS},"sql":"",{types},"data":[{{"id":"7","name":"ada","score":null,"seen":"2023-11-14 22:13:20.123456","ok":"0"}}],"old":[{{"score":"1.50","ok":"1"}}],"_sluice":{{"commitTs":{},"replay":true}}}}"#,
+            r#"{head},"type":"UPDATE","es":{MS},"ts":NOW,"sql":"",{types},"data":[{{"id":"7","name":"ada","score":null,"seen":"2023-11-14 22:13:20","ok":"0"}}],"old":[{{"id":"7","name":"ada","score":"1.50","seen":"2023-11-14 22:13:20","ok":"1"}}],"_sluice":{{"commitTs":{},"replay":true}}}}"#,
             TS + 1
         ),
         format!(
-            r#"{head},"type":"DELETE","es":{MS},"ts":{MS},"sql":"",{types},"data":[{{"id":"7","name":"ada","score":"-0.25","seen":null,"ok":"0"}}],"old":null,"_sluice":{{"commitTs":{},"replay":false}}}}"#,
+            r#"{head},"type":"DELETE","es":{MS},"ts":NOW,"sql":"",{types},"data":[{{"id":"7","name":"ada","score":"-0.25","seen":null,"ok":"0"}}],"old":null,"_sluice":{{"commitTs":{},"replay":false}}}}"#,
             TS + 2
         ),
         format!(
-            r#"{{"id":0,"database":"app","table":"users","pkNames":null,"isDdl":true,"type":"QUERY","es":{MS},"ts":{MS},"sql":"ALTER TABLE users ADD COLUMN x INT","mysqlType":null,"data":null,"old":null,"_sluice":{{"commitTs":{},"replay":false}}}}"#,
+            r#"{{"id":0,"database":"app","table":"users","pkNames":null,"isDdl":true,"type":"ALTER","es":{MS},"ts":NOW,"sql":"ALTER TABLE users ADD COLUMN x INT","sqlType":null,"mysqlType":null,"data":null,"old":null,"_sluice":{{"commitTs":{},"replay":false}}}}"#,
             TS + 3
         ),
     ];
-    assert_eq!(
-        out.lines().collect::<Vec<_>>(),
-        expected.iter().map(String::as_str).collect::<Vec<_>>()
-    );
+    assert_eq!(lines, expected);
     assert_eq!(
         std::fs::read_dir(dir.path().join("out")).unwrap().count(),
         1
@@ -180,7 +205,9 @@ async fn sink_file_writes_exact_csv_lines_and_rotates() {
     let mut sink = sink_file(
         &rt,
         dir.path(),
-        serde_json::json!({ "format": "csv", "prefix": "u", "max-file-bytes": 1024 }),
+        serde_json::json!({
+            "format": "csv", "prefix": "u", "max-file-bytes": 1024, "include-commit-ts": true
+        }),
     );
     let (schemas, mut batch) = sample();
     for _ in 0..10 {
@@ -189,14 +216,14 @@ async fn sink_file_writes_exact_csv_lines_and_rotates() {
     sink.flush(CommitTs(TS + 2)).await.unwrap();
     let lines = [
         format!(
-            "\"I\",\"app\",\"users\",{TS},7,\"say \"\"hi\"\"\nbye\",\\N,\"2023-11-14 22:13:20.123456\",1\n"
+            "\"I\",\"users\",\"app\",{TS},7,\"say \"\"hi\"\"\nbye\",\\N,\"2023-11-14 22:13:20\",1\r\n"
         ),
         format!(
-            "\"U\",\"app\",\"users\",{},7,\"ada\",\\N,\"2023-11-14 22:13:20.123456\",0\n",
+            "\"U\",\"users\",\"app\",{},7,\"ada\",\\N,\"2023-11-14 22:13:20\",0\r\n",
             TS + 1
         ),
         format!(
-            "\"D\",\"app\",\"users\",{},7,\"ada\",\"-0.25\",\\N,0\n",
+            "\"D\",\"users\",\"app\",{},7,\"ada\",\"-0.25\",\\N,0\r\n",
             TS + 2
         ),
     ];

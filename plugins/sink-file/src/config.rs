@@ -6,7 +6,14 @@ use sluice_sdk::Error;
 /// Smallest accepted `max-file-bytes`.
 pub const MIN_FILE_BYTES: u64 = 1024;
 
-/// `sink-file` options.
+/// Longest accepted CSV `delimiter`, in characters (TiCDC accepts 1 to 3).
+pub const MAX_DELIMITER_CHARS: usize = 3;
+
+/// Longest accepted CSV `null` marker, in characters.
+pub const MAX_NULL_CHARS: usize = 16;
+
+/// `sink-file` options. The format options carry TiCDC's names and defaults, so a
+/// consumer written for TiCDC reads the files as they are.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Config {
@@ -19,8 +26,8 @@ pub struct Config {
     /// Default: `changes`.
     #[serde(default = "default_prefix")]
     pub prefix: String,
-    /// Line format: `canal-json` (files end in `.jsonl`) or `csv` (`.csv`).
-    /// Default: `canal-json`.
+    /// Line format: `canal-json` (files end in `.jsonl`), `csv` (`.csv`) or
+    /// `debezium` (`.jsonl`). Default: `canal-json`.
     #[serde(default)]
     pub format: Format,
     /// Start a new file before a line would make the current one larger than this
@@ -28,27 +35,139 @@ pub struct Config {
     /// Default: 67108864 (64 MiB).
     #[serde(default = "default_max_file_bytes")]
     pub max_file_bytes: u64,
+    /// Add Sluice's fields to every line, as TiCDC's `enable-tidb-extension` adds
+    /// `_tidb`: `"_sluice":{"commitTs":..,"replay":..}` in canal-json (and inside
+    /// `payload` in debezium), a `sluice-meta$replay` column in CSV. Default: false.
+    #[serde(default)]
+    pub enable_sluice_extension: bool,
+    /// canal-json only: `old` of an UPDATE holds only the columns whose value
+    /// changed (as the official Canal does), not every column. Default: false.
+    #[serde(default)]
+    pub only_output_updated_columns: Option<bool>,
+    /// CSV only: the field separator, 1 to 3 characters. Default: `,`.
+    #[serde(default)]
+    pub delimiter: Option<String>,
+    /// CSV only: the character that encloses text-like fields, or `""` to escape
+    /// line breaks, `\` and the delimiter with `\` instead. Default: `"`.
+    #[serde(default)]
+    pub quote: Option<String>,
+    /// CSV only: how NULL is written (never quoted). Default: `\N`.
+    #[serde(default)]
+    pub null: Option<String>,
+    /// CSV only: the record terminator, `"\r\n"` or `"\n"`. Default: `"\r\n"`.
+    #[serde(default)]
+    pub terminator: Option<String>,
+    /// CSV only: write the commit ts as column 4. Default: false.
+    #[serde(default)]
+    pub include_commit_ts: Option<bool>,
+    /// CSV only: how blobs are written, `base64` or `hex`. Default: `base64`.
+    #[serde(default)]
+    pub binary_encoding_method: Option<BinaryEncoding>,
+    /// CSV only: add the `is-update` column and write an UPDATE as a `D` record of
+    /// the old row followed by an `I` record of the new one. Default: false.
+    #[serde(default)]
+    pub output_old_value: Option<bool>,
+    /// CSV only: start every file, and every change of table within a file, with
+    /// a header record naming the columns. Default: false.
+    #[serde(default)]
+    pub output_field_header: Option<bool>,
+    /// debezium only: leave out the `schema` part of every message (as TiCDC's
+    /// `debezium-disable-schema`). Default: false.
+    #[serde(default)]
+    pub debezium_disable_schema: Option<bool>,
 }
 
 /// The line format of the files.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Format {
-    /// One canal-json object per line (`.jsonl`).
+    /// One canal-json object per line (`.jsonl`), as TiCDC's canal-json protocol.
     #[default]
     CanalJson,
-    /// One CSV record per line (`.csv`); DDL is not written.
+    /// One CSV record per row change (`.csv`), as TiCDC's CSV protocol; DDL is not
+    /// written.
     Csv,
+    /// One Debezium change event (`{"payload":..,"schema":..}`) per line
+    /// (`.jsonl`), as TiCDC's debezium protocol; DDL is not written.
+    Debezium,
 }
 
 impl Format {
+    /// Every format, for matching file names.
+    pub const ALL: [Format; 3] = [Format::CanalJson, Format::Csv, Format::Debezium];
+
     /// The file extension, without the dot.
     pub const fn extension(self) -> &'static str {
         match self {
-            Format::CanalJson => "jsonl",
+            Format::CanalJson | Format::Debezium => "jsonl",
             Format::Csv => "csv",
         }
     }
+
+    const fn name(self) -> &'static str {
+        match self {
+            Format::CanalJson => "canal-json",
+            Format::Csv => "csv",
+            Format::Debezium => "debezium",
+        }
+    }
+}
+
+/// How CSV writes blob values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BinaryEncoding {
+    /// Standard base64 with padding (RFC 4648).
+    #[default]
+    Base64,
+    /// Lowercase hexadecimal, two digits per byte.
+    Hex,
+}
+
+/// The CSV options with their defaults applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsvOptions {
+    pub delimiter: String,
+    /// Empty: fields are escaped with `\` instead of quoted.
+    pub quote: String,
+    pub null: String,
+    pub terminator: String,
+    pub include_commit_ts: bool,
+    pub binary_encoding: BinaryEncoding,
+    pub output_old_value: bool,
+    pub output_field_header: bool,
+}
+
+impl Default for CsvOptions {
+    fn default() -> Self {
+        Self {
+            delimiter: ",".to_string(),
+            quote: "\"".to_string(),
+            null: "\\N".to_string(),
+            terminator: "\r\n".to_string(),
+            include_commit_ts: false,
+            binary_encoding: BinaryEncoding::Base64,
+            output_old_value: false,
+            output_field_header: false,
+        }
+    }
+}
+
+impl CsvOptions {
+    /// The quote as one byte, if records are quoted (validation keeps it ASCII).
+    pub fn quote_byte(&self) -> Option<u8> {
+        self.quote.as_bytes().first().copied()
+    }
+}
+
+/// What the encoder needs from the options, with defaults applied.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EncodeOptions {
+    pub format: Format,
+    pub sluice_extension: bool,
+    pub only_output_updated_columns: bool,
+    pub csv: CsvOptions,
+    pub debezium_schema: bool,
 }
 
 fn default_prefix() -> String {
@@ -66,6 +185,17 @@ impl Default for Config {
             prefix: default_prefix(),
             format: Format::default(),
             max_file_bytes: default_max_file_bytes(),
+            enable_sluice_extension: false,
+            only_output_updated_columns: None,
+            delimiter: None,
+            quote: None,
+            null: None,
+            terminator: None,
+            include_commit_ts: None,
+            binary_encoding_method: None,
+            output_old_value: None,
+            output_field_header: None,
+            debezium_disable_schema: None,
         }
     }
 }
@@ -103,6 +233,138 @@ impl Config {
                 default_max_file_bytes()
             )));
         }
+        self.check_format_options()?;
+        if self.format == Format::Csv {
+            validate_csv(&self.encode_options().csv)?;
+        }
         Ok(())
     }
+
+    /// The encoder's options, defaults applied. Call after [`Config::validate`].
+    pub fn encode_options(&self) -> EncodeOptions {
+        let d = CsvOptions::default();
+        EncodeOptions {
+            format: self.format,
+            sluice_extension: self.enable_sluice_extension,
+            only_output_updated_columns: self.only_output_updated_columns.unwrap_or(false),
+            csv: CsvOptions {
+                delimiter: self.delimiter.clone().unwrap_or(d.delimiter),
+                quote: self.quote.clone().unwrap_or(d.quote),
+                null: self.null.clone().unwrap_or(d.null),
+                terminator: self.terminator.clone().unwrap_or(d.terminator),
+                include_commit_ts: self.include_commit_ts.unwrap_or(d.include_commit_ts),
+                binary_encoding: self.binary_encoding_method.unwrap_or(d.binary_encoding),
+                output_old_value: self.output_old_value.unwrap_or(d.output_old_value),
+                output_field_header: self.output_field_header.unwrap_or(d.output_field_header),
+            },
+            debezium_schema: !self.debezium_disable_schema.unwrap_or(false),
+        }
+    }
+
+    /// Refuse an option that the chosen format would silently ignore.
+    fn check_format_options(&self) -> Result<(), Error> {
+        let given = [
+            (
+                "only-output-updated-columns",
+                Format::CanalJson,
+                self.only_output_updated_columns.is_some(),
+            ),
+            ("delimiter", Format::Csv, self.delimiter.is_some()),
+            ("quote", Format::Csv, self.quote.is_some()),
+            ("null", Format::Csv, self.null.is_some()),
+            ("terminator", Format::Csv, self.terminator.is_some()),
+            (
+                "include-commit-ts",
+                Format::Csv,
+                self.include_commit_ts.is_some(),
+            ),
+            (
+                "binary-encoding-method",
+                Format::Csv,
+                self.binary_encoding_method.is_some(),
+            ),
+            (
+                "output-old-value",
+                Format::Csv,
+                self.output_old_value.is_some(),
+            ),
+            (
+                "output-field-header",
+                Format::Csv,
+                self.output_field_header.is_some(),
+            ),
+            (
+                "debezium-disable-schema",
+                Format::Debezium,
+                self.debezium_disable_schema.is_some(),
+            ),
+        ];
+        for (key, format, set) in given {
+            if set && self.format != format {
+                return Err(Error::config(format!(
+                    "{key} applies to format = \"{}\" only, but format = \"{}\"; remove {key} or change the format",
+                    format.name(),
+                    self.format.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// TiCDC's rules for the CSV options, plus what keeps a record one line apart from
+/// quoted values (the crash repair cuts files at the last newline outside quotes).
+fn validate_csv(csv: &CsvOptions) -> Result<(), Error> {
+    let line_break = |s: &str| s.contains(['\r', '\n']);
+    let quote = &csv.quote;
+    if quote.chars().count() > 1
+        || quote
+            .chars()
+            .any(|c| !c.is_ascii() || c.is_ascii_alphanumeric())
+        || line_break(quote)
+        || quote == "\\"
+    {
+        return Err(Error::config(format!(
+            "quote = {quote:?} is not a quote character; use one ASCII punctuation character such as \"\\\"\" or \"'\", or \"\" to escape with '\\' instead of quoting"
+        )));
+    }
+    let delimiter = &csv.delimiter;
+    let chars = delimiter.chars().count();
+    if chars == 0 || chars > MAX_DELIMITER_CHARS {
+        return Err(Error::config(format!(
+            "delimiter = {delimiter:?} must be 1 to {MAX_DELIMITER_CHARS} characters long, e.g. delimiter = \",\" or \"|@|\""
+        )));
+    }
+    if line_break(delimiter) {
+        return Err(Error::config(format!(
+            "delimiter = {delimiter:?} contains a line break; line breaks end records, so pick another delimiter"
+        )));
+    }
+    if !quote.is_empty() && delimiter.contains(quote.as_str()) {
+        return Err(Error::config(format!(
+            "delimiter = {delimiter:?} contains the quote {quote:?}; the quote and the delimiter must differ"
+        )));
+    }
+    if quote.is_empty() && delimiter.contains('\\') {
+        return Err(Error::config(format!(
+            "delimiter = {delimiter:?} contains '\\', which escapes characters when quote = \"\"; pick another delimiter or set a quote"
+        )));
+    }
+    let null = &csv.null;
+    if null.chars().count() > MAX_NULL_CHARS
+        || line_break(null)
+        || null.contains(delimiter.as_str())
+        || (!quote.is_empty() && null.contains(quote.as_str()))
+    {
+        return Err(Error::config(format!(
+            "null = {null:?} cannot mark NULL: it must be at most {MAX_NULL_CHARS} characters without a line break, the delimiter or the quote, e.g. null = \"\\\\N\""
+        )));
+    }
+    if csv.terminator != "\r\n" && csv.terminator != "\n" {
+        return Err(Error::config(format!(
+            "terminator = {:?} is not supported; use \"\\r\\n\" (the default) or \"\\n\"",
+            csv.terminator
+        )));
+    }
+    Ok(())
 }

@@ -57,17 +57,21 @@ struct OpenFile {
     writer: BufWriter<File>,
     /// Bytes written to this file so far, buffered or not.
     bytes: u64,
+    /// The header line last written to this file (empty: none yet).
+    header: Vec<u8>,
 }
 
 impl RotatingFiles {
     /// Create `dir` if missing and continue the numbering after the highest
     /// existing file of `prefix` (in any of the sink's formats). No file is created
-    /// until the first line.
+    /// until the first line. `csv_quote` is the quote inside which a newline does
+    /// not end a CSV record (`None`: CSV records are not quoted).
     pub fn open(
         dir: PathBuf,
         prefix: &str,
         extension: &'static str,
         max_bytes: u64,
+        csv_quote: Option<u8>,
     ) -> Result<Self, Error> {
         // A new directory's entry lives in its parent: remember the parents of every
         // directory created here, up to the first that existed, to sync them.
@@ -97,7 +101,7 @@ impl RotatingFiles {
             }
         }
         if let Some(path) = last_file {
-            cut_torn_tail(&path)?;
+            cut_torn_tail(&path, csv_quote)?;
         }
         Ok(Self {
             dir,
@@ -116,25 +120,37 @@ impl RotatingFiles {
             .join(format!("{}-{seq:06}.{}", self.prefix, self.extension))
     }
 
-    /// Append one whole line (with its newline), rotating first if it would not fit.
-    pub fn write_line(&mut self, line: &[u8]) -> Result<(), Error> {
-        let len = line.len() as u64;
-        if self
-            .current
-            .as_ref()
-            .is_some_and(|f| f.bytes > 0 && f.bytes + len > self.max_bytes)
-        {
+    /// Append one whole line (with its newline), rotating first if it would not
+    /// fit. A non-empty `header` line goes first whenever the file does not hold
+    /// it as its latest header (a new file, or another table). Returns the bytes
+    /// written.
+    pub fn write_line(&mut self, header: &[u8], line: &[u8]) -> Result<u64, Error> {
+        let needs_header = |f: &OpenFile| !header.is_empty() && f.header.as_slice() != header;
+        if self.current.as_ref().is_some_and(|f| {
+            let len = line.len() + if needs_header(f) { header.len() } else { 0 };
+            f.bytes > 0 && f.bytes + len as u64 > self.max_bytes
+        }) {
             self.finish_current()?;
         }
         if self.current.is_none() {
             self.current = Some(self.create_next()?);
         }
         let file = self.current.as_mut().expect("a file was opened above");
+        let mut written = 0;
+        if needs_header(file) {
+            file.writer
+                .write_all(header)
+                .map_err(|e| io_error("cannot write", &file.path, e))?;
+            file.header.clear();
+            file.header.extend_from_slice(header);
+            written += header.len() as u64;
+        }
         file.writer
             .write_all(line)
             .map_err(|e| io_error("cannot write", &file.path, e))?;
-        file.bytes += len;
-        Ok(())
+        written += line.len() as u64;
+        file.bytes += written;
+        Ok(written)
     }
 
     /// Make every line written so far durable: flush the buffer, sync the current
@@ -167,6 +183,7 @@ impl RotatingFiles {
             path,
             writer: BufWriter::with_capacity(BUFFER_BYTES, file),
             bytes: 0,
+            header: Vec::new(),
         })
     }
 
@@ -199,8 +216,9 @@ impl RotatingFiles {
 
 /// A crash can leave the last file ending in half a line (rows above the
 /// checkpoint, which the host replays). Cut the file back to its last complete line
-/// so that every file holds whole lines only.
-fn cut_torn_tail(path: &Path) -> Result<(), Error> {
+/// so that every file holds whole lines only. In a `.csv` file quoted with
+/// `csv_quote`, a newline inside quotes does not end a record.
+fn cut_torn_tail(path: &Path, csv_quote: Option<u8>) -> Result<(), Error> {
     use std::io::{Read, Seek, SeekFrom};
     let err = |e| io_error("cannot repair", path, e);
     let mut file = fs::OpenOptions::new()
@@ -209,7 +227,8 @@ fn cut_torn_tail(path: &Path) -> Result<(), Error> {
         .open(path)
         .map_err(err)?;
     let len = file.metadata().map_err(err)?.len();
-    if path.extension().is_some_and(|e| e == "csv") {
+    let csv = path.extension().is_some_and(|e| e == "csv");
+    if let Some(quote) = csv_quote.filter(|_| csv) {
         // CSV values may hold raw newlines inside quotes: find the last newline
         // outside quotes, reading forward (a doubled quote toggles twice).
         let mut in_quotes = false;
@@ -222,10 +241,10 @@ fn cut_torn_tail(path: &Path) -> Result<(), Error> {
             }
             for &b in &chunk[..n] {
                 pos += 1;
-                match b {
-                    b'"' => in_quotes = !in_quotes,
-                    b'\n' if !in_quotes => end = pos,
-                    _ => {}
+                if b == quote {
+                    in_quotes = !in_quotes;
+                } else if b == b'\n' && !in_quotes {
+                    end = pos;
                 }
             }
         }
@@ -259,9 +278,7 @@ fn cut_torn_tail(path: &Path) -> Result<(), Error> {
 fn parse_seq(name: &str, prefix: &str) -> Option<u64> {
     let rest = name.strip_prefix(prefix)?.strip_prefix('-')?;
     let (digits, ext) = rest.split_once('.')?;
-    let known = [Format::CanalJson, Format::Csv]
-        .iter()
-        .any(|f| f.extension() == ext);
+    let known = Format::ALL.iter().any(|f| f.extension() == ext);
     if !known || digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }

@@ -1,13 +1,15 @@
-//! `sink-file`: writes every row change as one line (canal-json or CSV) into
-//! numbered files inside the plugin's private directory, rotating by size. A
-//! `flush` syncs the current file to disk before it acknowledges.
+//! `sink-file`: writes every row change as one line (canal-json, CSV or Debezium
+//! JSON, as TiCDC writes them) into numbered files inside the plugin's private
+//! directory, rotating by size. A `flush` syncs the current file to disk before it
+//! acknowledges.
 
 mod config;
 mod encode;
 mod files;
+mod mysql_type;
 mod sink;
 
-pub use config::{Config, Format};
+pub use config::{BinaryEncoding, Config, Format};
 #[cfg(not(target_arch = "wasm32"))]
 pub use files::set_native_data_root;
 pub use sink::SinkFile;

@@ -1,8 +1,8 @@
 use sluice_sdk::{BatchView, DdlEvent, Error, Sink, host};
 
-use crate::Config;
 use crate::encode::Encoder;
 use crate::files::{RotatingFiles, data_root};
+use crate::{Config, Format};
 
 /// Writes each row change as one line into rotating files; `flush` syncs them.
 #[derive(Debug)]
@@ -18,9 +18,9 @@ pub struct SinkFile {
 }
 
 impl SinkFile {
-    fn write_line(&mut self) -> Result<(), Error> {
-        self.files.write_line(&self.line)?;
-        self.bytes += self.line.len() as u64;
+    /// Write the line buffer, after `header` where the file needs it.
+    fn write_line(&mut self, header: &[u8]) -> Result<(), Error> {
+        self.bytes += self.files.write_line(header, &self.line)?;
         Ok(())
     }
 }
@@ -33,14 +33,22 @@ impl Sink for SinkFile {
     }
 
     fn open(config: Config) -> Result<Self, Error> {
+        let options = config.encode_options();
+        // A `.csv` file left by an earlier configuration is repaired with the
+        // default quote.
+        let csv_quote = match config.format {
+            Format::Csv => options.csv.quote_byte(),
+            Format::CanalJson | Format::Debezium => Some(b'"'),
+        };
         let files = RotatingFiles::open(
             data_root().join(&config.dir),
             &config.prefix,
             config.format.extension(),
             config.max_file_bytes,
+            csv_quote,
         )?;
         Ok(Self {
-            encoder: Encoder::new(config.format),
+            encoder: Encoder::new(options),
             files,
             line: Vec::new(),
             rows: 0,
@@ -55,7 +63,7 @@ impl Sink for SinkFile {
             for row in table.rows() {
                 self.line.clear();
                 self.encoder.row(&header, &row, &mut self.line);
-                self.write_line()?;
+                self.write_line(header.file_header())?;
                 self.rows += 1;
             }
         }
@@ -75,7 +83,7 @@ impl Sink for SinkFile {
     fn apply_ddl(&mut self, ddl: &DdlEvent) -> Result<(), Error> {
         self.line.clear();
         if self.encoder.ddl(ddl, &mut self.line) {
-            self.write_line()?;
+            self.write_line(&[])?;
             // Nothing else acknowledges a DDL line: make it durable before returning.
             self.files.sync()?;
         }
@@ -141,17 +149,32 @@ mod tests {
         )
     }
 
-    /// A note that makes the CSV line of a row with a three-digit id 128 bytes long:
-    /// `"I","shop","items",1000000,` (27) + id (3) + `,""` (3) + note + `\n` (1).
+    /// A note that makes the CSV record of a row with a three-digit id 128 bytes
+    /// long: `"I","items","shop",` (19) + id (3) + `,""` (3) + note + `\r\n` (2).
     fn padded_note(id: i64) -> String {
-        format!("{id}{}", "x".repeat(128 - 27 - 3 - 3 - 1 - 3))
+        format!("{id}{}", "x".repeat(128 - 19 - 3 - 3 - 2 - 3))
+    }
+
+    /// `text` with the value of every `"ts":` (the wall clock) replaced by `NOW`.
+    fn without_wall_clock(text: &str) -> String {
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find("\"ts\":") {
+            let (head, tail) = rest.split_at(at + 5);
+            out.push_str(head);
+            out.push_str("NOW");
+            rest = tail.trim_start_matches(|c: char| c.is_ascii_digit());
+        }
+        out.push_str(rest);
+        out
     }
 
     #[test]
     fn writes_rows_and_ddl_to_the_first_file_and_flush_makes_them_readable() {
         let dir = data_dir("basic");
         let t = items();
-        let mut sink = open_sink(r#"{"dir": "basic/nested"}"#).unwrap();
+        let mut sink =
+            open_sink(r#"{"dir": "basic/nested", "enable-sluice-extension": true}"#).unwrap();
         let mut b = TableBatchBuilder::new(&t);
         b.insert(1 << 18, &[Value::Int(1), Value::Text("a")]);
         b.delete(2 << 18, &[Value::Int(1), Value::Null]);
@@ -174,11 +197,11 @@ mod tests {
         assert_eq!(files.len(), 1);
         assert_eq!(files[0].0, "changes-000001.jsonl");
         let expected = [
-            r#"{"id":0,"database":"shop","table":"items","pkNames":["id"],"isDdl":false,"type":"INSERT","es":1,"ts":1,"sql":"","mysqlType":{"id":"int","note":"text"},"data":[{"id":"1","note":"a"}],"old":null,"_sluice":{"commitTs":262144,"replay":false}}"#,
-            r#"{"id":0,"database":"shop","table":"items","pkNames":["id"],"isDdl":false,"type":"DELETE","es":2,"ts":2,"sql":"","mysqlType":{"id":"int","note":"text"},"data":[{"id":"1","note":null}],"old":null,"_sluice":{"commitTs":524288,"replay":false}}"#,
-            r#"{"id":0,"database":"shop","table":"items","pkNames":null,"isDdl":true,"type":"QUERY","es":3,"ts":3,"sql":"TRUNCATE TABLE items","mysqlType":null,"data":null,"old":null,"_sluice":{"commitTs":786432,"replay":false}}"#,
+            r#"{"id":0,"database":"shop","table":"items","pkNames":["id"],"isDdl":false,"type":"INSERT","es":1,"ts":NOW,"sql":"","sqlType":{"id":-5,"note":2005},"mysqlType":{"id":"bigint","note":"text"},"data":[{"id":"1","note":"a"}],"old":null,"_sluice":{"commitTs":262144,"replay":false}}"#,
+            r#"{"id":0,"database":"shop","table":"items","pkNames":["id"],"isDdl":false,"type":"DELETE","es":2,"ts":NOW,"sql":"","sqlType":{"id":-5,"note":2005},"mysqlType":{"id":"bigint","note":"text"},"data":[{"id":"1","note":null}],"old":null,"_sluice":{"commitTs":524288,"replay":false}}"#,
+            r#"{"id":0,"database":"shop","table":"items","pkNames":null,"isDdl":true,"type":"TRUNCATE","es":3,"ts":NOW,"sql":"TRUNCATE TABLE items","sqlType":null,"mysqlType":null,"data":null,"old":null,"_sluice":{"commitTs":786432,"replay":false}}"#,
         ];
-        assert_eq!(files[0].1, expected.join("\n") + "\n");
+        assert_eq!(without_wall_clock(&files[0].1), expected.join("\n") + "\n");
         let counters = sluice_sdk::host::native_counters();
         assert_eq!(counters.get("rows"), Some(&2));
         assert_eq!(counters.get("bytes"), Some(&(files[0].1.len() as u64)));
@@ -197,9 +220,7 @@ mod tests {
             for id in chunk {
                 let note = padded_note(id);
                 b.insert(1_000_000, &[Value::Int(id), Value::Text(&note)]);
-                expected.push(format!(
-                    "\"I\",\"shop\",\"items\",1000000,{id},\"{note}\"\n"
-                ));
+                expected.push(format!("\"I\",\"items\",\"shop\",{id},\"{note}\"\r\n"));
             }
             sink.write(&[&t], vec![b.finish()]).unwrap();
             sink.flush(1_000_000).unwrap();
@@ -216,8 +237,8 @@ mod tests {
         b.insert(1_000_002, &[Value::Int(100), Value::Null]);
         sink.write(&[&t], vec![b.finish()]).unwrap();
         sink.close().unwrap();
-        expected.push(format!("\"I\",\"shop\",\"items\",1000001,99,\"{long}\"\n"));
-        expected.push("\"I\",\"shop\",\"items\",1000002,100,\\N\n".to_string());
+        expected.push(format!("\"I\",\"items\",\"shop\",99,\"{long}\"\r\n"));
+        expected.push("\"I\",\"items\",\"shop\",100,\\N\r\n".to_string());
 
         let files = files_in("rotate");
         let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
@@ -331,6 +352,22 @@ mod tests {
     }
 
     #[test]
+    fn a_torn_csv_record_is_cut_by_the_configured_quote() {
+        let dir = data_dir("torn-quote");
+        fs::create_dir_all(&dir).unwrap();
+        // With quote = "'", a '"' does not open a quoted field; a "'" does.
+        let whole = "'I','t','a',1,'say \"hi\"\nbye'\r\n";
+        fs::write(
+            dir.join("changes-000001.csv"),
+            format!("{whole}'I','t','a',2,'two\nlin"),
+        )
+        .unwrap();
+        let config = r#"{"dir": "torn-quote", "format": "csv", "quote": "'"}"#;
+        open_sink(config).unwrap().close().unwrap();
+        assert_eq!(files_in("torn-quote")[0].1, whole);
+    }
+
+    #[test]
     fn rejects_bad_configs_with_config_errors() {
         data_dir("");
         let cases = [
@@ -343,7 +380,68 @@ mod tests {
             (r#"{"directory": "out"}"#, "unknown field `directory`"),
             (
                 r#"{"format": "xml"}"#,
-                "unknown variant `xml`, expected `canal-json` or `csv`",
+                "unknown variant `xml`, expected one of `canal-json`, `csv`, `debezium`",
+            ),
+            (
+                r#"{"delimiter": ";"}"#,
+                "delimiter applies to format = \"csv\" only, but format = \"canal-json\"",
+            ),
+            (
+                r#"{"format": "csv", "only-output-updated-columns": true}"#,
+                "only-output-updated-columns applies to format = \"canal-json\" only",
+            ),
+            (
+                r#"{"format": "csv", "debezium-disable-schema": true}"#,
+                "debezium-disable-schema applies to format = \"debezium\" only",
+            ),
+            (
+                r#"{"format": "csv", "delimiter": ""}"#,
+                "must be 1 to 3 characters long",
+            ),
+            (
+                r#"{"format": "csv", "delimiter": "|||;"}"#,
+                "must be 1 to 3 characters long",
+            ),
+            (
+                r#"{"format": "csv", "delimiter": "a\nb"}"#,
+                "contains a line break",
+            ),
+            (
+                r#"{"format": "csv", "delimiter": "\""}"#,
+                "contains the quote \"\\\"\"; the quote and the delimiter must differ",
+            ),
+            (
+                r#"{"format": "csv", "delimiter": "'", "quote": "'"}"#,
+                "the quote and the delimiter must differ",
+            ),
+            (
+                r#"{"format": "csv", "quote": "\"\""}"#,
+                "is not a quote character",
+            ),
+            (
+                r#"{"format": "csv", "quote": "a"}"#,
+                "is not a quote character",
+            ),
+            (
+                r#"{"format": "csv", "quote": "\n"}"#,
+                "is not a quote character",
+            ),
+            (
+                r#"{"format": "csv", "quote": "", "delimiter": "\\"}"#,
+                "which escapes characters when quote = \"\"",
+            ),
+            (
+                r#"{"format": "csv", "null": "a,b"}"#,
+                "null = \"a,b\" cannot mark NULL",
+            ),
+            (r#"{"format": "csv", "null": "\r"}"#, "cannot mark NULL"),
+            (
+                r#"{"format": "csv", "terminator": ";"}"#,
+                "terminator = \";\" is not supported; use \"\\r\\n\" (the default) or \"\\n\"",
+            ),
+            (
+                r#"{"format": "csv", "binary-encoding-method": "raw"}"#,
+                "unknown variant `raw`, expected `base64` or `hex`",
             ),
         ];
         for (config, message) in cases {
@@ -352,5 +450,53 @@ mod tests {
             assert!(err.message().contains(message), "{config}: {err}");
         }
         assert!(open_sink(r#"{"dir": "ok", "max-file-bytes": 1024}"#).is_ok());
+        let csv = r#"{"dir": "ok", "format": "csv", "delimiter": "|@|", "quote": "'", "null": "", "terminator": "\n", "include-commit-ts": true, "binary-encoding-method": "hex", "output-old-value": true, "output-field-header": true}"#;
+        assert!(open_sink(csv).is_ok());
+        assert!(open_sink(r#"{"dir": "ok", "format": "csv", "quote": ""}"#).is_ok());
+        assert!(
+            open_sink(r#"{"dir": "ok", "format": "debezium", "debezium-disable-schema": true}"#)
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn csv_header_starts_every_file_and_every_change_of_table() {
+        let t = items();
+        let other = schema(4, "shop", "tags", &[("tag", ColumnType::Text, true)]);
+        let config = r#"{"dir": "header", "format": "csv", "output-field-header": true, "terminator": "\n", "max-file-bytes": 1024}"#;
+        let mut sink = open_sink(config).unwrap();
+        let note = "n".repeat(450);
+        let mut b = TableBatchBuilder::new(&t);
+        b.insert(5, &[Value::Int(1), Value::Text(&note)]);
+        b.insert(5, &[Value::Int(2), Value::Text(&note)]);
+        let mut c = TableBatchBuilder::new(&other);
+        c.insert(5, &[Value::Text("red")]);
+        let mut d = TableBatchBuilder::new(&t);
+        d.insert(6, &[Value::Int(3), Value::Text(&note)]);
+        sink.write(&[&t, &other], vec![b.finish(), c.finish()])
+            .unwrap();
+        sink.write(&[&t], vec![d.finish()]).unwrap();
+        sink.flush(6).unwrap();
+
+        let items_header = "ticdc-meta$operation,ticdc-meta$table,ticdc-meta$schema,id,note\n";
+        let tags_header = "ticdc-meta$operation,ticdc-meta$table,ticdc-meta$schema,tag\n";
+        let row = |id: i64| format!("\"I\",\"items\",\"shop\",{id},\"{note}\"\n");
+        let files = files_in("header");
+        let contents: Vec<&str> = files.iter().map(|(_, c)| c.as_str()).collect();
+        assert_eq!(
+            contents,
+            [
+                format!("{items_header}{}{}", row(1), row(2)),
+                format!(
+                    "{tags_header}\"I\",\"tags\",\"shop\",\"red\"\n{items_header}{}",
+                    row(3)
+                ),
+            ]
+        );
+        let counters = sluice_sdk::host::native_counters();
+        assert_eq!(
+            counters.get("bytes"),
+            Some(&(contents.iter().map(|c| c.len() as u64).sum::<u64>()))
+        );
     }
 }
