@@ -66,6 +66,23 @@ pub enum InfoError {
          the default"
     )]
     ZeroLimit { plugin: String, field: &'static str },
+    #[error(
+        "the changefeed's description is {bytes} bytes when stored; at most {max} (the rest of \
+         the meta store's record limit is kept for its status and errors): make the changefeed \
+         file and the plugin options smaller"
+    )]
+    TooLarge { bytes: usize, max: usize },
+    #[error(
+        "{what} {ts} is {ahead_ms} ms in the future (physical time {physical_ms} ms since the Unix \
+         epoch); give a ts at or before now (as a TSO: milliseconds << 18), or 0 for the \
+         source's beginning"
+    )]
+    InFuture {
+        what: &'static str,
+        ts: u64,
+        physical_ms: u64,
+        ahead_ms: u64,
+    },
 }
 
 /// An admin job that cannot be carried out in the changefeed's current state, or

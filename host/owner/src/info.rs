@@ -20,6 +20,58 @@ pub const INFO_VERSION: u32 = 1;
 pub const STATUS_VERSION: u32 = 1;
 /// How many error and warning records a changefeed keeps (the newest).
 pub const MAX_RECORDS: usize = 5;
+/// Largest stored description a create or update may make, in bytes: half of
+/// the meta store's 1 MiB record limit, so that errors, warnings and later
+/// fields always fit beside it.
+pub const MAX_INFO_BYTES: usize = 512 << 10;
+/// How far ahead of this server's clock a start ts or an overwritten checkpoint
+/// may be (clocks of clients and servers differ a little).
+pub const MAX_TS_AHEAD_MS: u64 = 60_000;
+
+/// Refuses a start ts or overwritten checkpoint (`what`) in the future, as TiCDC
+/// refuses one past PD's current ts: no source produces anything for it yet, and
+/// a ts near `u64::MAX` would leave no room above it.
+pub fn check_not_future(what: &'static str, ts: CommitTs, now_ms: u64) -> Result<(), InfoError> {
+    let physical_ms = ts.physical_millis();
+    let limit = now_ms.saturating_add(MAX_TS_AHEAD_MS);
+    if physical_ms > limit {
+        return Err(InfoError::InFuture {
+            what,
+            ts: ts.get(),
+            physical_ms,
+            ahead_ms: physical_ms - now_ms,
+        });
+    }
+    Ok(())
+}
+
+/// Longest error or warning message kept, in bytes (after escaping, give or
+/// take one escaped character); longer ones are cut, with their length noted.
+pub const MAX_MESSAGE_BYTES: usize = 4096;
+
+/// `message` as it may be stored and shown: control characters (newlines
+/// included) escaped, and cut after about [`MAX_MESSAGE_BYTES`] on a character
+/// boundary with the original length noted. So no message, however long or whatever it
+/// holds, can outgrow a changefeed's record or forge a line in a log.
+pub fn bound_message(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(MAX_MESSAGE_BYTES) + 48);
+    let mut taken = message.len();
+    for (at, c) in message.char_indices() {
+        if out.len() >= MAX_MESSAGE_BYTES {
+            taken = at;
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    if taken < message.len() {
+        out.push_str(&format!(" ... (cut; {} bytes in all)", message.len()));
+    }
+    out
+}
 
 /// What to replicate and where the changefeed stands.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -55,6 +107,11 @@ pub struct ChangefeedInfo {
     /// The latest errors, oldest first, at most [`MAX_RECORDS`].
     #[serde(default)]
     pub errors: Vec<ErrorRecord>,
+    /// How many errors this incarnation of the changefeed recorded in all
+    /// (saturating); `errors` keeps only the newest. Absent in records written
+    /// before it was kept, and while zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub error_count: u64,
     /// The latest warnings, oldest first, at most [`MAX_RECORDS`].
     #[serde(default)]
     pub warnings: Vec<WarningRecord>,
@@ -86,6 +143,7 @@ impl ChangefeedInfo {
             state: FeedState::Normal,
             epoch: Epoch::NONE,
             errors: Vec::new(),
+            error_count: 0,
             warnings: Vec::new(),
             failure: None,
         }
@@ -117,6 +175,13 @@ impl ChangefeedInfo {
                 start: self.start_ts,
             });
         }
+        let bytes = self.encode().len();
+        if bytes > MAX_INFO_BYTES {
+            return Err(InfoError::TooLarge {
+                bytes,
+                max: MAX_INFO_BYTES,
+            });
+        }
         Ok(())
     }
 
@@ -125,13 +190,20 @@ impl ChangefeedInfo {
         self.target_ts.is_some_and(|t| checkpoint.get() >= t.get())
     }
 
-    /// Appends an error record, keeping the newest [`MAX_RECORDS`].
-    pub fn record_error(&mut self, record: ErrorRecord) {
+    /// Appends an error record, keeping the newest [`MAX_RECORDS`], and counts it.
+    pub fn record_error(&mut self, mut record: ErrorRecord) {
+        if record.message.len() > MAX_MESSAGE_BYTES {
+            record.message = bound_message(&record.message);
+        }
         push_bounded(&mut self.errors, record);
+        self.error_count = self.error_count.saturating_add(1);
     }
 
     /// Appends a warning record, keeping the newest [`MAX_RECORDS`].
-    pub fn record_warning(&mut self, record: WarningRecord) {
+    pub fn record_warning(&mut self, mut record: WarningRecord) {
+        if record.message.len() > MAX_MESSAGE_BYTES {
+            record.message = bound_message(&record.message);
+        }
         push_bounded(&mut self.warnings, record);
     }
 
@@ -142,8 +214,15 @@ impl ChangefeedInfo {
 
     /// Reads a stored form, refusing versions this build does not know.
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        decode_versioned(bytes, "changefeed info", INFO_VERSION)
+        let mut info: Self = decode_versioned(bytes, "changefeed info", INFO_VERSION)?;
+        // Records written before the count was kept count at least what they hold.
+        info.error_count = info.error_count.max(info.errors.len() as u64);
+        Ok(info)
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn push_bounded<T>(list: &mut Vec<T>, item: T) {
@@ -358,6 +437,7 @@ impl Changefeed {
         info.state = FeedState::Normal;
         info.epoch = previous_epoch.next();
         info.errors.clear();
+        info.error_count = 0;
         info.warnings.clear();
         info.failure = None;
         let status = ChangefeedStatus::at_start(info.start_ts);
@@ -392,6 +472,67 @@ pub(crate) mod tests {
             PluginRef::new("sink-file@0.1.0".parse().unwrap()),
             CommitTs(1_000),
         )
+    }
+
+    #[test]
+    fn a_description_too_large_to_store_with_its_errors_is_refused() {
+        let mut info = sample_info("big");
+        info.spec = Some("#".repeat(MAX_INFO_BYTES));
+        let err = info.validate().unwrap_err();
+        assert!(
+            matches!(err, InfoError::TooLarge { max, .. } if max == MAX_INFO_BYTES),
+            "{err}"
+        );
+        info.spec = Some("#".repeat(MAX_INFO_BYTES - 1024));
+        info.validate().unwrap();
+    }
+
+    #[test]
+    fn a_ts_in_the_future_is_refused() {
+        let now = 1_767_225_600_000;
+        check_not_future("start-ts", CommitTs::compose(now, 5), now).unwrap();
+        check_not_future("start-ts", CommitTs::compose(now + MAX_TS_AHEAD_MS, 0), now).unwrap();
+        check_not_future("start-ts", CommitTs::ZERO, now).unwrap();
+        let err = check_not_future("start-ts", CommitTs(u64::MAX), now).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("start-ts 18446744073709551615 is 68601518577663 ms in the future"),
+            "{err}"
+        );
+        assert!(check_not_future("start-ts", CommitTs::compose(now + 61_000, 0), now).is_err());
+    }
+
+    #[test]
+    fn messages_are_bounded_and_escaped_before_they_are_stored() {
+        assert_eq!(bound_message("plain"), "plain");
+        assert_eq!(
+            bound_message("line 1\nforged: line 2\r\u{1b}[31m"),
+            "line 1\\nforged: line 2\\r\\u{1b}[31m"
+        );
+        // Cut on a character boundary, the length noted.
+        let long = "é".repeat(2 * 1024 * 1024 / 2);
+        let cut = bound_message(&long);
+        assert!(cut.len() < MAX_MESSAGE_BYTES + 64, "{}", cut.len());
+        assert!(
+            cut.ends_with(" ... (cut; 2097152 bytes in all)"),
+            "{cut:.100}"
+        );
+        // A changefeed that records many huge errors stays small enough to store.
+        let mut info = sample_info("huge");
+        for at_ms in 0..20 {
+            info.record_error(ErrorRecord {
+                at_ms,
+                epoch: Epoch(1),
+                kind: ErrorKind::Fatal,
+                message: "x".repeat(100 << 20),
+            });
+            info.record_warning(WarningRecord {
+                at_ms,
+                epoch: Epoch(1),
+                message: "y".repeat(10 << 20),
+            });
+        }
+        assert!(info.encode().len() < 64 << 10, "{}", info.encode().len());
     }
 
     #[test]
@@ -493,6 +634,42 @@ pub(crate) mod tests {
         }
         let times: Vec<u64> = info.warnings.iter().map(|w| w.at_ms).collect();
         assert_eq!(times, [3, 4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn error_count_keeps_counting_past_the_kept_records() {
+        let mut info = sample_info("orders");
+        for i in 0..(MAX_RECORDS as u64 + 3) {
+            info.record_error(ErrorRecord {
+                at_ms: i,
+                epoch: Epoch(1),
+                kind: ErrorKind::Retryable,
+                message: format!("e{i}"),
+            });
+        }
+        assert_eq!(info.errors.len(), MAX_RECORDS);
+        assert_eq!(info.error_count, MAX_RECORDS as u64 + 3);
+        let json: serde_json::Value = serde_json::from_slice(&info.encode()).unwrap();
+        assert_eq!(json["error-count"], 8);
+        assert_eq!(ChangefeedInfo::decode(&info.encode()).unwrap(), info);
+        info.error_count = u64::MAX;
+        info.record_error(info.errors[0].clone());
+        assert_eq!(info.error_count, u64::MAX);
+        // A new incarnation starts counting again, as its records do.
+        let cf = Changefeed::incarnate(info, 9, Epoch(3)).unwrap();
+        assert_eq!((cf.info.errors.len(), cf.info.error_count), (0, 0));
+    }
+
+    #[test]
+    fn records_written_before_the_error_count_still_load() {
+        let mut json: serde_json::Value =
+            serde_json::from_slice(&sample_info("a").encode()).unwrap();
+        assert!(json.get("error-count").is_none(), "not written while zero");
+        json["errors"] = serde_json::json!([
+            {"at-ms": 1, "epoch": 1, "kind": "fatal", "message": "disk full"}
+        ]);
+        let info = ChangefeedInfo::decode(json.to_string().as_bytes()).unwrap();
+        assert_eq!((info.errors.len(), info.error_count), (1, 1));
     }
 
     #[test]

@@ -32,7 +32,8 @@ pub use error::{AdminError, BackoffConfigError, DecodeError, Fenced, IdError, In
 pub use id::{ChangefeedId, DEFAULT_TENANT, MAX_NAME_LEN, NameKind, validate_name};
 pub use info::{
     Changefeed, ChangefeedInfo, ChangefeedStatus, ErrorKind, ErrorRecord, FailReason, INFO_VERSION,
-    MAX_RECORDS, STATUS_VERSION, WarningRecord,
+    MAX_INFO_BYTES, MAX_MESSAGE_BYTES, MAX_RECORDS, MAX_TS_AHEAD_MS, STATUS_VERSION, WarningRecord,
+    bound_message, check_not_future,
 };
 pub use manager::{Decision, FeedStateManager};
 pub use plugin::{Capabilities, Limits, PluginId, PluginRef};

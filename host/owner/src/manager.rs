@@ -173,7 +173,9 @@ impl<C: Clock, J: JitterSource> FeedStateManager<C, J> {
         if !state.is_active() {
             return Ok(self.evaluate(now));
         }
-        let message = message.into();
+        // Bounded and escaped before it is stored, shown or logged: a plugin's
+        // error text must not make the record unstorable.
+        let message = crate::info::bound_message(&message.into());
         self.changefeed.info.record_error(ErrorRecord {
             at_ms: now,
             epoch,
