@@ -490,3 +490,67 @@ async fn a_plugin_that_prints_a_lot_is_not_stopped_and_its_last_panic_is_reporte
         "{reason}"
     );
 }
+
+#[tokio::test]
+async fn waiting_in_a_host_call_does_not_count_against_the_cpu_limit() {
+    let rt = runtime();
+    // 100 ms of CPU per call, 5 s of wall time: a 600 ms sleep is a wait.
+    let mut sink = misbehave(&rt, "sleep", "600", |s| {
+        s.limits.call_timeout = Duration::from_millis(100);
+        s.limits.host_call_timeout = Duration::from_secs(5);
+    });
+    let (schemas, mut batch) = sample();
+    let started = std::time::Instant::now();
+    sink.write(&schemas, &mut batch)
+        .await
+        .expect("a guest that waits is not stopped by its CPU limit");
+    assert!(started.elapsed() >= Duration::from_millis(600));
+    // The same guest busy for 600 ms is stopped at its CPU limit.
+    let mut busy = misbehave(&rt, "spin-for", "600", |s| {
+        s.limits.call_timeout = Duration::from_millis(100);
+        s.limits.host_call_timeout = Duration::from_secs(5);
+    });
+    assert_eq!(
+        write_err(&mut busy).await,
+        PluginError::Stopped("exceeded its CPU time limit of 100ms per call".into())
+    );
+}
+
+#[test]
+fn a_spinning_guest_yields_so_others_on_the_same_thread_go_on() {
+    // One thread: the spinning guest and a timer task share it. Without slices the
+    // timer would not run until the guest's CPU limit (2 s) stopped it.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let plugins = runtime();
+        let mut sink = misbehave(&plugins, "loop", "", |s| {
+            s.limits.call_timeout = Duration::from_secs(2);
+        });
+        let ticks = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let counter = ticks.clone();
+        let timer = tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(20));
+            loop {
+                every.tick().await;
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        let started = std::time::Instant::now();
+        let err = write_err(&mut sink).await;
+        let took = started.elapsed();
+        timer.abort();
+        assert_eq!(
+            err,
+            PluginError::Stopped("exceeded its CPU time limit of 2s per call".into())
+        );
+        // The timer ran all along: about one tick per 20 ms of the 2 s.
+        let n = ticks.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            u128::from(n) * 20 * 2 >= took.as_millis(),
+            "{n} timer ticks in {took:?}"
+        );
+    });
+}

@@ -37,6 +37,14 @@ impl WasmFilter {
         &self.slot.stats
     }
 
+    /// Counts into `stats` instead of fresh counters (set before the first call):
+    /// a server hands each new filter of a changefeed the counters of the one before,
+    /// so that they never go backwards across restarts.
+    pub fn with_stats(mut self, stats: Arc<PluginStats>) -> Self {
+        self.slot.stats = stats;
+        self
+    }
+
     /// Largest batch (wire bytes) the host sends in one call.
     pub fn max_batch_bytes(&self) -> u64 {
         self.slot.settings.limits.batch_bytes()
@@ -48,10 +56,7 @@ impl WasmFilter {
         };
         let pre = pre.clone();
         let (mut store, stderr) = self.slot.new_store()?;
-        store.set_epoch_deadline(crate::instance::ticks(
-            self.slot.settings.limits.call_timeout,
-            self.slot.component.runtime.inner.epoch_tick,
-        ));
+        self.slot.arm(&mut store);
         let timeout = self.slot.settings.limits.host_call_timeout;
         match tokio::time::timeout(timeout, pre.instantiate_async(&mut store)).await {
             Ok(Ok(bindings)) => self.slot.install(store, bindings, stderr),

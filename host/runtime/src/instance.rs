@@ -53,8 +53,24 @@ impl<B> Slot<B> {
             PluginState::new(&self.settings, self.stats.clone()).map_err(PluginError::Retryable)?;
         let mut store = Store::new(&self.component.runtime.inner.engine, state);
         store.limiter(|s| &mut s.quota);
-        store.epoch_deadline_trap();
+        // Slices: every tick of guest code is counted against the call's CPU
+        // budget and yields to the executor; past the budget the call traps.
+        store.epoch_deadline_callback(|mut ctx| {
+            ctx.data_mut().cpu.tick()?;
+            Ok(wasmtime::UpdateDeadline::Yield(1))
+        });
         Ok((store, stderr))
+    }
+
+    /// Gives the next call (or instantiation) on `store` a fresh CPU budget of
+    /// `call-timeout-ms`, in ticks, with the first slice ending at the next tick.
+    pub(crate) fn arm(&self, store: &mut Store<PluginState>) {
+        let tick = self.component.runtime.inner.epoch_tick;
+        store.data_mut().cpu = crate::state::CpuBudget {
+            used_ticks: 0,
+            budget_ticks: ticks(self.settings.limits.call_timeout, tick),
+        };
+        store.set_epoch_deadline(1);
     }
 
     pub(crate) fn install(&mut self, store: Store<PluginState>, bindings: B, stderr: TailPipe) {
@@ -220,13 +236,14 @@ macro_rules! guarded_call {
         let timeout = slot.settings.limits.host_call_timeout;
         let started = std::time::Instant::now();
         let outcome = {
-            let $live = slot.live.as_mut().expect("an instance is live");
-            let tick = slot.component.runtime.inner.epoch_tick;
-            $live.store.set_epoch_deadline($crate::instance::ticks(
-                slot.settings.limits.call_timeout,
-                tick,
-            ));
-            $crate::instance::guard(timeout, $call).await
+            let mut live = slot.live.take().expect("an instance is live");
+            slot.arm(&mut live.store);
+            let outcome = {
+                let $live = &mut live;
+                $crate::instance::guard(timeout, $call).await
+            };
+            slot.live = Some(live);
+            outcome
         };
         slot.stats.call_latency.record(started.elapsed());
         slot.settle(outcome)

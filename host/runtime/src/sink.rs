@@ -37,6 +37,14 @@ impl WasmSink {
         &self.slot.stats
     }
 
+    /// Counts into `stats` instead of fresh counters (set before the first call):
+    /// a server hands each new sink of a changefeed the counters of the one before,
+    /// so that they never go backwards across restarts.
+    pub fn with_stats(mut self, stats: Arc<PluginStats>) -> Self {
+        self.slot.stats = stats;
+        self
+    }
+
     /// Largest batch (wire bytes) the host sends in one call.
     pub fn max_batch_bytes(&self) -> u64 {
         self.slot.settings.limits.batch_bytes()
@@ -58,10 +66,7 @@ impl WasmSink {
         };
         let pre = pre.clone();
         let (mut store, stderr) = self.slot.new_store()?;
-        store.set_epoch_deadline(crate::instance::ticks(
-            self.slot.settings.limits.call_timeout,
-            self.slot.component.runtime.inner.epoch_tick,
-        ));
+        self.slot.arm(&mut store);
         let timeout = self.slot.settings.limits.host_call_timeout;
         let made = tokio::time::timeout(timeout, pre.instantiate_async(&mut store)).await;
         match made {

@@ -17,6 +17,12 @@ use crate::config::PluginSettings;
 
 /// Longest plugin metric name kept (longer names are ignored).
 const MAX_METRIC_NAME: usize = 128;
+/// Most distinct names of plugin counters (and, apart, of gauges) kept per plugin.
+const MAX_METRIC_NAMES: usize = 256;
+
+fn metric_name_ok(name: &str) -> bool {
+    !name.is_empty() && name.len() <= MAX_METRIC_NAME
+}
 
 /// Upper bounds (seconds) of the call-latency histogram buckets.
 pub const LATENCY_BUCKETS: [f64; 16] = [
@@ -97,6 +103,43 @@ impl PluginStats {
         self.gauges.lock().map(|g| g.clone()).unwrap_or_default()
     }
 
+    /// Adds `value` to the plugin counter `name` (what `host.counter-add` does).
+    /// Refused, and `false` returned, for an empty name, a name over 128 bytes, or
+    /// a 257th distinct name: a plugin cannot grow host memory or emit an empty
+    /// label. Counters saturate rather than overflow.
+    pub fn add_counter(&self, name: &str, value: u64) -> bool {
+        if !metric_name_ok(name) {
+            return false;
+        }
+        let Ok(mut c) = self.counters.lock() else {
+            return false;
+        };
+        if c.len() >= MAX_METRIC_NAMES && !c.contains_key(name) {
+            return false;
+        }
+        let v = c.entry(name.to_string()).or_default();
+        *v = v.saturating_add(value);
+        true
+    }
+
+    /// Sets the plugin gauge `name` to `value` (what `host.gauge-set` does).
+    /// Refused, and `false` returned, for NaN and infinities (Prometheus
+    /// consumers cannot aggregate them) and for the names [`Self::add_counter`]
+    /// refuses; the gauge keeps its previous value.
+    pub fn set_gauge(&self, name: &str, value: f64) -> bool {
+        if !metric_name_ok(name) || !value.is_finite() {
+            return false;
+        }
+        let Ok(mut g) = self.gauges.lock() else {
+            return false;
+        };
+        if g.len() >= MAX_METRIC_NAMES && !g.contains_key(name) {
+            return false;
+        }
+        g.insert(name.to_string(), value);
+        true
+    }
+
     /// Why the last instance was stopped, if one was.
     pub fn last_stop(&self) -> Option<String> {
         self.last_stop.lock().ok().and_then(|s| s.clone())
@@ -145,6 +188,32 @@ impl ResourceLimiter for MemoryQuota {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         Ok(desired <= 1 << 20)
+    }
+}
+
+/// The CPU time one call may spend in guest code, counted in epoch ticks.
+///
+/// The store's epoch deadline is one tick ahead, so the deadline callback runs
+/// about once per tick *while guest code runs* (the epoch is only checked in guest
+/// code): each run counts one tick, and the call yields to the executor so that
+/// other plugins and tasks get their turn (fair slices). A call that waits in a
+/// host call (I/O, a sleep) for many ticks counts one on its return: waiting is
+/// bounded by `host-call-timeout-ms`, not by the CPU limit.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct CpuBudget {
+    pub(crate) used_ticks: u64,
+    pub(crate) budget_ticks: u64,
+}
+
+impl CpuBudget {
+    /// One more tick of guest code: `Ok(())` to go on (after a yield), or a
+    /// `Trap::Interrupt` once the budget is spent.
+    pub(crate) fn tick(&mut self) -> wasmtime::Result<()> {
+        self.used_ticks += 1;
+        if self.used_ticks >= self.budget_ticks {
+            return Err(wasmtime::Trap::Interrupt.into());
+        }
+        Ok(())
     }
 }
 
@@ -207,8 +276,11 @@ pub(crate) struct PluginState {
     table: ResourceTable,
     hooks: HttpPolicy,
     pub(crate) quota: MemoryQuota,
+    /// Guest CPU time of the call in progress, in epoch ticks.
+    pub(crate) cpu: CpuBudget,
     name: Arc<str>,
     stats: Arc<PluginStats>,
+    refused_metric_logged: bool,
 }
 
 impl PluginState {
@@ -262,11 +334,30 @@ impl PluginState {
                     used: 0,
                     exceeded: None,
                 },
+                cpu: CpuBudget::default(),
                 name: settings.name.as_str().into(),
                 stats,
+                refused_metric_logged: false,
             },
             stderr,
         ))
+    }
+}
+
+impl PluginState {
+    /// Says once per instance that a plugin metric was refused (a plugin may call
+    /// the import on every batch; the log must not grow with it).
+    fn refused_metric(&mut self, name: &str, kind: &str) {
+        if std::mem::replace(&mut self.refused_metric_logged, true) {
+            return;
+        }
+        let name: String = name.chars().take(MAX_METRIC_NAME).collect();
+        tracing::warn!(
+            plugin = &*self.name,
+            metric = %name,
+            kind,
+            "Plugin metric refused: names must be 1 to 128 bytes (at most 256 of them) and gauges finite; later refusals of this instance are not logged."
+        );
     }
 }
 
@@ -303,27 +394,16 @@ impl host::Host for PluginState {
     }
 
     fn counter_add(&mut self, name: String, value: u64) {
-        // At most 256 distinct names of at most 128 bytes per plugin, so a plugin
-        // cannot grow host memory; counters saturate rather than overflow.
-        if name.len() > MAX_METRIC_NAME {
-            return;
-        }
-        if let Ok(mut c) = self.stats.counters.lock()
-            && (c.len() < 256 || c.contains_key(&name))
-        {
-            let v = c.entry(name).or_default();
-            *v = v.saturating_add(value);
+        // Metric names bounded: at most 256 distinct names of 1 to 128 bytes per
+        // plugin, so a plugin cannot grow host memory.
+        if !self.stats.add_counter(&name, value) {
+            self.refused_metric(&name, "counter");
         }
     }
 
     fn gauge_set(&mut self, name: String, value: f64) {
-        if name.len() > MAX_METRIC_NAME {
-            return;
-        }
-        if let Ok(mut g) = self.stats.gauges.lock()
-            && (g.len() < 256 || g.contains_key(&name))
-        {
-            g.insert(name, value);
+        if !self.stats.set_gauge(&name, value) {
+            self.refused_metric(&name, "gauge");
         }
     }
 
@@ -332,5 +412,56 @@ impl host::Host for PluginState {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gauges_refuse_nan_infinities_and_empty_names() {
+        let stats = PluginStats::default();
+        assert!(stats.set_gauge("depth", 2.5));
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            assert!(!stats.set_gauge("depth", bad), "{bad}");
+            assert!(!stats.set_gauge("other", bad), "{bad}");
+        }
+        assert!(!stats.set_gauge("", 1.0));
+        assert!(!stats.set_gauge(&"x".repeat(MAX_METRIC_NAME + 1), 1.0));
+        assert!(stats.set_gauge(&"x".repeat(MAX_METRIC_NAME), -1.0));
+        // The refused values left the earlier one in place and added no name.
+        let gauges = stats.gauges();
+        assert_eq!(gauges.len(), 2, "{gauges:?}");
+        assert_eq!(gauges["depth"], 2.5);
+    }
+
+    #[test]
+    fn counters_refuse_empty_names_and_saturate() {
+        let stats = PluginStats::default();
+        assert!(!stats.add_counter("", 1));
+        assert!(stats.add_counter("rows", u64::MAX - 1));
+        assert!(stats.add_counter("rows", 5));
+        assert_eq!(
+            stats.counters().into_iter().collect::<Vec<_>>(),
+            [("rows".to_string(), u64::MAX)]
+        );
+    }
+
+    #[test]
+    fn at_most_256_names_of_each_kind_are_kept() {
+        let stats = PluginStats::default();
+        for i in 0..MAX_METRIC_NAMES {
+            assert!(stats.add_counter(&format!("c{i}"), 1));
+            assert!(stats.set_gauge(&format!("g{i}"), 1.0));
+        }
+        assert!(!stats.add_counter("one-more", 1));
+        assert!(!stats.set_gauge("one-more", 1.0));
+        // Known names still update.
+        assert!(stats.add_counter("c0", 1));
+        assert!(stats.set_gauge("g0", 3.0));
+        assert_eq!(stats.counters().len(), MAX_METRIC_NAMES);
+        assert_eq!(stats.counters()["c0"], 2);
+        assert_eq!(stats.gauges()["g0"], 3.0);
     }
 }

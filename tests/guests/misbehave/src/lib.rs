@@ -55,6 +55,24 @@ impl Sink for Misbehave {
                     x = std::hint::black_box(x.wrapping_add(1));
                 }
             }
+            "sleep" => {
+                // Waits in a host call (the WASI clock), using no CPU.
+                let ms: u64 = target.parse().unwrap_or(1000);
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                Ok(())
+            }
+            "spin-for" => {
+                // Busy for `target` ms of wall time: CPU in guest code.
+                let ms: u64 = target.parse().unwrap_or(1000);
+                let start = std::time::Instant::now();
+                let mut x = 0u64;
+                while start.elapsed() < std::time::Duration::from_millis(ms) {
+                    for _ in 0..1000 {
+                        x = std::hint::black_box(x.wrapping_add(1));
+                    }
+                }
+                Ok(())
+            }
             "panic" => panic!("misbehave: deliberate panic in write"),
             "noisy" | "noisy-panic" => {
                 for i in 0..2000 {
@@ -66,6 +84,21 @@ impl Sink for Misbehave {
                 Ok(())
             }
             "error-retryable" => Err(Error::retryable("mode error-retryable")),
+            "metrics" => {
+                // Counts its writes and sets one good gauge beside values the host
+                // must refuse (NaN, infinities, empty names), then fails retryably
+                // so that the changefeed restarts with a new processor.
+                use sluice_sdk::host::{counter_add, gauge_set};
+                counter_add("writes", 1);
+                counter_add("", 1);
+                gauge_set("depth", 2.5);
+                gauge_set("depth", f64::NAN);
+                gauge_set("nan", f64::NAN);
+                gauge_set("inf", f64::INFINITY);
+                gauge_set("neg-inf", f64::NEG_INFINITY);
+                gauge_set("", 1.0);
+                Err(Error::retryable("mode metrics"))
+            }
             "error-fatal" => Err(Error::fatal("mode error-fatal")),
             "error-config" => Err(Error::config("mode error-config")),
             "read-file" => match std::fs::read(target) {
