@@ -737,7 +737,11 @@ async fn a_failing_flush_backs_off_doubling_like_a_failing_write() {
         .map(|w| (w[1] - w[0]).as_millis())
         .collect();
     // Seven failures, then success: waits of 100 ms doubling up to 5 s.
-    assert_eq!(gaps[..7], [100, 200, 400, 800, 1600, 3200, 5000], "{gaps:?}");
+    assert_eq!(
+        gaps[..7],
+        [100, 200, 400, 800, 1600, 3200, 5000],
+        "{gaps:?}"
+    );
     assert_eq!(pipeline.progress().borrow().retries, 7);
 }
 

@@ -2,6 +2,7 @@
 //! `--output json` for scripts; a server error is one line on stderr and a
 //! non-zero exit code.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -163,21 +164,34 @@ pub async fn run(args: CliArgs) -> anyhow::Result<()> {
                 .join(" ")
         )
     })?;
-    print(args.output, &out);
-    Ok(())
+    // A closed stdout (`sluice cli ... | head`) ends the output quietly.
+    match print(&mut std::io::stdout().lock(), args.output, &out) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("cannot write to stdout"),
+    }
 }
 
+/// What kind of refusal a gRPC code is, as the first part of the one-line error.
 fn code_name(code: tonic::Code) -> &'static str {
     use tonic::Code::*;
     match code {
+        Ok => "ok",
+        Cancelled => "cancelled",
+        Unknown => "unknown error",
         InvalidArgument => "invalid argument",
+        DeadlineExceeded => "timed out",
         NotFound => "not found",
         AlreadyExists => "already exists",
-        FailedPrecondition => "not allowed now",
+        PermissionDenied => "permission denied",
         ResourceExhausted => "too large",
+        FailedPrecondition => "not allowed now",
+        Aborted => "aborted",
+        OutOfRange => "out of range",
+        Unimplemented => "not supported by this server",
+        Internal => "internal error",
         Unavailable => "unavailable",
         DataLoss => "data loss",
-        _ => "error",
+        Unauthenticated => "not authenticated",
     }
 }
 
@@ -213,10 +227,15 @@ fn plugin_ref(tenant: &str, id: &str) -> Result<pb::PluginRef, tonic::Status> {
     })
 }
 
+/// Reads a changefeed file, refusing one over the server's size limit before
+/// sending it.
 fn read(path: &PathBuf) -> Result<String, tonic::Status> {
-    std::fs::read_to_string(path).map_err(|e| {
+    let text = std::fs::read_to_string(path).map_err(|e| {
         tonic::Status::invalid_argument(format!("cannot read {}: {e}", path.display()))
-    })
+    })?;
+    crate::config::check_file_size(&text)
+        .map_err(|e| tonic::Status::invalid_argument(format!("{}: {e}", path.display())))?;
+    Ok(text)
 }
 
 async fn execute(args: &CliArgs, channel: Channel) -> Result<Out, tonic::Status> {
@@ -400,13 +419,13 @@ fn cell(v: &Value) -> String {
     }
 }
 
-fn print(output: Output, out: &Out) {
+fn print(w: &mut impl Write, output: Output, out: &Out) -> std::io::Result<()> {
     match (output, out) {
         (Output::Json, Out::Rows(_, rows)) => {
-            println!("{}", serde_json::to_string_pretty(rows).expect("json"))
+            writeln!(w, "{}", serde_json::to_string_pretty(rows).expect("json"))
         }
         (Output::Json, Out::One(v)) => {
-            println!("{}", serde_json::to_string_pretty(v).expect("json"))
+            writeln!(w, "{}", serde_json::to_string_pretty(v).expect("json"))
         }
         (Output::Table, Out::Rows(columns, rows)) => {
             let cells: Vec<Vec<String>> = rows
@@ -425,27 +444,27 @@ fn print(output: Output, out: &Out) {
                         .unwrap_or(0)
                 })
                 .collect();
-            let line = |values: Vec<String>| {
+            let mut line = |values: Vec<String>| {
                 let text: Vec<String> = values
                     .iter()
                     .zip(&widths)
                     .map(|(v, w)| format!("{v:<w$}"))
                     .collect();
-                println!("{}", text.join("  ").trim_end());
+                writeln!(w, "{}", text.join("  ").trim_end())
             };
-            line(columns.iter().map(|c| c.to_uppercase()).collect());
+            line(columns.iter().map(|c| c.to_uppercase()).collect())?;
             for r in cells {
-                line(r);
+                line(r)?;
             }
+            Ok(())
         }
-        (Output::Table, Out::One(v)) => print_object(v, ""),
+        (Output::Table, Out::One(v)) => print_object(w, v, ""),
     }
 }
 
-fn print_object(v: &Value, indent: &str) {
+fn print_object(w: &mut impl Write, v: &Value, indent: &str) -> std::io::Result<()> {
     let Some(map) = v.as_object() else {
-        println!("{indent}{}", cell(v));
-        return;
+        return writeln!(w, "{indent}{}", cell(v));
     };
     // The changefeed file is long: it goes last.
     let long_last = map
@@ -455,22 +474,27 @@ fn print_object(v: &Value, indent: &str) {
     for (k, v) in long_last {
         match v {
             Value::Object(_) => {
-                println!("{indent}{k}:");
-                print_object(v, &format!("{indent}  "));
+                writeln!(w, "{indent}{k}:")?;
+                print_object(w, v, &format!("{indent}  "))?;
             }
             Value::String(s) if s.contains('\n') => {
-                println!("{indent}{k}: |");
+                writeln!(w, "{indent}{k}: |")?;
                 for line in s.lines() {
-                    println!("{indent}  {line}");
+                    writeln!(w, "{indent}  {line}")?;
                 }
             }
             Value::Array(a) if a.iter().any(Value::is_object) => {
-                println!("{indent}{k}:");
+                writeln!(w, "{indent}{k}:")?;
                 for item in a {
-                    println!("{indent}  - {}", serde_json::to_string(item).expect("json"));
+                    writeln!(
+                        w,
+                        "{indent}  - {}",
+                        serde_json::to_string(item).expect("json")
+                    )?;
                 }
             }
-            _ => println!("{indent}{k}: {}", cell(v)),
+            _ => writeln!(w, "{indent}{k}: {}", cell(v))?,
         }
     }
+    Ok(())
 }

@@ -243,6 +243,7 @@ impl ChangefeedFile {
 
     /// Parse TOML text, then validate.
     pub fn parse(text: &str) -> anyhow::Result<Self> {
+        check_file_size(text)?;
         let file: ChangefeedFile = toml::from_str(text)?;
         file.validate()?;
         Ok(file)
@@ -256,6 +257,7 @@ impl ChangefeedFile {
         match &self.source {
             SourceConfig::Datagen(d) => d.validate().context("in [source]")?,
         }
+        check_filters(self.filters.len())?;
         for (i, section) in self.filters.iter().enumerate() {
             section.validate(&format!("filters[{i}]"))?;
         }
@@ -269,23 +271,75 @@ impl ChangefeedFile {
     }
 }
 
+/// The ranges of the changefeed file's numbers, checked when a file is validated
+/// (documented in docs/configuration.md).
+pub mod bounds {
+    /// Largest changefeed file, in bytes.
+    pub const MAX_FILE_BYTES: usize = 128 << 10;
+    /// Most filters in a chain.
+    pub const MAX_FILTERS: usize = 16;
+    /// Largest plugin options (`config`), as JSON bytes.
+    pub const MAX_PLUGIN_CONFIG_BYTES: usize = 64 << 10;
+    /// Most entries in `capabilities.tcp` and in `capabilities.http`.
+    pub const MAX_GRANTS: usize = 64;
+    /// Longest `capabilities.http` entry.
+    pub const MAX_GRANT_CHARS: usize = 255;
+    /// Plugin memory quota: 1 MiB ..= 4 GiB (a 32-bit linear memory's reach).
+    pub const MIN_MEMORY: u64 = 1 << 20;
+    pub const MAX_MEMORY: u64 = 4 << 30;
+    /// Plugin call deadlines: 1 ms ..= 10 minutes.
+    pub const MAX_TIMEOUT_MS: u64 = 10 * 60 * 1000;
+    /// `pipeline.max-batch-rows`: 1 ..= 65536.
+    pub const MAX_BATCH_ROWS: usize = 65_536;
+    /// `pipeline.max-batch-bytes`: 1 KiB ..= 256 MiB.
+    pub const MIN_BATCH_BYTES: u64 = 1 << 10;
+    pub const MAX_BATCH_BYTES: u64 = 256 << 20;
+    /// `pipeline.event-cache-count`: 1 ..= 1048576.
+    pub const MAX_EVENT_CACHE: usize = 1 << 20;
+    /// `pipeline.max-retries`: 0 ..= 1000.
+    pub const MAX_RETRIES: u32 = 1_000;
+    /// Intervals in `[pipeline]`: at most one hour.
+    pub const MAX_INTERVAL_MS: u64 = 3_600_000;
+}
+
 impl PipelineSection {
-    /// Checks beyond the types.
+    /// Checks beyond the types: every number against its range.
     pub fn validate(&self) -> anyhow::Result<()> {
-        if self.max_batch_rows == 0 {
-            bail!("pipeline.max-batch-rows must be at least 1");
+        use bounds::*;
+        if !(1..=MAX_BATCH_ROWS).contains(&self.max_batch_rows) {
+            bail!(
+                "pipeline.max-batch-rows is {}; it must be between 1 and {MAX_BATCH_ROWS}",
+                self.max_batch_rows
+            );
+        }
+        if !(MIN_BATCH_BYTES..=MAX_BATCH_BYTES).contains(&self.max_batch_bytes.0) {
+            bail!(
+                "pipeline.max-batch-bytes is {} bytes; it must be between 1KiB and 256MiB",
+                self.max_batch_bytes.0
+            );
+        }
+        if !(1..=MAX_EVENT_CACHE).contains(&self.event_cache_count) {
+            bail!(
+                "pipeline.event-cache-count is {}; it must be between 1 and {MAX_EVENT_CACHE}",
+                self.event_cache_count
+            );
+        }
+        if self.max_retries > MAX_RETRIES {
+            bail!(
+                "pipeline.max-retries is {}; at most {MAX_RETRIES}",
+                self.max_retries
+            );
         }
         if self.flush_interval_ms == 0 {
             bail!("pipeline.flush-interval-ms must be at least 1");
         }
-        const HOUR_MS: u64 = 3_600_000;
         for (key, value) in [
             ("flush-interval-ms", self.flush_interval_ms),
             ("checkpoint-interval-ms", self.checkpoint_interval_ms),
             ("fence-ahead-ms", self.fence_ahead_ms),
         ] {
-            if value > HOUR_MS {
-                bail!("pipeline.{key} is {value}; at most {HOUR_MS} (one hour)");
+            if value > MAX_INTERVAL_MS {
+                bail!("pipeline.{key} is {value}; at most {MAX_INTERVAL_MS} (one hour)");
             }
         }
         Ok(())
@@ -307,6 +361,65 @@ impl PipelineSection {
     }
 }
 
+/// Checks a plugin's grants: TCP grants are `ip:port` pairs (no name lookups);
+/// at most [`bounds::MAX_GRANTS`] of each kind, HTTP hosts of bounded length.
+pub fn check_grants(at: &str, tcp: &[String], http: &[String]) -> anyhow::Result<()> {
+    use bounds::*;
+    for (key, list) in [("tcp", tcp), ("http", http)] {
+        if list.len() > MAX_GRANTS {
+            bail!(
+                "{at}.capabilities.{key} lists {} entries; at most {MAX_GRANTS}",
+                list.len()
+            );
+        }
+    }
+    for host in http {
+        if host.is_empty() || host.len() > MAX_GRANT_CHARS || host.chars().any(char::is_control) {
+            bail!(
+                "{at}.capabilities.http: each host must be 1 to {MAX_GRANT_CHARS} characters without control characters"
+            );
+        }
+    }
+    check_tcp(at, tcp)
+}
+
+/// Checks a plugin's options: at most [`bounds::MAX_PLUGIN_CONFIG_BYTES`] as JSON.
+pub fn check_plugin_config(at: &str, config: &toml::Table) -> anyhow::Result<()> {
+    let len = serde_json::to_vec(config)
+        .with_context(|| format!("{at}.config cannot be turned into JSON"))?
+        .len();
+    if len > bounds::MAX_PLUGIN_CONFIG_BYTES {
+        bail!(
+            "{at}.config is {len} bytes as JSON; at most {} (64KiB)",
+            bounds::MAX_PLUGIN_CONFIG_BYTES
+        );
+    }
+    Ok(())
+}
+
+/// Checks the size of a changefeed file and the length of its filter chain.
+pub fn check_file_size(text: &str) -> anyhow::Result<()> {
+    if text.len() > bounds::MAX_FILE_BYTES {
+        bail!(
+            "the changefeed file is {} bytes; at most {} (128KiB)",
+            text.len(),
+            bounds::MAX_FILE_BYTES
+        );
+    }
+    Ok(())
+}
+
+/// Checks the number of filters.
+pub fn check_filters(count: usize) -> anyhow::Result<()> {
+    if count > bounds::MAX_FILTERS {
+        bail!(
+            "the changefeed has {count} filters; at most {}",
+            bounds::MAX_FILTERS
+        );
+    }
+    Ok(())
+}
+
 /// TCP grants are `ip:port` pairs (no name lookups).
 pub fn check_tcp(at: &str, grants: &[String]) -> anyhow::Result<()> {
     for addr in grants {
@@ -319,18 +432,24 @@ pub fn check_tcp(at: &str, grants: &[String]) -> anyhow::Result<()> {
 
 impl LimitsSection {
     pub fn validate(&self, at: &str) -> anyhow::Result<()> {
-        if self.memory.0 < (1 << 20) {
+        use bounds::*;
+        if self.memory.0 < MIN_MEMORY {
             bail!(
                 "{at}.limits.memory is {} bytes; give a plugin at least 1MiB",
+                self.memory.0
+            );
+        }
+        if self.memory.0 > MAX_MEMORY {
+            bail!(
+                "{at}.limits.memory is {} bytes; at most 4GiB",
                 self.memory.0
             );
         }
         if self.call_timeout_ms == 0 || self.host_call_timeout_ms == 0 {
             bail!("{at}.limits: timeouts must be at least 1 ms");
         }
-        const MAX_MS: u64 = 10 * 60 * 1000;
-        if self.call_timeout_ms > MAX_MS || self.host_call_timeout_ms > MAX_MS {
-            bail!("{at}.limits: timeouts may be at most {MAX_MS} ms (10 minutes)");
+        if self.call_timeout_ms > MAX_TIMEOUT_MS || self.host_call_timeout_ms > MAX_TIMEOUT_MS {
+            bail!("{at}.limits: timeouts may be at most {MAX_TIMEOUT_MS} ms (10 minutes)");
         }
         Ok(())
     }
@@ -342,7 +461,8 @@ impl PluginSection {
             bail!("{at}.plugin is empty: name a plugin (e.g. \"sink-file\") or a .wasm path");
         }
         self.limits.validate(at)?;
-        check_tcp(at, &self.capabilities.tcp)
+        check_plugin_config(at, &self.config)?;
+        check_grants(at, &self.capabilities.tcp, &self.capabilities.http)
     }
 
     /// Where the component file is.

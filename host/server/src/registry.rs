@@ -42,6 +42,15 @@ pub enum RegistryError {
     },
     #[error("{id} already exists with other bytes (sha256 {existing}); upload it as a new version")]
     Conflict { id: String, existing: String },
+    #[error(
+        "{id} already exists as a {existing} plugin; a name@version is immutable: upload it as a \
+         new version to use it as a {asked}"
+    )]
+    WorldConflict {
+        id: String,
+        existing: String,
+        asked: &'static str,
+    },
     #[error("no plugin {id} in tenant {tenant}")]
     NotFound { tenant: String, id: String },
     #[error("{id} is used by {used_by}; remove or update those changefeeds first")]
@@ -150,8 +159,15 @@ impl PluginRegistry {
         let sha256 = hex_sha256(bytes);
         let _one_at_a_time = self.changes.lock().await;
         if let Some(existing) = self.get(tenant, id).await? {
-            if existing.sha256 == sha256 {
+            if existing.sha256 == sha256 && existing.world == world_name(kind) {
                 return Ok(existing);
+            }
+            if existing.sha256 == sha256 {
+                return Err(RegistryError::WorldConflict {
+                    id: id.to_string(),
+                    existing: existing.world,
+                    asked: world_name(kind),
+                });
             }
             return Err(RegistryError::Conflict {
                 id: id.to_string(),

@@ -11,7 +11,10 @@ use serde::Deserialize;
 use sluice_core::CommitTs;
 use sluice_owner::{Capabilities, ChangefeedId, ChangefeedInfo, Limits, PluginId, PluginRef};
 
-use crate::config::{LimitsSection, PipelineSection, SourceConfig, check_tcp};
+use crate::config::{
+    LimitsSection, PipelineSection, SourceConfig, check_file_size, check_filters, check_grants,
+    check_plugin_config,
+};
 
 /// A changefeed file as the server takes it.
 #[derive(Debug, Clone, Deserialize)]
@@ -42,7 +45,9 @@ pub struct SpecPlugin {
 impl FeedSpec {
     /// Parse and check a changefeed file (pure).
     pub fn parse(text: &str) -> anyhow::Result<Self> {
-        if text.contains("[changefeed]") {
+        check_file_size(text)?;
+        let table: toml::Table = toml::from_str(text).map_err(|e| one_line(text, &e))?;
+        if table.contains_key("changefeed") {
             bail!(
                 "remove the [changefeed] section: the server takes the changefeed's name from the request"
             );
@@ -51,9 +56,11 @@ impl FeedSpec {
         match &spec.source {
             SourceConfig::Datagen(d) => d.validate().context("in [source]")?,
         }
+        check_filters(spec.filters.len())?;
         for (at, plugin) in spec.plugins() {
             plugin.limits.validate(&at)?;
-            check_tcp(&at, &plugin.capabilities.tcp)?;
+            check_plugin_config(&at, &plugin.config)?;
+            check_grants(&at, &plugin.capabilities.tcp, &plugin.capabilities.http)?;
         }
         spec.pipeline.validate()?;
         Ok(spec)
@@ -251,7 +258,7 @@ max-batch-rows = 10
             ),
             (
                 GOOD.replace("max-batch-rows = 10", "max-batch-rows = 0"),
-                "pipeline.max-batch-rows must be at least 1",
+                "pipeline.max-batch-rows is 0; it must be between 1 and 65536",
             ),
             (
                 GOOD.replace("memory = \"32MiB\"", "memory = \"1KiB\""),
@@ -270,6 +277,98 @@ max-batch-rows = 10
             let err = format!("{:#}", FeedSpec::parse(&text).unwrap_err());
             assert!(err.contains(want), "want `{want}` in: {err}");
         }
+    }
+
+    #[test]
+    fn every_number_is_checked_against_its_range_at_validation() {
+        let cases = [
+            (
+                GOOD.replace(
+                    "max-batch-rows = 10",
+                    "event-cache-count = 9223372036854775807",
+                ),
+                "pipeline.event-cache-count is 9223372036854775807; it must be between 1 and 1048576",
+            ),
+            (
+                GOOD.replace("max-batch-rows = 10", "max-batch-rows = 4294967295"),
+                "pipeline.max-batch-rows is 4294967295; it must be between 1 and 65536",
+            ),
+            (
+                GOOD.replace("max-batch-rows = 10", "max-batch-bytes = \"1GiB\""),
+                "pipeline.max-batch-bytes is 1073741824 bytes",
+            ),
+            (
+                GOOD.replace("max-batch-rows = 10", "max-retries = 4294967295"),
+                "pipeline.max-retries is 4294967295; at most 1000",
+            ),
+            (
+                GOOD.replace(
+                    "total-rows = 100",
+                    "total-rows = 0\nmax-txn-rows = 4294967295",
+                ),
+                "max-txn-rows is 4294967295",
+            ),
+            (
+                GOOD.replace(
+                    "total-rows = 100",
+                    "total-rows = 100\n[source.mix]\ninsert = 4294967295\nupdate = 1\ndelete = 1",
+                ),
+                "mix.insert is 4294967295",
+            ),
+            (
+                GOOD.replace(
+                    "total-rows = 100",
+                    "total-rows = 100\nstart-millis = 70368744177660",
+                ),
+                "start-millis is 70368744177660",
+            ),
+            (
+                GOOD.replace("memory = \"32MiB\"", "memory = \"5GiB\""),
+                "sink.limits.memory is 5368709120 bytes; at most 4GiB",
+            ),
+            (
+                GOOD.replace(
+                    "data-dir = true",
+                    &format!("http = [{}]", vec!["\"h\""; 65].join(",")),
+                ),
+                "sink.capabilities.http lists 65 entries; at most 64",
+            ),
+            (
+                GOOD.replace(
+                    "\n[sink]\n",
+                    &format!(
+                        "{}\n[sink]\n",
+                        "[[filters]]\nplugin = \"filter-mask@0.1.0\"\n".repeat(16)
+                    ),
+                ),
+                "the changefeed has 17 filters; at most 16",
+            ),
+            (
+                GOOD.replace(
+                    "format = \"csv\"",
+                    &format!("format = \"{}\"", "c".repeat(70_000)),
+                ),
+                "bytes as JSON; at most 65536 (64KiB)",
+            ),
+            (
+                format!("{GOOD}\n#{}", "x".repeat(128 << 10)),
+                "bytes; at most 131072 (128KiB)",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = format!("{:#}", FeedSpec::parse(&text).unwrap_err());
+            assert!(err.contains(want), "want `{want}` in: {err}");
+        }
+    }
+
+    #[test]
+    fn a_string_that_reads_like_a_section_is_a_string() {
+        let text = GOOD.replace(
+            "format = \"csv\"",
+            "format = \"csv\"\nnote = \"[changefeed]\"",
+        );
+        let spec = FeedSpec::parse(&text).unwrap();
+        assert_eq!(spec.sink.config["note"].as_str(), Some("[changefeed]"));
     }
 
     proptest::proptest! {

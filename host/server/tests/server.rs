@@ -1,177 +1,16 @@
 //! `sluice server` end to end, driven through `sluice cli`: the real binary, the
 //! embedded meta store, real plugins uploaded through the API.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use serde_json::Value as Json;
 use sluice_tests::plugin_path;
 
 mod common;
+use common::server::Server;
 use common::{expected_rows, lines_in};
-
-/// A server process on free ports with its own data dir.
-struct Server {
-    child: Child,
-    grpc: String,
-    http: String,
-    stderr: std::sync::Arc<std::sync::Mutex<String>>,
-}
-
-impl Server {
-    fn start(data_dir: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["server", "--data-dir"])
-            .arg(data_dir)
-            .args(["--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-            .args(extra)
-            .env("SLUICE_LOG", "warn,sluice=info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("sluice server starts");
-        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let err = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        // sluice server ready: grpc ADDR http ADDR capture ID data-dir DIR
-        let words: Vec<&str> = line.split_whitespace().collect();
-        assert!(
-            line.starts_with("sluice server ready"),
-            "no ready line: {line:?}; stderr: {}",
-            stderr.lock().unwrap()
-        );
-        std::thread::spawn(move || {
-            let mut rest = String::new();
-            while out.read_line(&mut rest).unwrap_or(0) > 0 {}
-        });
-        Server {
-            child,
-            grpc: format!("http://{}", words[4]),
-            http: format!("http://{}", words[6]),
-            stderr,
-        }
-    }
-
-    /// `sluice cli --server .. ARGS`: (success, stdout, stderr).
-    fn cli(&self, args: &[&str]) -> (bool, String, String) {
-        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["cli", "--server", &self.grpc])
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    /// A CLI command that must succeed, with `--output json` parsed.
-    fn json(&self, args: &[&str]) -> Json {
-        let mut all = vec!["--output", "json"];
-        all.extend_from_slice(args);
-        let (ok, out, err) = self.cli(&all);
-        assert!(ok, "sluice cli {args:?} failed: {err}");
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
-    }
-
-    /// A CLI command that must fail; its one error line.
-    fn error(&self, args: &[&str]) -> String {
-        let (ok, out, err) = self.cli(args);
-        assert!(!ok, "sluice cli {args:?} should fail: {out}");
-        let err = err.trim().to_string();
-        assert_eq!(err.lines().count(), 1, "one line: {err}");
-        err
-    }
-
-    fn http_get(&self, path: &str) -> (u16, String) {
-        let url = format!("{}{path}", self.http);
-        let addr = url.trim_start_matches("http://");
-        let (host, rest) = addr.split_once('/').unwrap();
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(host).unwrap();
-        write!(
-            s,
-            "GET /{rest} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
-        let code = text[9..12].parse().unwrap();
-        let body = text.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-        (code, body.to_string())
-    }
-
-    fn wait_for(&self, what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-        let start = Instant::now();
-        while !check() {
-            assert!(
-                start.elapsed() < timeout,
-                "timed out waiting for {what}; server log:\n{}",
-                self.stderr.lock().unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn state(&self, changefeed: &str) -> Json {
-        self.json(&["changefeed", "query", "-c", changefeed])
-    }
-
-    fn stop(mut self) -> String {
-        unsafe_sigterm(self.child.id());
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "{}", self.stderr.lock().unwrap());
-        self.stderr.lock().unwrap().clone()
-    }
-
-    fn kill(mut self) -> String {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-        std::thread::sleep(Duration::from_millis(50));
-        self.stderr.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn unsafe_sigterm(pid: u32) {
-    let status = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
-fn upload(server: &Server, name: &str, kind: &str) -> Json {
-    let path = plugin_path(name);
-    server.json(&[
-        "plugin",
-        "upload",
-        path.to_str().unwrap(),
-        "--id",
-        &format!("{name}@0.1.0"),
-        "--kind",
-        kind,
-    ])
-}
 
 /// A changefeed file: datagen (quickstart seed) -> filter-mask -> sink-file.
 fn feed_file(dir: &Path, name: &str, total: u64, rate: u64) -> PathBuf {
@@ -198,6 +37,8 @@ salt = "quickstart"
 plugin = "sink-file@0.1.0"
 [sink.config]
 format = "canal-json"
+# `_sluice` on every line: the tests check commit ts and replay flags.
+enable-sluice-extension = true
 dir = "changes"
 max-file-bytes = 1048576
 [sink.capabilities]
@@ -225,11 +66,11 @@ fn blackhole_file(dir: &Path, name: &str, total: u64, rate: u64) -> PathBuf {
 fn the_cli_drives_plugins_and_changefeeds_through_their_lifecycle() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&dir.path().join("server"), &[]);
-    let sink = upload(&server, "sink-file", "sink");
+    let sink = server.upload("sink-file", "sink");
     assert_eq!(sink["id"], "sink-file@0.1.0");
     assert_eq!(sink["world"], "sink");
-    upload(&server, "filter-mask", "filter");
-    upload(&server, "sink-blackhole", "sink");
+    server.upload("filter-mask", "filter");
+    server.upload("sink-blackhole", "sink");
     let plugins = server.json(&["plugin", "list"]);
     let ids: Vec<&str> = plugins
         .as_array()
@@ -375,7 +216,7 @@ fn the_cli_drives_plugins_and_changefeeds_through_their_lifecycle() {
     );
     assert!(
         metrics.contains(
-            "sluice_plugin_reported_total{tenant=\"default\",changefeed=\"endless\",role=\"sink\",plugin=\"sink-blackhole@0.1.0\",name=\"rows\"}"
+            "sluice_plugin_counter_total{tenant=\"default\",changefeed=\"endless\",role=\"sink\",plugin=\"sink-blackhole@0.1.0\",name=\"rows\"}"
         ),
         "{metrics}"
     );
@@ -476,8 +317,8 @@ fn the_cli_drives_plugins_and_changefeeds_through_their_lifecycle() {
 fn bad_requests_get_a_status_that_says_what_to_fix() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&dir.path().join("server"), &["--max-plugin-mib", "1"]);
-    upload(&server, "sink-file", "sink");
-    upload(&server, "filter-mask", "filter");
+    server.upload("sink-file", "sink");
+    server.upload("filter-mask", "filter");
     let bad = |name: &str, text: &str| {
         let path = dir.path().join(format!("{name}.toml"));
         std::fs::write(&path, text).unwrap();
@@ -580,8 +421,8 @@ fn sigkill_the_server_ten_times_loses_no_row() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("server");
     let server = Server::start(&data, &[]);
-    upload(&server, "sink-file", "sink");
-    upload(&server, "filter-mask", "filter");
+    server.upload("sink-file", "sink");
+    server.upload("filter-mask", "filter");
     let file = feed_file_with(
         dir.path(),
         "crash",
@@ -750,7 +591,7 @@ fn failing_sinks_back_off_restart_and_fail_then_update_and_resume_fix_them() {
         "--kind",
         "sink",
     ]);
-    upload(&server, "sink-blackhole", "sink");
+    server.upload("sink-blackhole", "sink");
     let file = |name: &str, mode: &str| {
         let path = dir.path().join(format!("{name}.toml"));
         std::fs::write(
@@ -844,8 +685,8 @@ fn the_server_keeps_its_state_in_etcd() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("server");
     let server = Server::start(&data, &["--etcd", &etcd.endpoint]);
-    upload(&server, "sink-file", "sink");
-    upload(&server, "filter-mask", "filter");
+    server.upload("sink-file", "sink");
+    server.upload("filter-mask", "filter");
     let file = feed_file(dir.path(), "on-etcd", 2_000, 0);
     server.json(&[
         "changefeed",
@@ -897,8 +738,8 @@ fn a_clean_stop_resumes_exactly_where_it_stopped() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("server");
     let server = Server::start(&data, &[]);
-    upload(&server, "sink-file", "sink");
-    upload(&server, "filter-mask", "filter");
+    server.upload("sink-file", "sink");
+    server.upload("filter-mask", "filter");
     let file = feed_file(dir.path(), "clean", TOTAL, 10_000);
     server.json(&[
         "changefeed",

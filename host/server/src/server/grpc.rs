@@ -61,6 +61,17 @@ fn plugin_id(r: Option<&pb::PluginRef>) -> Result<(String, PluginId), Status> {
     Ok((tenant, id))
 }
 
+fn tenant_name(tenant: &str) -> Result<(), Status> {
+    sluice_owner::validate_name(sluice_owner::NameKind::Tenant, tenant)
+        .map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+/// Refuses a ts ahead of this server's clock (TiCDC refuses one past PD's).
+fn not_future(what: &'static str, ts: CommitTs) -> Result<(), Status> {
+    sluice_owner::check_not_future(what, ts, SystemClock.now_ms())
+        .map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
 fn ts(v: u64) -> Option<CommitTs> {
     (v > 0).then_some(CommitTs(v))
 }
@@ -226,7 +237,9 @@ pub fn registry_status(e: RegistryError) -> Status {
             Status::invalid_argument(message)
         }
         RegistryError::TooLarge { .. } => Status::resource_exhausted(message),
-        RegistryError::Conflict { .. } => Status::already_exists(message),
+        RegistryError::Conflict { .. } | RegistryError::WorldConflict { .. } => {
+            Status::already_exists(message)
+        }
         RegistryError::NotFound { .. } => Status::not_found(message),
         RegistryError::InUse { .. } => Status::failed_precondition(message),
         RegistryError::Damaged { .. } => Status::data_loss(message),
@@ -244,9 +257,10 @@ impl ChangefeedService for Api {
     ) -> Result<Response<pb::Changefeed>, Status> {
         let r = request.into_inner();
         let id = changefeed_id(r.id.as_ref())?;
+        let start_ts = CommitTs(r.start_ts);
+        not_future("start-ts", start_ts)?;
         // Checking the plugins takes a while: not under the owner's lock.
         self.owner.lock().await.check_new(&id)?;
-        let start_ts = CommitTs(r.start_ts);
         let info = describe(&self.ctx, &id, &r.config_toml, start_ts, ts(r.target_ts)).await?;
         let view = self.owner.lock().await.create(info).await?;
         Ok(Response::new(changefeed_pb(&view)))
@@ -266,6 +280,10 @@ impl ChangefeedService for Api {
         request: Request<pb::ListChangefeedsRequest>,
     ) -> Result<Response<pb::ListChangefeedsResponse>, Status> {
         let tenant = request.into_inner().tenant;
+        // Empty lists every tenant; anything else must be a tenant name.
+        if !tenant.is_empty() {
+            tenant_name(&tenant)?;
+        }
         let views = self.owner.lock().await.list(&tenant);
         Ok(Response::new(pb::ListChangefeedsResponse {
             changefeeds: views.iter().map(changefeed_pb).collect(),
@@ -305,6 +323,9 @@ impl ChangefeedService for Api {
     ) -> Result<Response<pb::Changefeed>, Status> {
         let r = request.into_inner();
         let id = changefeed_id(r.id.as_ref())?;
+        if let Some(ts) = r.overwrite_checkpoint_ts {
+            not_future("overwrite-checkpoint-ts", CommitTs(ts))?;
+        }
         let job = AdminJob::Resume {
             overwrite_checkpoint: r.overwrite_checkpoint_ts.map(CheckpointTs),
         };
@@ -394,6 +415,9 @@ impl ClusterService for Api {
         request: Request<pb::ListProcessorsRequest>,
     ) -> Result<Response<pb::ListProcessorsResponse>, Status> {
         let tenant = request.into_inner().tenant;
+        if !tenant.is_empty() {
+            tenant_name(&tenant)?;
+        }
         let views = self.owner.lock().await.list(&tenant);
         let processors = views
             .iter()
@@ -474,6 +498,9 @@ impl PluginService for Api {
             }
         };
         let mut bytes = Vec::new();
+        // Every byte held counts against the server-wide budget of uploads in
+        // flight until this upload is done.
+        let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
         while let Some(message) = stream.next().await {
             match message?.part {
                 Some(pb::upload_plugin_request::Part::Chunk(chunk)) => {
@@ -481,6 +508,19 @@ impl PluginService for Api {
                         return Err(Status::resource_exhausted(format!(
                             "the plugin is over the upload limit of {limit} bytes; make it smaller (build with the plugin profile) or ask the operator to raise --max-plugin-mib"
                         )));
+                    }
+                    let permit = u32::try_from(chunk.len())
+                        .ok()
+                        .and_then(|n| self.ctx.uploads.clone().try_acquire_many_owned(n).ok())
+                        .ok_or_else(|| {
+                            Status::resource_exhausted(format!(
+                                "the server holds its limit of {} MiB of uploads in flight; retry in a moment",
+                                self.ctx.upload_budget_mib
+                            ))
+                        })?;
+                    match &mut held {
+                        Some(h) => h.merge(permit),
+                        None => held = Some(permit),
                     }
                     bytes.extend_from_slice(&chunk);
                 }
@@ -518,6 +558,7 @@ impl PluginService for Api {
         if tenant.is_empty() {
             tenant = sluice_owner::DEFAULT_TENANT.into();
         }
+        tenant_name(&tenant)?;
         let records = self
             .ctx
             .registry
@@ -575,4 +616,45 @@ impl PluginService for Api {
             .map_err(registry_status)?;
         Ok(Response::new(plugin_pb(&record, Vec::new())))
     }
+}
+
+/// Gives tonic's own codec errors the documented form and the codes the gRPC
+/// spec asks for: a message over the size limit is `RESOURCE_EXHAUSTED` (tonic
+/// says `OUT_OF_RANGE`), and bytes that are not a message of this API are
+/// `INVALID_ARGUMENT` (tonic says `INTERNAL`). Such errors are answered before a
+/// handler runs, in the response headers ("trailers only").
+pub fn remap_codec_errors<B>(mut response: http::Response<B>) -> http::Response<B> {
+    let headers = response.headers_mut();
+    let status = headers.get("grpc-status").and_then(|v| v.to_str().ok());
+    let message = headers
+        .get("grpc-message")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let replacement = match status {
+        Some("11") if message.contains("message%20length%20too%20large")
+            || message.contains("message length too large") =>
+        {
+            Some((
+                tonic::Code::ResourceExhausted,
+                format!(
+                    "the request is over the server's limit of {} bytes per message; a changefeed file may be at most {} bytes, and uploads go in chunks (the CLI sends 1 MiB)",
+                    super::MAX_GRPC_MESSAGE_BYTES,
+                    crate::config::bounds::MAX_FILE_BYTES
+                ),
+            ))
+        }
+        Some("13") if message.contains("decode") => Some((
+            tonic::Code::InvalidArgument,
+            "the request is not a valid message of this API (a truncated or foreign protobuf, or a string that is not UTF-8)".to_string(),
+        )),
+        _ => None,
+    };
+    if let Some((code, text)) = replacement {
+        headers.insert("grpc-status", http::HeaderValue::from(code as i32));
+        // Plain ASCII without '%': valid as a percent-encoded grpc-message.
+        if let Ok(value) = http::HeaderValue::from_str(&text) {
+            headers.insert("grpc-message", value);
+        }
+    }
+    response
 }

@@ -78,8 +78,18 @@ async fn status(axum::extract::State(s): S) -> Response {
         "uptime-s": s.ctx.started.elapsed().as_secs(),
         "changefeeds": feeds.len(),
         "by-state": by_state,
+        "tokio-tasks": tokio::runtime::Handle::current().metrics().num_alive_tasks(),
+        "rss-bytes": rss_bytes(),
     }))
     .into_response()
+}
+
+/// The process's resident memory, from `/proc/self/statm` (0 where there is none).
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|text| text.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
 }
 
 async fn captures(axum::extract::State(s): S) -> Response {
@@ -129,9 +139,12 @@ async fn changefeed(
 
 // ------------------------------------------------------------------ metrics
 
+/// Label pairs; one with an empty value is left out (Prometheus reads an empty
+/// label as an absent one, so this changes no series, only what is written).
 fn labels(pairs: &[(&str, &str)]) -> Vec<LabelPair> {
     pairs
         .iter()
+        .filter(|(_, v)| !v.is_empty())
         .map(|(k, v)| {
             let mut l = LabelPair::default();
             l.set_name((*k).to_string());
@@ -197,18 +210,20 @@ pub fn render_metrics(feeds: &[FeedView], healthy: bool) -> String {
                 now.saturating_sub(CommitTs(ts).physical_millis()) as f64 / 1000.0
             }
         };
-        // A TSO does not fit a float exactly; its physical part (ms) does.
+        // A TSO does not fit a float exactly; its physical part does, in the
+        // base unit (seconds since the Unix epoch, with the milliseconds).
+        let seconds = |ts: u64| CommitTs(ts).physical_millis() as f64 / 1000.0;
         f.gauge(
-            "sluice_changefeed_checkpoint_ts_ms",
-            "Physical time (ms since the Unix epoch) of the checkpoint ts: every change committed up to it is downstream.",
+            "sluice_changefeed_checkpoint_timestamp_seconds",
+            "Physical time of the checkpoint ts (seconds since the Unix epoch): every change committed up to it is downstream.",
             &l,
-            CommitTs(checkpoint).physical_millis() as f64,
+            seconds(checkpoint),
         );
         f.gauge(
-            "sluice_changefeed_resolved_ts_ms",
-            "Physical time (ms since the Unix epoch) of the resolved ts: the source delivered every change up to it.",
+            "sluice_changefeed_resolved_timestamp_seconds",
+            "Physical time of the resolved ts (seconds since the Unix epoch): the source delivered every change up to it.",
             &l,
-            CommitTs(resolved).physical_millis() as f64,
+            seconds(resolved),
         );
         f.gauge(
             "sluice_changefeed_checkpoint_lag_seconds",
@@ -267,9 +282,9 @@ pub fn render_metrics(feeds: &[FeedView], healthy: bool) -> String {
         );
         f.counter(
             "sluice_changefeed_errors_total",
-            "Errors recorded (the newest are in the status).",
+            "Errors the changefeed recorded since it was created (the newest are in the status).",
             &l,
-            info.errors.len() as f64,
+            info.error_count as f64,
         );
         for (role, plugin, stats) in &v.plugins {
             let pl = [
@@ -296,7 +311,10 @@ pub fn render_metrics(feeds: &[FeedView], healthy: bool) -> String {
                 &pl,
                 stats.instantiations.load(Ordering::Relaxed) as f64,
             );
-            // What the plugin reports itself (`host.counter-add`, `host.gauge-set`).
+            // What the plugin reports itself (`host.counter-add`, `host.gauge-set`):
+            // two families whose names do not collide (a counter `x_total` is the
+            // family `x`). The host import refuses empty names and non-finite
+            // gauges, so none is stored.
             fn named<'a>(pl: &[(&'a str, &'a str)], metric: &'a str) -> Vec<(&'a str, &'a str)> {
                 let mut l = pl.to_vec();
                 l.push(("name", metric));
@@ -304,7 +322,7 @@ pub fn render_metrics(feeds: &[FeedView], healthy: bool) -> String {
             }
             for (metric, value) in stats.counters() {
                 f.counter(
-                    "sluice_plugin_reported_total",
+                    "sluice_plugin_counter_total",
                     "Counters the plugin reports (host.counter-add), by name.",
                     &named(&pl, &metric),
                     value as f64,
@@ -312,7 +330,7 @@ pub fn render_metrics(feeds: &[FeedView], healthy: bool) -> String {
             }
             for (metric, value) in stats.gauges() {
                 f.gauge(
-                    "sluice_plugin_reported",
+                    "sluice_plugin_gauge",
                     "Gauges the plugin reports (host.gauge-set), by name.",
                     &named(&pl, &metric),
                     value,
@@ -360,4 +378,146 @@ async fn metrics(axum::extract::State(s): S) -> Response {
         render_metrics(&feeds, healthy),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_owner::{Changefeed, ChangefeedInfo, Epoch, ErrorKind, ErrorRecord, PluginRef};
+    use sluice_runtime::PluginStats;
+
+    use super::*;
+    use crate::server::owner::Totals;
+
+    /// `shop/orders` with its checkpoint at 1700000000.250 s, resolved at
+    /// 1700000001.500 s, `errors` errors recorded, and a sink that reported a
+    /// counter and a gauge.
+    fn view(errors: u64) -> FeedView {
+        let id = ChangefeedId::new("shop", "orders").unwrap();
+        let info = ChangefeedInfo::new(
+            id,
+            json!({"type": "datagen"}),
+            PluginRef::new("sink-file@0.1.0".parse().unwrap()),
+            CommitTs::compose(1_700_000_000_250, 7),
+        );
+        let mut changefeed = Changefeed::create(info, 0).unwrap();
+        for i in 0..errors {
+            changefeed.info.record_error(ErrorRecord {
+                at_ms: i,
+                epoch: Epoch(1),
+                kind: ErrorKind::Retryable,
+                message: format!("e{i}"),
+            });
+        }
+        let stats = Arc::new(PluginStats::default());
+        assert!(stats.add_counter("rows", 12));
+        assert!(stats.set_gauge("depth", 2.5));
+        FeedView {
+            changefeed,
+            resolved_ts: CommitTs::compose(1_700_000_001_500, 0),
+            progress: None,
+            totals: Totals::default(),
+            plugins: vec![("sink".into(), "sink-file@0.1.0".into(), stats)],
+            sink_data_dir: None,
+            last_advance_ms: 0,
+        }
+    }
+
+    /// The value of the one sample whose line starts with `series`.
+    fn value(text: &str, series: &str) -> f64 {
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .collect();
+        assert_eq!(lines.len(), 1, "one {series} in:\n{text}");
+        lines[0][series.len()..].trim().parse().unwrap()
+    }
+
+    #[test]
+    fn timestamps_are_seconds_since_the_epoch() {
+        let text = render_metrics(&[view(0)], true);
+        let l = r#"{tenant="shop",changefeed="orders"}"#;
+        assert_eq!(
+            value(
+                &text,
+                &format!("sluice_changefeed_checkpoint_timestamp_seconds{l}")
+            ),
+            1_700_000_000.25
+        );
+        assert_eq!(
+            value(
+                &text,
+                &format!("sluice_changefeed_resolved_timestamp_seconds{l}")
+            ),
+            1_700_000_001.5
+        );
+        assert!(!text.contains("_ms"), "no milliseconds:\n{text}");
+        // Lags are seconds too: the ts is years in the past.
+        let lag = value(
+            &text,
+            &format!("sluice_changefeed_checkpoint_lag_seconds{l}"),
+        );
+        assert!(lag > 3600.0 && lag < 1e10, "{lag}");
+    }
+
+    #[test]
+    fn errors_total_counts_every_error_not_the_kept_records() {
+        let text = render_metrics(&[view(sluice_owner::MAX_RECORDS as u64 + 4)], true);
+        assert_eq!(
+            value(
+                &text,
+                r#"sluice_changefeed_errors_total{tenant="shop",changefeed="orders"}"#
+            ),
+            9.0
+        );
+    }
+
+    #[test]
+    fn plugin_counters_and_gauges_are_separate_families() {
+        let text = render_metrics(&[view(0)], true);
+        let pl = r#"tenant="shop",changefeed="orders",role="sink",plugin="sink-file@0.1.0""#;
+        assert_eq!(
+            value(
+                &text,
+                &format!("sluice_plugin_counter_total{{{pl},name=\"rows\"}}")
+            ),
+            12.0
+        );
+        assert_eq!(
+            value(
+                &text,
+                &format!("sluice_plugin_gauge{{{pl},name=\"depth\"}}")
+            ),
+            2.5
+        );
+        // `_total` on counters only; no two families share a name (a counter
+        // `x_total` is the family `x`), and no two write the same series.
+        let mut families = std::collections::BTreeSet::new();
+        let mut series = std::collections::BTreeSet::new();
+        for line in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+            let (name, kind) = line.split_once(' ').unwrap();
+            assert_eq!(name.ends_with("_total"), kind == "counter", "{line}");
+            let family = name.strip_suffix("_total").unwrap_or(name);
+            assert!(families.insert(family.to_string()), "two families {family}");
+            let written = match kind {
+                "histogram" => ["_bucket", "_sum", "_count"]
+                    .map(|s| format!("{name}{s}"))
+                    .to_vec(),
+                _ => vec![name.to_string()],
+            };
+            for s in written {
+                assert!(series.insert(s.clone()), "two families write {s}");
+            }
+        }
+        assert!(families.len() > 10, "{families:?}");
+    }
+
+    #[test]
+    fn no_label_is_written_with_an_empty_value() {
+        let pairs = labels(&[("tenant", "shop"), ("name", ""), ("role", "sink")]);
+        let names: Vec<&str> = pairs.iter().map(|l| l.name()).collect();
+        assert_eq!(names, ["tenant", "role"]);
+        let text = render_metrics(&[view(1)], false);
+        assert!(!text.contains("=\"\""), "{text}");
+        assert!(text.contains("sluice_up 0"), "{text}");
+    }
 }

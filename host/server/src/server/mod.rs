@@ -39,9 +39,13 @@ pub struct ServeArgs {
     /// The HTTP listener: `/metrics`, `/healthz`, `/api/v1/`.
     #[arg(long, default_value = "127.0.0.1:8301")]
     pub http_addr: SocketAddr,
-    /// Largest plugin upload, in MiB.
+    /// Largest plugin upload, in MiB (1 to 1024).
     #[arg(long, default_value_t = 64)]
     pub max_plugin_mib: u64,
+    /// Most bytes of all uploads in progress at once, in MiB (at least
+    /// --max-plugin-mib, at most 16384): an upload past it is refused, to retry.
+    #[arg(long, default_value_t = 256)]
+    pub max_uploads_mib: u64,
     /// Wait after the first retryable error of a changefeed, in milliseconds (then
     /// doubling up to --backoff-max-ms, with 10% jitter).
     #[arg(long, default_value_t = 10_000)]
@@ -51,6 +55,70 @@ pub struct ServeArgs {
     /// A changefeed whose checkpoint has not moved for this long after an error fails.
     #[arg(long, default_value_t = 1_800_000)]
     pub fail_after_ms: u64,
+    /// Largest `call-timeout-ms` (CPU time of one plugin call) a changefeed may
+    /// ask for, in milliseconds (1 to 600000).
+    #[arg(long, default_value_t = 60_000)]
+    pub max_call_timeout_ms: u64,
+    /// Largest `host-call-timeout-ms` (wall time of one plugin call, waits in
+    /// host calls included) a changefeed may ask for, in milliseconds (1 to 600000).
+    #[arg(long, default_value_t = 300_000)]
+    pub max_host_call_timeout_ms: u64,
+}
+
+/// Server-wide maximums of what a changefeed may ask for.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerLimits {
+    pub max_call_timeout_ms: u64,
+    pub max_host_call_timeout_ms: u64,
+}
+
+impl ServerLimits {
+    /// Refuses plugin limits past the server's maximums (at create and update).
+    pub fn check(&self, info: &sluice_owner::ChangefeedInfo) -> Result<(), String> {
+        let plugins = info
+            .filters
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (format!("filters[{i}]"), f))
+            .chain([("sink".to_string(), &info.sink)]);
+        for (at, plugin) in plugins {
+            for (key, value, max, flag) in [
+                (
+                    "call-timeout-ms",
+                    plugin.limits.call_timeout_ms,
+                    self.max_call_timeout_ms,
+                    "--max-call-timeout-ms",
+                ),
+                (
+                    "host-call-timeout-ms",
+                    plugin.limits.host_call_timeout_ms,
+                    self.max_host_call_timeout_ms,
+                    "--max-host-call-timeout-ms",
+                ),
+            ] {
+                if value > max {
+                    return Err(format!(
+                        "{at}.limits.{key} is {value}; this server allows at most {max} ({flag})"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `info` with every plugin deadline lowered to the server's maximums (a
+    /// changefeed stored before the server's maximums were lowered).
+    pub fn clamp(&self, mut info: sluice_owner::ChangefeedInfo) -> sluice_owner::ChangefeedInfo {
+        for plugin in info.filters.iter_mut().chain([&mut info.sink]) {
+            plugin.limits.call_timeout_ms =
+                plugin.limits.call_timeout_ms.min(self.max_call_timeout_ms);
+            plugin.limits.host_call_timeout_ms = plugin
+                .limits
+                .host_call_timeout_ms
+                .min(self.max_host_call_timeout_ms);
+        }
+        info
+    }
 }
 
 /// What the owner, the processors and the API share.
@@ -71,6 +139,10 @@ pub struct Ctx {
     /// Set when the server must stop because it can no longer act safely (lost
     /// its lease or its ownership).
     pub fatal: tokio::sync::watch::Sender<Option<String>>,
+    /// Bytes of uploads in flight, one permit a byte (`--max-uploads-mib`).
+    pub uploads: Arc<tokio::sync::Semaphore>,
+    pub upload_budget_mib: u64,
+    pub limits: ServerLimits,
 }
 
 impl Ctx {
@@ -117,7 +189,40 @@ fn capture_id(data_dir: &std::path::Path) -> anyhow::Result<String> {
     Ok(id)
 }
 
+impl ServeArgs {
+    /// Checks every number against its range (before anything starts).
+    fn validate(&self) -> anyhow::Result<()> {
+        if !(1..=1024).contains(&self.max_plugin_mib) {
+            anyhow::bail!(
+                "--max-plugin-mib is {}; it must be between 1 and 1024",
+                self.max_plugin_mib
+            );
+        }
+        for (flag, value) in [
+            ("--max-call-timeout-ms", self.max_call_timeout_ms),
+            ("--max-host-call-timeout-ms", self.max_host_call_timeout_ms),
+        ] {
+            if !(1..=crate::config::bounds::MAX_TIMEOUT_MS).contains(&value) {
+                anyhow::bail!("{flag} is {value}; it must be between 1 and 600000");
+            }
+        }
+        if !(self.max_plugin_mib..=16_384).contains(&self.max_uploads_mib) {
+            anyhow::bail!(
+                "--max-uploads-mib is {}; it must be between --max-plugin-mib ({}) and 16384",
+                self.max_uploads_mib,
+                self.max_plugin_mib
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Largest gRPC message the server decodes: a changefeed file (128 KiB) or an
+/// upload chunk (the CLI sends 1 MiB), with room to spare.
+const MAX_GRPC_MESSAGE_BYTES: usize = 4 << 20;
+
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    args.validate()?;
     let data_dir = args.data_dir.clone();
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("cannot create the data dir {}", data_dir.display()))?;
@@ -131,6 +236,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         )
     };
     keys::ensure_layout(store.as_ref()).await?;
+    warn_if_records_lost(store.as_ref(), &data_dir).await?;
     let backoff = BackoffConfig {
         initial_interval_ms: args.backoff_initial_ms,
         max_interval_ms: args.backoff_max_ms,
@@ -185,6 +291,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         wake,
         owner_guard,
         fatal,
+        uploads: Arc::new(tokio::sync::Semaphore::new(
+            (args.max_uploads_mib << 20) as usize,
+        )),
+        upload_budget_mib: args.max_uploads_mib,
+        limits: ServerLimits {
+            max_call_timeout_ms: args.max_call_timeout_ms,
+            max_host_call_timeout_ms: args.max_host_call_timeout_ms,
+        },
     });
     let keeper = tokio::spawn(keep_alive(ctx.clone(), lease.0, lease.1));
     let owner = match Owner::load(ctx.clone()).await {
@@ -215,14 +329,35 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ctx: ctx.clone(),
         owner: owner.clone(),
     };
+    // grpc.health.v1 for load balancers and orchestrators: SERVING while the meta
+    // store answers, NOT_SERVING when it does not and once the server stops.
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    let health_loop = tokio::spawn(report_health(
+        ctx.clone(),
+        health_reporter.clone(),
+        stop_rx.clone(),
+    ));
     let grpc_server = tokio::spawn({
         let mut stop = stop_rx.clone();
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
         async move {
             tonic::transport::Server::builder()
-                .add_service(api.changefeeds())
-                .add_service(api.cluster())
-                .add_service(api.plugins())
+                .layer(tower::util::MapResponseLayer::new(
+                    grpc::remap_codec_errors::<tonic::body::Body>,
+                ))
+                .add_service(health_service)
+                .add_service(
+                    api.changefeeds()
+                        .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES),
+                )
+                .add_service(
+                    api.cluster()
+                        .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES),
+                )
+                .add_service(
+                    api.plugins()
+                        .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES),
+                )
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = stop.changed().await;
                 })
@@ -271,6 +406,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         eprintln!("sluice server: stopping: flushing every changefeed");
         owner.lock().await.shutdown().await;
     }
+    let _ = health_loop.await;
     let _ = grpc_server.await;
     let _ = http_server.await;
     keeper.abort();
@@ -280,6 +416,70 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     eprintln!("sluice server: stopped");
     Ok(())
+}
+
+/// Says so when the data dir holds uploaded plugins but the meta store holds no
+/// record at all: the store was most likely replaced or lost, and every
+/// changefeed and plugin record with it.
+async fn warn_if_records_lost(
+    store: &dyn MetaStore,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    let records = store.list(&keys::tenants_prefix()).await?.kvs.len();
+    let blobs_dir = data_dir.join("plugins");
+    let blobs = std::fs::read_dir(&blobs_dir)
+        .map(|dir| {
+            dir.filter_map(Result::ok)
+                .filter(|e| e.path().extension().is_some_and(|x| x == "wasm"))
+                .count()
+        })
+        .unwrap_or(0);
+    if records == 0 && blobs > 0 {
+        tracing::warn!(
+            plugin_files = blobs,
+            dir = %blobs_dir.display(),
+            "The meta store holds no changefeed or plugin records, but the data dir holds uploaded \
+             plugin files: was the meta store replaced or lost? Restore it from a backup, or \
+             upload the plugins and create the changefeeds again."
+        );
+    }
+    Ok(())
+}
+
+/// Keeps the standard health service's answer in step with the server's health
+/// (the meta store answers), every second, until the server stops.
+async fn report_health(
+    ctx: Arc<Ctx>,
+    reporter: tonic_health::server::HealthReporter,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    use tonic_health::ServingStatus;
+    let services = [
+        "",
+        "sluice.v1.ChangefeedService",
+        "sluice.v1.ClusterService",
+        "sluice.v1.PluginService",
+    ];
+    loop {
+        let (healthy, _) = grpc::health(&ctx).await;
+        let status = if healthy {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        for service in services {
+            reporter.set_service_status(service, status).await;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.changed() => break,
+        }
+    }
+    for service in services {
+        reporter
+            .set_service_status(service, ServingStatus::NotServing)
+            .await;
+    }
 }
 
 /// Becomes the owner, or refuses to start while another capture is: one server

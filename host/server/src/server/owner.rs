@@ -17,7 +17,7 @@ use sluice_processor::Progress;
 use tonic::Status;
 
 use super::Ctx;
-use super::processor::{Live, Outcome, Processor};
+use super::processor::{self, Live, Outcome, PluginCounters, Processor};
 use crate::progress::TaskPosition;
 use crate::spec::{self, FeedSpec};
 
@@ -63,6 +63,10 @@ struct Feed {
     resolved: CommitTs,
     /// When the checkpoint last moved (ms since the Unix epoch), for synced status.
     last_advance_ms: u64,
+    /// Counters of the plugins of the latest processor, kept after it ends and
+    /// handed on to the next, so that plugin series neither vanish nor go
+    /// backwards; dropped when the changefeed is removed.
+    plugins: PluginCounters,
 }
 
 /// A changefeed as the API shows it.
@@ -72,7 +76,8 @@ pub struct FeedView {
     pub resolved_ts: CommitTs,
     pub progress: Option<Progress>,
     pub totals: Totals,
-    pub plugins: Vec<(String, String, Arc<sluice_runtime::PluginStats>)>,
+    /// (role, plugin, counters) of the latest processor's plugins, running or not.
+    pub plugins: PluginCounters,
     pub sink_data_dir: Option<std::path::PathBuf>,
     pub last_advance_ms: u64,
 }
@@ -228,6 +233,7 @@ impl Owner {
                     totals: Totals::default(),
                     resolved: CommitTs::ZERO,
                     last_advance_ms: now_ms(),
+                    plugins: PluginCounters::new(),
                 },
             );
             owner.persist(&id, true).await?;
@@ -396,7 +402,14 @@ impl Owner {
         self.stop(id).await?;
         let feed = self.feeds.get_mut(id).expect("present");
         let info = feed.manager.changefeed().info.clone();
-        feed.processor = Some(Processor::start(self.ctx.clone(), info, epoch, checkpoint));
+        feed.plugins = carry_over(&feed.plugins, &info);
+        feed.processor = Some(Processor::start(
+            self.ctx.clone(),
+            info,
+            epoch,
+            checkpoint,
+            feed.plugins.clone(),
+        ));
         Ok(())
     }
 
@@ -543,6 +556,7 @@ impl Owner {
                 totals: Totals::default(),
                 resolved: CommitTs::ZERO,
                 last_advance_ms: now_ms(),
+                plugins: PluginCounters::new(),
             },
         );
         if let Err(e) = self.persist(&id, true).await {
@@ -628,6 +642,7 @@ impl Owner {
         }
         if let Some(feed) = self.feeds.get_mut(id) {
             feed.totals = Totals::default();
+            feed.plugins.clear();
         }
         Ok(())
     }
@@ -640,13 +655,7 @@ impl Owner {
 
     pub fn view(&self, id: &ChangefeedId) -> Option<FeedView> {
         let feed = self.feeds.get(id)?;
-        let (progress, plugins) = match &feed.processor {
-            Some(p) => (
-                p.live.progress(),
-                p.live.plugins.lock().map(|v| v.clone()).unwrap_or_default(),
-            ),
-            None => (None, Vec::new()),
-        };
+        let progress = feed.processor.as_ref().and_then(|p| p.live.progress());
         let mut cf = feed.manager.changefeed().clone();
         let mut resolved = feed.resolved;
         // The running processor's progress is newer than the owner's last round
@@ -669,7 +678,7 @@ impl Owner {
             changefeed: cf,
             progress,
             totals: feed.totals,
-            plugins,
+            plugins: feed.plugins.clone(),
             sink_data_dir,
             last_advance_ms: feed.last_advance_ms,
         })
@@ -711,6 +720,23 @@ impl Owner {
             .map(|(id, _)| id.to_string())
             .collect()
     }
+}
+
+/// The counters for a processor of `info`: those of the previous processor where
+/// the role still runs the same plugin (they carry on), fresh ones elsewhere
+/// (an update that changed a plugin starts its series anew; the old ones go).
+fn carry_over(previous: &PluginCounters, info: &ChangefeedInfo) -> PluginCounters {
+    processor::plugin_roles(info)
+        .into_iter()
+        .map(|(role, plugin)| {
+            let stats = previous
+                .iter()
+                .find(|(r, p, _)| *r == role && *p == plugin)
+                .map(|(_, _, s)| s.clone())
+                .unwrap_or_default();
+            (role, plugin, stats)
+        })
+        .collect()
 }
 
 fn not_found(id: &ChangefeedId) -> Status {
@@ -786,6 +812,7 @@ pub async fn describe(
         .map_err(|e| Status::invalid_argument(crate::chain(&e)))?;
     info.validate()
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    ctx.limits.check(&info).map_err(Status::invalid_argument)?;
     // Each plugin checks its own options.
     for (i, plugin) in info.filters.iter().enumerate() {
         let component = load_plugin(ctx, id, &plugin.plugin).await?;

@@ -39,7 +39,31 @@ pub enum Outcome {
 #[derive(Default)]
 pub struct Live {
     pub progress: Mutex<Option<watch::Receiver<Progress>>>,
-    pub plugins: Mutex<Vec<(String, String, Arc<PluginStats>)>>,
+}
+
+/// Counters of a changefeed's plugins: (role, plugin, stats), the role being
+/// `filter-0`, ... or `sink` and the plugin `name@version`. The owner keeps them
+/// across processors and hands them to each new one, so that they never go
+/// backwards when a processor restarts.
+pub type PluginCounters = Vec<(String, String, Arc<PluginStats>)>;
+
+/// Every plugin of `info` as (role, plugin), in pipeline order.
+pub fn plugin_roles(info: &ChangefeedInfo) -> Vec<(String, String)> {
+    info.filters
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (format!("filter-{i}"), f.plugin.to_string()))
+        .chain([("sink".to_string(), info.sink.plugin.to_string())])
+        .collect()
+}
+
+/// The counters of `role` in `plugins`; fresh ones if it has none.
+fn stats_of(plugins: &PluginCounters, role: &str) -> Arc<PluginStats> {
+    plugins
+        .iter()
+        .find(|(r, _, _)| r == role)
+        .map(|(_, _, s)| s.clone())
+        .unwrap_or_default()
 }
 
 impl Live {
@@ -60,12 +84,14 @@ pub struct Processor {
 }
 
 impl Processor {
-    /// Starts `info`'s pipeline under `epoch`, replicating after `checkpoint`.
+    /// Starts `info`'s pipeline under `epoch`, replicating after `checkpoint`; its
+    /// plugins count into `plugins` (see [`PluginCounters`]).
     pub fn start(
         ctx: Arc<Ctx>,
         info: ChangefeedInfo,
         epoch: Epoch,
         checkpoint: CheckpointTs,
+        plugins: PluginCounters,
     ) -> Self {
         let (tx, rx) = oneshot::channel();
         let live = Arc::new(Live::default());
@@ -75,7 +101,7 @@ impl Processor {
             let ctx = ctx.clone();
             async move {
                 let id = info.id.clone();
-                let outcome = run(&ctx, info, epoch, checkpoint, rx, &live).await;
+                let outcome = run(&ctx, info, epoch, checkpoint, rx, &live, &plugins).await;
                 match &outcome {
                     Outcome::Failed { kind, message } => {
                         tracing::warn!(kind = kind.as_str(), %message, "Processor failed.")
@@ -167,7 +193,10 @@ async fn run(
     checkpoint: CheckpointTs,
     shutdown: oneshot::Receiver<()>,
     live: &Live,
+    plugins: &PluginCounters,
 ) -> Outcome {
+    // A changefeed stored before the server's maximums were lowered runs within them.
+    let info = ctx.limits.clamp(info);
     let id = &info.id;
     let tenant = id.tenant();
     let plugin_dir = |role: &str| -> Result<PathBuf, Outcome> {
@@ -202,7 +231,7 @@ async fn run(
             None
         };
         match WasmFilter::new(component, spec::settings_of(plugin, dir)) {
-            Ok(f) => filters.push(f),
+            Ok(f) => filters.push(f.with_stats(stats_of(plugins, &format!("filter-{i}")))),
             Err(e) => return failed(ErrorKind::Config, format!("{at}: {e}")),
         }
     }
@@ -225,12 +254,14 @@ async fn run(
         None
     };
     let sink = match WasmSink::new(component, spec::settings_of(&info.sink, dir)) {
-        Ok(s) => s,
+        Ok(s) => s.with_stats(stats_of(plugins, "sink")),
         Err(e) => return failed(ErrorKind::Config, format!("sink: {e}")),
     };
     let source = match spec::source_of(&info) {
+        // Generated time starts after the changefeed's start ts (fixed at create,
+        // so a resume regenerates the same workload).
         Ok(SourceConfig::Datagen(d)) => match DatagenSource::new(d) {
-            Ok(s) => s,
+            Ok(s) => s.begin_after(info.start_ts),
             Err(e) => return failed(ErrorKind::Config, format!("source: {e}")),
         },
         Err(e) => return failed(ErrorKind::Config, format!("{e:#}")),
@@ -273,19 +304,6 @@ async fn run(
         "Processor starting."
     );
 
-    {
-        let mut plugins = live.plugins.lock().expect("not poisoned");
-        for (i, f) in filters.iter().enumerate() {
-            use sluice_core::Filter;
-            plugins.push((
-                format!("filter-{i}"),
-                f.name().to_string(),
-                f.stats().clone(),
-            ));
-        }
-        use sluice_core::Sink;
-        plugins.push(("sink".into(), sink.name().to_string(), sink.stats().clone()));
-    }
     let source = UpTo {
         inner: source,
         target: info.target_ts,

@@ -1,6 +1,8 @@
 //! Helpers shared by the end-to-end tests of the `sluice` binary.
 #![allow(dead_code)]
 
+pub mod server;
+
 use std::path::Path;
 
 use serde_json::Value as Json;

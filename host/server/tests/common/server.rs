@@ -1,0 +1,170 @@
+//! A `sluice server` process for end-to-end tests, driven through `sluice cli`.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value as Json;
+
+/// A server process on free ports with its own data dir.
+pub struct Server {
+    pub child: Child,
+    pub grpc: String,
+    pub http: String,
+    pub stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Server {
+    pub fn start(data_dir: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["server", "--data-dir"])
+            .arg(data_dir)
+            .args(["--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+            .args(extra)
+            .env("SLUICE_LOG", "warn,sluice=info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sluice server starts");
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let err = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        // sluice server ready: grpc ADDR http ADDR capture ID data-dir DIR
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert!(
+            line.starts_with("sluice server ready"),
+            "no ready line: {line:?}; stderr: {}",
+            stderr.lock().unwrap()
+        );
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            while out.read_line(&mut rest).unwrap_or(0) > 0 {}
+        });
+        Server {
+            child,
+            grpc: format!("http://{}", words[4]),
+            http: format!("http://{}", words[6]),
+            stderr,
+        }
+    }
+
+    /// `sluice cli --server .. ARGS`: (success, stdout, stderr).
+    pub fn cli(&self, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["cli", "--server", &self.grpc])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// A CLI command that must succeed, with `--output json` parsed.
+    pub fn json(&self, args: &[&str]) -> Json {
+        let mut all = vec!["--output", "json"];
+        all.extend_from_slice(args);
+        let (ok, out, err) = self.cli(&all);
+        assert!(ok, "sluice cli {args:?} failed: {err}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    }
+
+    /// Uploads the built plugin `name` (from `target/plugins` or
+    /// `target/test-plugins`) as `name@0.1.0` of world `kind`.
+    pub fn upload(&self, name: &str, kind: &str) -> Json {
+        self.json(&[
+            "plugin",
+            "upload",
+            sluice_tests::plugin_path(name).to_str().unwrap(),
+            "--id",
+            &format!("{name}@0.1.0"),
+            "--kind",
+            kind,
+        ])
+    }
+
+    /// A CLI command that must fail; its one error line.
+    pub fn error(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.cli(args);
+        assert!(!ok, "sluice cli {args:?} should fail: {out}");
+        let err = err.trim().to_string();
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        err
+    }
+
+    pub fn http_get(&self, path: &str) -> (u16, String) {
+        let url = format!("{}{path}", self.http);
+        let addr = url.trim_start_matches("http://");
+        let (host, rest) = addr.split_once('/').unwrap();
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(host).unwrap();
+        write!(
+            s,
+            "GET /{rest} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        let code = text[9..12].parse().unwrap();
+        let body = text.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+        (code, body.to_string())
+    }
+
+    pub fn wait_for(&self, what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !check() {
+            assert!(
+                start.elapsed() < timeout,
+                "timed out waiting for {what}; server log:\n{}",
+                self.stderr.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn state(&self, changefeed: &str) -> Json {
+        self.json(&["changefeed", "query", "-c", changefeed])
+    }
+
+    pub fn stop(mut self) -> String {
+        unsafe_sigterm(self.child.id());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{}", self.stderr.lock().unwrap());
+        self.stderr.lock().unwrap().clone()
+    }
+
+    pub fn kill(mut self) -> String {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn unsafe_sigterm(pid: u32) {
+    let status = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
