@@ -11,7 +11,6 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-
 mod common;
 use common::server::Server;
 
@@ -180,7 +179,6 @@ fn feed(server: &Server, dir: &Path, name: &str, text: &str) {
         path.to_str().unwrap(),
     ]);
 }
-
 
 #[test]
 fn metrics_parse_with_the_prometheus_parser_and_follow_its_conventions() {
