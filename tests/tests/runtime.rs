@@ -554,3 +554,90 @@ fn a_spinning_guest_yields_so_others_on_the_same_thread_go_on() {
         );
     });
 }
+
+/// A component that instantiates `instances` times a core module with one memory
+/// (or `tables` tables, one per module instance when `tables` is set).
+fn component_with(instances: usize, with_table: bool) -> Vec<u8> {
+    let body = if with_table {
+        "(table 1 funcref)"
+    } else {
+        "(memory 1)"
+    };
+    let wat = format!(
+        "(component (core module $m {body}) {})",
+        "(core instance (instantiate $m))".repeat(instances)
+    );
+    wat::parse_str(&wat).expect("valid component text")
+}
+
+#[test]
+fn components_past_the_per_component_maximums_are_refused_when_loaded() {
+    let rt = runtime();
+    for (bytes, what) in [
+        (component_with(5, false), "5 Wasm linear memories"),
+        (component_with(17, true), "17 tables"),
+        (component_with(255, false), "255 core module instances"),
+    ] {
+        let err = rt.load(PluginKind::Sink, &bytes).err().expect("refused");
+        let text = format!("{err:#}");
+        assert!(text.contains(what), "want `{what}` in: {text}");
+    }
+    // Within the maximums, the same shape gets past that check (and fails on the
+    // missing sink export instead).
+    let err = rt
+        .load(PluginKind::Sink, &component_with(4, false))
+        .err()
+        .unwrap();
+    assert!(format!("{err:#}").contains("sluice:plugin/sink"), "{err:#}");
+}
+
+#[tokio::test]
+async fn open_files_past_the_resource_limit_fail_the_plugin_not_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), b"x").unwrap();
+    let rt = runtime();
+    let mut sink = misbehave(&rt, "hold-files", "/data/f", |s| {
+        s.capabilities.data_dir = Some(dir.path().to_path_buf());
+        s.limits.max_resources = 64;
+    });
+    assert_eq!(
+        write_err(&mut sink).await,
+        PluginError::Stopped(
+            "exceeded its limit of 64 host resources (open files, sockets, streams, HTTP fields) per instance".into()
+        )
+    );
+    // The host and other plugins go on.
+    host_still_serves(&rt, &mut sink).await;
+}
+
+#[tokio::test]
+async fn host_objects_count_against_the_memory_quota() {
+    let rt = runtime();
+    let mut sink = misbehave(&rt, "hold-fields", "", |s| {
+        s.limits.memory_bytes = 8 << 20;
+    });
+    let (schemas, _) = sample();
+    // 64 fields of 16 KiB per call (about 1 MiB), kept: within a few calls the
+    // instance's linear memory plus its host objects pass 8 MiB.
+    let mut stopped = None;
+    for _ in 0..12 {
+        let (_, mut batch) = sample();
+        if let Err(e) = sink.write(&schemas, &mut batch).await {
+            stopped = Some(e);
+            break;
+        }
+    }
+    let Some(PluginError::Stopped(reason)) = stopped else {
+        panic!("the instance was not stopped: {stopped:?}");
+    };
+    assert!(
+        reason.starts_with("memory quota exceeded: ")
+            && reason.contains("bytes held in host objects"),
+        "{reason}"
+    );
+    let peak = sink
+        .stats()
+        .peak_memory_bytes
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(peak > 8 << 20, "the peak includes host objects: {peak}");
+}

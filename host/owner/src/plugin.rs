@@ -178,6 +178,7 @@ impl PluginRef {
         limit("memory-bytes", self.limits.memory_bytes)?;
         limit("call-timeout-ms", self.limits.call_timeout_ms)?;
         limit("host-call-timeout-ms", self.limits.host_call_timeout_ms)?;
+        limit("max-resources", self.limits.max_resources)?;
         Ok(())
     }
 }
@@ -245,6 +246,14 @@ pub struct Limits {
     /// milliseconds (default 30000).
     #[serde(default = "default_host_call_timeout")]
     pub host_call_timeout_ms: u64,
+    /// Host resources (open files, sockets, streams, HTTP fields and requests)
+    /// one instance may hold at once (default 1024).
+    #[serde(default = "default_max_resources")]
+    pub max_resources: u64,
+}
+
+fn default_max_resources() -> u64 {
+    1024
 }
 
 fn default_memory() -> u64 {
@@ -263,6 +272,7 @@ impl Default for Limits {
             memory_bytes: default_memory(),
             call_timeout_ms: default_call_timeout(),
             host_call_timeout_ms: default_host_call_timeout(),
+            max_resources: default_max_resources(),
         }
     }
 }

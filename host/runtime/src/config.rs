@@ -13,8 +13,20 @@ pub struct RuntimeConfig {
     pub max_instances: u32,
     /// Hard ceiling for any one linear memory, whatever a plugin's quota says.
     pub max_memory_bytes: u64,
-    /// Epoch tick; CPU deadlines are rounded up to whole ticks.
+    /// Epoch tick; CPU deadlines are rounded up to whole ticks, and a guest
+    /// yields to the executor once per tick of guest code.
     pub epoch_tick: Duration,
+    /// Most linear memories one component may have (checked when it is loaded:
+    /// at upload, a component past it is refused).
+    pub max_memories_per_component: u32,
+    /// Most tables one component may have.
+    pub max_tables_per_component: u32,
+    /// Most core instances one component may create.
+    pub max_core_instances_per_component: u32,
+    /// Threads of the executor that runs plugin calls (and the pipelines around
+    /// them), apart from the threads that serve the API, the owner and leases;
+    /// 0 means one per core.
+    pub executor_threads: usize,
 }
 
 impl Default for RuntimeConfig {
@@ -24,6 +36,10 @@ impl Default for RuntimeConfig {
             max_instances: 128,
             max_memory_bytes: 1 << 30,
             epoch_tick: Duration::from_millis(5),
+            max_memories_per_component: 4,
+            max_tables_per_component: 16,
+            max_core_instances_per_component: 32,
+            executor_threads: 0,
         }
     }
 }
@@ -40,6 +56,9 @@ pub struct PluginLimits {
     /// Largest batch (wire bytes) sent in one call; defaults to a quarter of the
     /// memory quota, since lowering a batch allocates it inside the guest.
     pub max_batch_bytes: Option<u64>,
+    /// Host resources (open files, sockets, streams, HTTP fields, requests and
+    /// bodies) one instance may hold at once; creating one more fails the call.
+    pub max_resources: usize,
 }
 
 impl Default for PluginLimits {
@@ -49,6 +68,7 @@ impl Default for PluginLimits {
             call_timeout: Duration::from_secs(5),
             host_call_timeout: Duration::from_secs(30),
             max_batch_bytes: None,
+            max_resources: 1024,
         }
     }
 }

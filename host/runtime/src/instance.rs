@@ -143,13 +143,25 @@ impl<B> Slot<B> {
     }
 
     /// Turn a call's outcome into a result; any failure drops the instance.
+    /// After a successful call, the instance's linear memory and the host objects
+    /// it holds are counted against its memory quota together.
     pub(crate) fn settle<T>(&mut self, outcome: Outcome<T>) -> Result<T, PluginError> {
         match outcome {
             Ok(Ok(Ok(value))) => {
-                if let Some(live) = &self.live {
+                if let Some(live) = &mut self.live {
+                    let state = live.store.data_mut();
+                    let (linear, host) = (state.quota.used, state.host_bytes());
                     self.stats
                         .peak_memory_bytes
-                        .fetch_max(live.store.data().quota.used, Ordering::Relaxed);
+                        .fetch_max(linear + host, Ordering::Relaxed);
+                    let limit = self.settings.limits.memory_bytes;
+                    if linear + host > limit {
+                        let reason = format!(
+                            "memory quota exceeded: {linear} bytes of linear memory and {host} bytes held in host objects (HTTP fields, streams, files), its quota is {limit} bytes"
+                        );
+                        self.stop(&reason);
+                        return Err(PluginError::Stopped(reason));
+                    }
                 }
                 Ok(value)
             }
@@ -185,6 +197,14 @@ impl<B> Slot<B> {
         let live = self.live.as_ref();
         if let Some(msg) = live.and_then(|l| l.store.data().quota.exceeded.clone()) {
             return msg;
+        }
+        if let Some(wasmtime::component::ResourceTableError::Full) =
+            err.downcast_ref::<wasmtime::component::ResourceTableError>()
+        {
+            return format!(
+                "exceeded its limit of {} host resources (open files, sockets, streams, HTTP fields) per instance",
+                self.settings.limits.max_resources
+            );
         }
         if let Some(Trap::Interrupt) = err.downcast_ref::<Trap>() {
             return format!(

@@ -191,6 +191,12 @@ impl ResourceLimiter for MemoryQuota {
     }
 }
 
+/// Largest set of HTTP header fields a plugin may build in one `fields` object.
+pub(crate) const MAX_HTTP_FIELDS_BYTES: usize = 32 << 10;
+/// What a host object other than header fields is counted as, in bytes, against
+/// the memory quota (an estimate of its host-side size).
+pub(crate) const HOST_OBJECT_BYTES: u64 = 512;
+
 /// The CPU time one call may spend in guest code, counted in epoch ticks.
 ///
 /// The store's epoch deadline is one tick ahead, so the deadline callback runs
@@ -321,11 +327,18 @@ impl PluginState {
             wasi.allow_tcp(false).allow_udp(false);
         }
         wasi.allow_ip_name_lookup(false);
+        // Every host object the plugin creates (files, sockets, streams, HTTP
+        // fields, requests, bodies) is an entry of this table: bounded per
+        // instance; one more fails the plugin's own call.
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(settings.limits.max_resources);
+        let mut http = WasiHttpCtx::new();
+        http.set_field_size_limit(MAX_HTTP_FIELDS_BYTES);
         Ok((
             Self {
                 wasi: wasi.build(),
-                http: WasiHttpCtx::new(),
-                table: ResourceTable::new(),
+                http,
+                table,
                 hooks: HttpPolicy {
                     allow: Arc::new(caps.http_allow.clone()),
                 },
@@ -345,6 +358,26 @@ impl PluginState {
 }
 
 impl PluginState {
+    /// Host memory held by the plugin's host objects, in bytes: HTTP header
+    /// fields by their size, every other object (file, socket, stream, request,
+    /// body) at [`HOST_OBJECT_BYTES`]. Counted against the memory quota with the
+    /// linear memories.
+    pub(crate) fn host_bytes(&mut self) -> u64 {
+        self.table
+            .iter_mut()
+            .map(
+                |entry| match entry.downcast_ref::<wasmtime_wasi_http::FieldMap>() {
+                    Some(fields) => fields
+                        .iter()
+                        .map(|(name, value)| (name.as_str().len() + value.len() + 64) as u64)
+                        .sum::<u64>()
+                        .max(HOST_OBJECT_BYTES),
+                    None => HOST_OBJECT_BYTES,
+                },
+            )
+            .sum()
+    }
+
     /// Says once per instance that a plugin metric was refused (a plugin may call
     /// the import on every batch; the log must not grow with it).
     fn refused_metric(&mut self, name: &str, kind: &str) {

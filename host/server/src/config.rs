@@ -87,6 +87,14 @@ pub struct LimitsSection {
     /// Wall time one call may take including host calls (HTTP, sockets), in milliseconds.
     #[serde(default = "default_host_call_timeout")]
     pub host_call_timeout_ms: u64,
+    /// Host resources (open files, sockets, streams, HTTP fields) one instance may
+    /// hold at once.
+    #[serde(default = "default_max_resources")]
+    pub max_resources: u64,
+}
+
+fn default_max_resources() -> u64 {
+    1024
 }
 
 fn default_memory() -> ByteSize {
@@ -105,6 +113,7 @@ impl Default for LimitsSection {
             memory: default_memory(),
             call_timeout_ms: default_call_timeout(),
             host_call_timeout_ms: default_host_call_timeout(),
+            max_resources: default_max_resources(),
         }
     }
 }
@@ -289,6 +298,9 @@ pub mod bounds {
     pub const MAX_MEMORY: u64 = 4 << 30;
     /// Plugin call deadlines: 1 ms ..= 10 minutes.
     pub const MAX_TIMEOUT_MS: u64 = 10 * 60 * 1000;
+    /// Host resources per plugin instance: 16 ..= 65536.
+    pub const MIN_RESOURCES: u64 = 16;
+    pub const MAX_RESOURCES: u64 = 65_536;
     /// `pipeline.max-batch-rows`: 1 ..= 65536.
     pub const MAX_BATCH_ROWS: usize = 65_536;
     /// `pipeline.max-batch-bytes`: 1 KiB ..= 256 MiB.
@@ -451,6 +463,12 @@ impl LimitsSection {
         if self.call_timeout_ms > MAX_TIMEOUT_MS || self.host_call_timeout_ms > MAX_TIMEOUT_MS {
             bail!("{at}.limits: timeouts may be at most {MAX_TIMEOUT_MS} ms (10 minutes)");
         }
+        if !(MIN_RESOURCES..=MAX_RESOURCES).contains(&self.max_resources) {
+            bail!(
+                "{at}.limits.max-resources is {}; it must be between {MIN_RESOURCES} and {MAX_RESOURCES}",
+                self.max_resources
+            );
+        }
         Ok(())
     }
 }
@@ -494,6 +512,7 @@ impl PluginSection {
                 call_timeout: Duration::from_millis(self.limits.call_timeout_ms),
                 host_call_timeout: Duration::from_millis(self.limits.host_call_timeout_ms),
                 max_batch_bytes: None,
+                max_resources: self.limits.max_resources as usize,
             },
             capabilities: sluice_runtime::Capabilities {
                 data_dir: self.capabilities.data_dir.clone(),

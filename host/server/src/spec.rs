@@ -115,6 +115,7 @@ impl SpecPlugin {
                 memory_bytes: self.limits.memory.0,
                 call_timeout_ms: self.limits.call_timeout_ms,
                 host_call_timeout_ms: self.limits.host_call_timeout_ms,
+                max_resources: self.limits.max_resources,
             },
         })
     }
@@ -170,6 +171,7 @@ pub fn settings_of(
             call_timeout: Duration::from_millis(plugin.limits.call_timeout_ms),
             host_call_timeout: Duration::from_millis(plugin.limits.host_call_timeout_ms),
             max_batch_bytes: None,
+            max_resources: plugin.limits.max_resources as usize,
         },
         capabilities: sluice_runtime::Capabilities {
             data_dir: if plugin.capabilities.data_dir {

@@ -63,6 +63,11 @@ pub struct ServeArgs {
     /// host calls included) a changefeed may ask for, in milliseconds (1 to 600000).
     #[arg(long, default_value_t = 300_000)]
     pub max_host_call_timeout_ms: u64,
+    /// Largest `max-resources` (host resources one plugin instance may hold:
+    /// open files, sockets, streams, HTTP fields) a changefeed may ask for (16 to
+    /// 65536).
+    #[arg(long, default_value_t = 4096)]
+    pub max_plugin_resources: u64,
 }
 
 /// Server-wide maximums of what a changefeed may ask for.
@@ -70,6 +75,7 @@ pub struct ServeArgs {
 pub struct ServerLimits {
     pub max_call_timeout_ms: u64,
     pub max_host_call_timeout_ms: u64,
+    pub max_resources: u64,
 }
 
 impl ServerLimits {
@@ -95,6 +101,12 @@ impl ServerLimits {
                     self.max_host_call_timeout_ms,
                     "--max-host-call-timeout-ms",
                 ),
+                (
+                    "max-resources",
+                    plugin.limits.max_resources,
+                    self.max_resources,
+                    "--max-plugin-resources",
+                ),
             ] {
                 if value > max {
                     return Err(format!(
@@ -116,6 +128,7 @@ impl ServerLimits {
                 .limits
                 .host_call_timeout_ms
                 .min(self.max_host_call_timeout_ms);
+            plugin.limits.max_resources = plugin.limits.max_resources.min(self.max_resources);
         }
         info
     }
@@ -143,6 +156,9 @@ pub struct Ctx {
     pub uploads: Arc<tokio::sync::Semaphore>,
     pub upload_budget_mib: u64,
     pub limits: ServerLimits,
+    /// Where processors (and so every plugin call) run: the plugin runtime's own
+    /// executor, apart from the threads serving the API, the owner and leases.
+    pub executor: tokio::runtime::Handle,
 }
 
 impl Ctx {
@@ -205,6 +221,12 @@ impl ServeArgs {
             if !(1..=crate::config::bounds::MAX_TIMEOUT_MS).contains(&value) {
                 anyhow::bail!("{flag} is {value}; it must be between 1 and 600000");
             }
+        }
+        if !(16..=65_536).contains(&self.max_plugin_resources) {
+            anyhow::bail!(
+                "--max-plugin-resources is {}; it must be between 16 and 65536",
+                self.max_plugin_resources
+            );
         }
         if !(self.max_plugin_mib..=16_384).contains(&self.max_uploads_mib) {
             anyhow::bail!(
@@ -271,6 +293,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         cache_dir: Some(data_dir.join("precompiled")),
         ..RuntimeConfig::default()
     })?;
+    let executor = runtime.executor()?;
     let registry = PluginRegistry::new(
         store.clone(),
         runtime,
@@ -298,7 +321,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         limits: ServerLimits {
             max_call_timeout_ms: args.max_call_timeout_ms,
             max_host_call_timeout_ms: args.max_host_call_timeout_ms,
+            max_resources: args.max_plugin_resources,
         },
+        executor,
     });
     let keeper = tokio::spawn(keep_alive(ctx.clone(), lease.0, lease.1));
     let owner = match Owner::load(ctx.clone()).await {

@@ -96,7 +96,9 @@ impl Processor {
         let (tx, rx) = oneshot::channel();
         let live = Arc::new(Live::default());
         let span = tracing::info_span!("changefeed", id = %info.id, epoch = epoch.0);
-        let task = tokio::spawn({
+        // On the plugin executor: guest code never runs on the threads that serve
+        // the API, the owner and the meta-store lease.
+        let task = ctx.executor.spawn({
             let live = live.clone();
             let ctx = ctx.clone();
             async move {

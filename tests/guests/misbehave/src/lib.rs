@@ -127,6 +127,22 @@ impl Sink for Misbehave {
                 Err(Error::fatal(format!("ALLOWED: read {n} bytes")))
             }
             "http" => http_get(target),
+            "hold-files" => {
+                // Opens `target` (a file) again and again, keeping every handle.
+                let mut held = Vec::new();
+                loop {
+                    match std::fs::File::open(target) {
+                        Ok(f) => held.push(f),
+                        Err(e) => {
+                            return Err(Error::retryable(format!(
+                                "open failed after {} files: {e}",
+                                held.len()
+                            )));
+                        }
+                    }
+                }
+            }
+            "hold-fields" => hold_fields(),
             other => Err(Error::config(format!("unknown mode `{other}`"))),
         }
     }
@@ -137,6 +153,30 @@ impl Sink for Misbehave {
             _ => Ok(()),
         }
     }
+}
+
+/// Creates wasi:http header fields with 16 KiB values and keeps them across
+/// calls: 64 more per call. Host memory, not linear memory.
+#[cfg(target_arch = "wasm32")]
+fn hold_fields() -> Result<(), Error> {
+    use wasip2::http::types::Fields;
+    thread_local! {
+        static HELD: std::cell::RefCell<Vec<Fields>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let value = vec![b'v'; 16 << 10];
+    HELD.with(|held| {
+        for _ in 0..64 {
+            let fields = Fields::new();
+            let _ = fields.append("x-big", &value);
+            held.borrow_mut().push(fields);
+        }
+    });
+    Ok(())
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn hold_fields() -> Result<(), Error> {
+    Err(Error::fatal("hold-fields runs only as a component"))
 }
 
 /// GET `url` (`http://host:port/path`) through wasi:http; report the outcome.
