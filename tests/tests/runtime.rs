@@ -578,7 +578,9 @@ fn components_past_the_per_component_maximums_are_refused_when_loaded() {
         (component_with(17, true), "17 tables"),
         (component_with(255, false), "255 core module instances"),
     ] {
-        let err = rt.load(PluginKind::Sink, &bytes).err().expect("refused");
+        let Err(err) = rt.load(PluginKind::Sink, &bytes) else {
+            panic!("`{what}` must be refused");
+        };
         let text = format!("{err:#}");
         assert!(text.contains(what), "want `{what}` in: {text}");
     }
