@@ -643,3 +643,25 @@ async fn host_objects_count_against_the_memory_quota() {
         .load(std::sync::atomic::Ordering::Relaxed);
     assert!(peak > 8 << 20, "the peak includes host objects: {peak}");
 }
+
+#[tokio::test]
+async fn plugin_logs_are_rate_limited_and_errors_bounded() {
+    let rt = runtime();
+    let mut sink = misbehave(&rt, "log-flood", "", |_| {});
+    let (schemas, mut batch) = sample();
+    sink.write(&schemas, &mut batch).await.unwrap();
+    // At most 100 lines a second get through; the rest are counted.
+    let dropped = sink.stats().log_dropped.load(Ordering::Relaxed);
+    assert!((9_800..=9_900).contains(&dropped), "{dropped}");
+
+    let mut huge = misbehave(&rt, "huge-error", "", |_| {});
+    let PluginError::Fatal(message) = write_err(&mut huge).await else {
+        panic!("a fatal error");
+    };
+    assert!(message.len() < 4200, "{}", message.len());
+    assert!(
+        message.ends_with(" ... (cut; 2097152 bytes in all)"),
+        "{}",
+        &message[message.len() - 60..]
+    );
+}

@@ -29,6 +29,33 @@ impl PluginError {
     }
 }
 
+/// Longest message a plugin may hand the host (an error, a log line), in bytes
+/// after escaping, give or take one escaped character.
+pub const MAX_MESSAGE_BYTES: usize = 4096;
+
+/// `message` as the host may store, show or log it: control characters
+/// (newlines included) escaped, so that it cannot forge a log line, and cut after
+/// about `max_bytes` on a character boundary, with the original length noted.
+pub fn bounded_text(message: &str, max_bytes: usize) -> String {
+    let mut out = String::with_capacity(message.len().min(max_bytes) + 48);
+    let mut taken = message.len();
+    for (at, c) in message.char_indices() {
+        if out.len() >= max_bytes {
+            taken = at;
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    if taken < message.len() {
+        out.push_str(&format!(" ... (cut; {} bytes in all)", message.len()));
+    }
+    out
+}
+
 /// A batch is not consistent with itself or its schema (a filter returned garbage).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("malformed batch for table {table_id}: {reason}")]

@@ -12,7 +12,7 @@ pub use batch::{
     Batch, BatchBuilder, ByteValues, Column, ColumnData, ColumnType, ColumnValues, FLAG_REPLAY,
     FLAG_SPLIT, TableBatch, TableSchema,
 };
-pub use error::{BatchError, PluginError};
+pub use error::{BatchError, MAX_MESSAGE_BYTES, PluginError, bounded_text};
 pub use event::{DdlEvent, Op, RowChange, Transaction, Value};
 pub use traits::{Filter, Sink, Source, SourceEvent};
 pub use ts::{CheckpointTs, CommitTs, ResolvedTs};

@@ -47,30 +47,14 @@ pub fn check_not_future(what: &'static str, ts: CommitTs, now_ms: u64) -> Result
 
 /// Longest error or warning message kept, in bytes (after escaping, give or
 /// take one escaped character); longer ones are cut, with their length noted.
-pub const MAX_MESSAGE_BYTES: usize = 4096;
+pub const MAX_MESSAGE_BYTES: usize = sluice_core::MAX_MESSAGE_BYTES;
 
 /// `message` as it may be stored and shown: control characters (newlines
 /// included) escaped, and cut after about [`MAX_MESSAGE_BYTES`] on a character
 /// boundary with the original length noted. So no message, however long or whatever it
 /// holds, can outgrow a changefeed's record or forge a line in a log.
 pub fn bound_message(message: &str) -> String {
-    let mut out = String::with_capacity(message.len().min(MAX_MESSAGE_BYTES) + 48);
-    let mut taken = message.len();
-    for (at, c) in message.char_indices() {
-        if out.len() >= MAX_MESSAGE_BYTES {
-            taken = at;
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    if taken < message.len() {
-        out.push_str(&format!(" ... (cut; {} bytes in all)", message.len()));
-    }
-    out
+    sluice_core::bounded_text(message, MAX_MESSAGE_BYTES)
 }
 
 /// What to replicate and where the changefeed stands.

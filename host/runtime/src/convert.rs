@@ -104,10 +104,13 @@ pub(crate) fn ddl(d: &core::DdlEvent) -> wit::DdlEvent {
     }
 }
 
+/// A plugin's error, its message bounded and escaped before the host logs,
+/// stores or returns it.
 pub(crate) fn plugin_error(e: wit::Error) -> core::PluginError {
+    let bound = |m: String| core::bounded_text(&m, core::MAX_MESSAGE_BYTES);
     match e {
-        wit::Error::Config(m) => core::PluginError::Config(m),
-        wit::Error::Retryable(m) => core::PluginError::Retryable(m),
-        wit::Error::Fatal(m) => core::PluginError::Fatal(m),
+        wit::Error::Config(m) => core::PluginError::Config(bound(m)),
+        wit::Error::Retryable(m) => core::PluginError::Retryable(bound(m)),
+        wit::Error::Fatal(m) => core::PluginError::Fatal(bound(m)),
     }
 }

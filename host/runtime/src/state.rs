@@ -87,6 +87,8 @@ pub struct PluginStats {
     pub stops: AtomicU64,
     /// Largest linear memory sum seen in one instance, in bytes.
     pub peak_memory_bytes: AtomicU64,
+    /// `host.log` lines dropped by the rate and volume limit.
+    pub log_dropped: AtomicU64,
     counters: Mutex<BTreeMap<String, u64>>,
     gauges: Mutex<BTreeMap<String, f64>>,
     last_stop: Mutex<Option<String>>,
@@ -191,6 +193,56 @@ impl ResourceLimiter for MemoryQuota {
     }
 }
 
+/// Log lines one instance may write per second through `host.log`.
+pub const LOG_LINES_PER_SECOND: u32 = 100;
+/// Log bytes one instance may write per second (each line counted at most
+/// [`sluice_core::MAX_MESSAGE_BYTES`]).
+pub const LOG_BYTES_PER_SECOND: usize = 64 << 10;
+
+/// The `host.log` allowance of one instance, renewed every second.
+#[derive(Debug)]
+pub(crate) struct LogBudget {
+    window: std::time::Instant,
+    lines: u32,
+    bytes: usize,
+    dropped: u64,
+}
+
+impl LogBudget {
+    fn new() -> Self {
+        Self {
+            window: std::time::Instant::now(),
+            lines: 0,
+            bytes: 0,
+            dropped: 0,
+        }
+    }
+
+    /// Starts a new one-second window if the last one is over; returns how many
+    /// lines the last one dropped, if any.
+    fn new_window(&mut self, now: std::time::Instant) -> Option<u64> {
+        if now.duration_since(self.window) < std::time::Duration::from_secs(1) {
+            return None;
+        }
+        self.window = now;
+        self.lines = 0;
+        self.bytes = 0;
+        Some(std::mem::take(&mut self.dropped)).filter(|&n| n > 0)
+    }
+
+    /// Whether a line of `len` bytes may be written now.
+    fn take(&mut self, len: usize) -> bool {
+        let len = len.min(sluice_core::MAX_MESSAGE_BYTES);
+        if self.lines >= LOG_LINES_PER_SECOND || self.bytes + len > LOG_BYTES_PER_SECOND {
+            self.dropped += 1;
+            return false;
+        }
+        self.lines += 1;
+        self.bytes += len;
+        true
+    }
+}
+
 /// Largest set of HTTP header fields a plugin may build in one `fields` object.
 pub(crate) const MAX_HTTP_FIELDS_BYTES: usize = 32 << 10;
 /// What a host object other than header fields is counted as, in bytes, against
@@ -284,6 +336,7 @@ pub(crate) struct PluginState {
     pub(crate) quota: MemoryQuota,
     /// Guest CPU time of the call in progress, in epoch ticks.
     pub(crate) cpu: CpuBudget,
+    log_budget: LogBudget,
     name: Arc<str>,
     stats: Arc<PluginStats>,
     refused_metric_logged: bool,
@@ -348,6 +401,7 @@ impl PluginState {
                     exceeded: None,
                 },
                 cpu: CpuBudget::default(),
+                log_budget: LogBudget::new(),
                 name: settings.name.as_str().into(),
                 stats,
                 refused_metric_logged: false,
@@ -415,8 +469,20 @@ impl WasiHttpView for PluginState {
 
 impl host::Host for PluginState {
     fn log(&mut self, level: host::Level, message: String) {
+        let now = std::time::Instant::now();
+        if let Some(dropped) = self.log_budget.new_window(now) {
+            tracing::warn!(
+                plugin = &*self.name,
+                dropped,
+                "Plugin log lines dropped: over {LOG_LINES_PER_SECOND} lines or {LOG_BYTES_PER_SECOND} bytes in a second."
+            );
+        }
+        if !self.log_budget.take(message.len()) {
+            self.stats.log_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let plugin = &*self.name;
-        let message: String = message.chars().take(4096).collect();
+        let message = sluice_core::bounded_text(&message, sluice_core::MAX_MESSAGE_BYTES);
         match level {
             host::Level::Trace => tracing::trace!(plugin, "{message}"),
             host::Level::Debug => tracing::debug!(plugin, "{message}"),

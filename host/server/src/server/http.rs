@@ -306,6 +306,12 @@ pub fn render_metrics(feeds: &[FeedView], healthy: bool) -> String {
                 stats.stops.load(Ordering::Relaxed) as f64,
             );
             f.counter(
+                "sluice_plugin_log_dropped_total",
+                "host.log lines dropped by the per-instance rate and volume limit.",
+                &pl,
+                stats.log_dropped.load(Ordering::Relaxed) as f64,
+            );
+            f.counter(
                 "sluice_plugin_instantiations_total",
                 "Instances created.",
                 &pl,

@@ -68,6 +68,11 @@ pub struct ServeArgs {
     /// 65536).
     #[arg(long, default_value_t = 4096)]
     pub max_plugin_resources: u64,
+    /// How long a stopping processor (pause, remove, shutdown) may take to write,
+    /// flush and close before it is cancelled, in milliseconds (100 to 600000);
+    /// a cancelled processor's unflushed rows are replayed, flagged, next time.
+    #[arg(long, default_value_t = 30_000)]
+    pub stop_timeout_ms: u64,
 }
 
 /// Server-wide maximums of what a changefeed may ask for.
@@ -159,6 +164,8 @@ pub struct Ctx {
     /// Where processors (and so every plugin call) run: the plugin runtime's own
     /// executor, apart from the threads serving the API, the owner and leases.
     pub executor: tokio::runtime::Handle,
+    /// `--stop-timeout-ms`.
+    pub stop_timeout: Duration,
 }
 
 impl Ctx {
@@ -221,6 +228,12 @@ impl ServeArgs {
             if !(1..=crate::config::bounds::MAX_TIMEOUT_MS).contains(&value) {
                 anyhow::bail!("{flag} is {value}; it must be between 1 and 600000");
             }
+        }
+        if !(100..=600_000).contains(&self.stop_timeout_ms) {
+            anyhow::bail!(
+                "--stop-timeout-ms is {}; it must be between 100 and 600000",
+                self.stop_timeout_ms
+            );
         }
         if !(16..=65_536).contains(&self.max_plugin_resources) {
             anyhow::bail!(
@@ -324,6 +337,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_resources: args.max_plugin_resources,
         },
         executor,
+        stop_timeout: Duration::from_millis(args.stop_timeout_ms),
     });
     let keeper = tokio::spawn(keep_alive(ctx.clone(), lease.0, lease.1));
     let owner = match Owner::load(ctx.clone()).await {

@@ -23,9 +23,6 @@ use crate::spec::{self, FeedSpec};
 
 type Manager = FeedStateManager<SystemClock, SeededJitter>;
 
-/// How long a stopping processor may take to write, flush and close before it is
-/// cancelled (its unflushed rows are then replayed, flagged, by the next run).
-const STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The status of a changefeed is written at most this often while it runs (and
 /// on every state change and at shutdown).
@@ -384,7 +381,7 @@ impl Owner {
         if let Some(processor) = feed.processor.take() {
             let epoch = processor.epoch;
             let live = processor.live.clone();
-            let outcome = processor.stop(STOP_TIMEOUT).await;
+            let outcome = processor.stop(self.ctx.stop_timeout).await;
             tracing::debug!(changefeed = %id, ?outcome, "Processor stopped.");
             feed.absorb(epoch, &live, Some(outcome));
             self.persist(id, true).await?;
@@ -431,12 +428,13 @@ impl Owner {
     pub async fn shutdown(&mut self) {
         // Signal every processor first, then collect them: the stops overlap.
         let mut stopping = tokio::task::JoinSet::new();
+        let timeout = self.ctx.stop_timeout;
         for (id, feed) in &mut self.feeds {
             if let Some(processor) = feed.processor.take() {
                 let id = id.clone();
                 stopping.spawn(async move {
                     let (epoch, live) = (processor.epoch, processor.live.clone());
-                    let outcome = processor.stop(STOP_TIMEOUT).await;
+                    let outcome = processor.stop(timeout).await;
                     (id, epoch, live, outcome)
                 });
             }

@@ -143,6 +143,16 @@ impl Sink for Misbehave {
                 }
             }
             "hold-fields" => hold_fields(),
+            "log-flood" => {
+                // 10,000 lines at once, each trying to forge a second host line.
+                for i in 0..10_000 {
+                    sluice_sdk::host::warn(&format!(
+                        "line {i}\nERROR sluice: forged host line"
+                    ));
+                }
+                Ok(())
+            }
+            "huge-error" => Err(Error::fatal("E".repeat(2 << 20))),
             other => Err(Error::config(format!("unknown mode `{other}`"))),
         }
     }
