@@ -10,6 +10,9 @@
 //! - `bench-server`: build the plugins and run the control-plane benchmark of
 //!   `sluice server` (release build): API latency, cost of saving positions,
 //!   recovery after SIGKILL.
+//! - `bench-isolation`: build the plugins and run the neighbour-isolation
+//!   benchmark (release build): a healthy changefeed's throughput next to 1, 2
+//!   and 4 spinning sinks against alone.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -72,9 +75,13 @@ fn main() -> Result<()> {
             build_plugins(&root)?;
             cargo(&["bench", "-p", "sluice-server", "--bench", "control_plane"])
         }
+        Some("bench-isolation") => {
+            build_plugins(&root)?;
+            cargo(&["bench", "-p", "sluice-server", "--bench", "isolation"])
+        }
         _ => {
             eprintln!(
-                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server>"
+                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server | bench-isolation>"
             );
             bail!("unknown or missing command")
         }

@@ -9,84 +9,19 @@
 //!
 //! Run with `cargo xtask bench-server` (it builds the plugins first).
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use sluice_api::v1 as pb;
 use sluice_api::v1::changefeed_service_client::ChangefeedServiceClient;
-use sluice_api::v1::plugin_service_client::PluginServiceClient;
 use tonic::transport::Channel;
+
+mod common;
+use common::{Server, connect, id, median, upload};
 
 const CALLS: usize = 1_000;
 const ROWS: u64 = 300_000;
 const ROUNDS: usize = 5;
-
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Server {
-    fn start(data: &Path) -> (Server, Instant) {
-        let started = Instant::now();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["server", "--data-dir"])
-            .arg(data)
-            .args(["--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-            .env("SLUICE_LOG", "error")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("sluice server starts");
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        let addr = line
-            .split_whitespace()
-            .nth(4)
-            .expect("ready line")
-            .to_string();
-        std::thread::spawn(move || {
-            let mut rest = String::new();
-            while out.read_line(&mut rest).unwrap_or(0) > 0 {}
-        });
-        (
-            Server {
-                child,
-                url: format!("http://{addr}"),
-            },
-            started,
-        )
-    }
-
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn plugin(name: &str) -> PathBuf {
-    // `cargo xtask build-plugins` puts them here, whatever CARGO_TARGET_DIR is.
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/plugins")
-        .join(format!("{name}.wasm"))
-}
-
-fn id(name: &str) -> pb::ChangefeedRef {
-    pb::ChangefeedRef {
-        tenant: "default".into(),
-        name: name.into(),
-    }
-}
 
 fn feed(total: u64, rate: u64, pipeline: &str) -> String {
     format!(
@@ -97,49 +32,6 @@ fn feed(total: u64, rate: u64, pipeline: &str) -> String {
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i]
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-async fn connect(url: &str) -> Channel {
-    for _ in 0..100 {
-        if let Ok(c) = Channel::from_shared(url.to_string())
-            .unwrap()
-            .connect()
-            .await
-        {
-            return c;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("cannot connect to {url}");
-}
-
-async fn upload(channel: Channel) {
-    let bytes = std::fs::read(plugin("sink-blackhole")).expect("run cargo xtask build-plugins");
-    let messages = vec![
-        pb::UploadPluginRequest {
-            part: Some(pb::upload_plugin_request::Part::Header(pb::PluginHeader {
-                id: Some(pb::PluginRef {
-                    tenant: "default".into(),
-                    name: "sink-blackhole".into(),
-                    version: "0.1.0".into(),
-                }),
-                world: pb::PluginWorld::Sink.into(),
-                sha256: String::new(),
-            })),
-        },
-        pb::UploadPluginRequest {
-            part: Some(pb::upload_plugin_request::Part::Chunk(bytes)),
-        },
-    ];
-    PluginServiceClient::new(channel)
-        .upload_plugin(tokio_stream::iter(messages))
-        .await
-        .expect("upload");
 }
 
 async fn wait_state(c: &mut ChangefeedServiceClient<Channel>, name: &str, state: pb::FeedState) {
@@ -161,9 +53,9 @@ async fn wait_state(c: &mut ChangefeedServiceClient<Channel>, name: &str, state:
 async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("server");
-    let (server, _) = Server::start(&data);
+    let (server, _) = Server::start(&data, &[]);
     let channel = connect(&server.url).await;
-    upload(channel.clone()).await;
+    upload(channel.clone(), "sink-blackhole", pb::PluginWorld::Sink).await;
     let mut c = ChangefeedServiceClient::new(channel.clone());
 
     // Create latency: each create parses, checks the plugin's options (one
@@ -251,7 +143,7 @@ async fn main() {
     for _ in 0..ROUNDS {
         tokio::time::sleep(Duration::from_millis(1_500)).await;
         server.kill();
-        let (s, started) = Server::start(&data);
+        let (s, started) = Server::start(&data, &[]);
         server = s;
         ready.push(started.elapsed());
         let mut c = ChangefeedServiceClient::new(connect(&server.url).await);

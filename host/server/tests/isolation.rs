@@ -65,7 +65,14 @@ fn spinning_sinks_on_every_core_do_not_stop_neighbours_the_api_or_shutdown() {
         ),
     );
     for name in ["h1", "h2"] {
-        server.json(&["changefeed", "create", "-c", name, "--config", healthy.to_str().unwrap()]);
+        server.json(&[
+            "changefeed",
+            "create",
+            "-c",
+            name,
+            "--config",
+            healthy.to_str().unwrap(),
+        ]);
     }
     for i in 0..cores {
         server.json(&[
@@ -80,7 +87,10 @@ fn spinning_sinks_on_every_core_do_not_stop_neighbours_the_api_or_shutdown() {
     // Let the spinners get into their endless calls.
     std::thread::sleep(Duration::from_secs(2));
 
-    let before: Vec<u64> = ["h1", "h2"].iter().map(|n| checkpoint(&server, n)).collect();
+    let before: Vec<u64> = ["h1", "h2"]
+        .iter()
+        .map(|n| checkpoint(&server, n))
+        .collect();
     let mut slowest_health = Duration::ZERO;
     let mut slowest_status = Duration::ZERO;
     let until = Instant::now() + Duration::from_secs(4);
@@ -95,14 +105,27 @@ fn spinning_sinks_on_every_core_do_not_stop_neighbours_the_api_or_shutdown() {
         assert!(q["status"]["checkpoint-ts"].as_u64().is_some(), "{q}");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let after: Vec<u64> = ["h1", "h2"].iter().map(|n| checkpoint(&server, n)).collect();
+    let after: Vec<u64> = ["h1", "h2"]
+        .iter()
+        .map(|n| checkpoint(&server, n))
+        .collect();
     for (i, (b, a)) in before.iter().zip(&after).enumerate() {
-        assert!(a > b, "healthy changefeed h{} stood still: {b} -> {a}", i + 1);
+        assert!(
+            a > b,
+            "healthy changefeed h{} stood still: {b} -> {a}",
+            i + 1
+        );
     }
     // Generous bounds for a shared 2-core machine; without isolation these calls
     // did not answer at all.
-    assert!(slowest_health < Duration::from_secs(2), "{slowest_health:?}");
-    assert!(slowest_status < Duration::from_secs(3), "{slowest_status:?}");
+    assert!(
+        slowest_health < Duration::from_secs(2),
+        "{slowest_health:?}"
+    );
+    assert!(
+        slowest_status < Duration::from_secs(3),
+        "{slowest_status:?}"
+    );
     // The spinners are running (their calls never return), not failed.
     let spin = server.state("spin0");
     assert_eq!(spin["state"], "normal", "{spin}");

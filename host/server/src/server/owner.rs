@@ -23,7 +23,6 @@ use crate::spec::{self, FeedSpec};
 
 type Manager = FeedStateManager<SystemClock, SeededJitter>;
 
-
 /// The status of a changefeed is written at most this often while it runs (and
 /// on every state change and at shutdown).
 const STATUS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);

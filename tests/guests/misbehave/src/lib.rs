@@ -146,9 +146,7 @@ impl Sink for Misbehave {
             "log-flood" => {
                 // 10,000 lines at once, each trying to forge a second host line.
                 for i in 0..10_000 {
-                    sluice_sdk::host::warn(&format!(
-                        "line {i}\nERROR sluice: forged host line"
-                    ));
+                    sluice_sdk::host::warn(&format!("line {i}\nERROR sluice: forged host line"));
                 }
                 Ok(())
             }

@@ -1,0 +1,127 @@
+//! What the server benchmarks share: a server process, a gRPC connection,
+//! uploads.
+#![allow(dead_code, reason = "each benchmark uses a different part")]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sluice_api::v1 as pb;
+use sluice_api::v1::plugin_service_client::PluginServiceClient;
+use tonic::transport::Channel;
+
+pub struct Server {
+    pub child: Child,
+    pub url: String,
+}
+
+impl Server {
+    /// Starts a server on free ports with `extra` arguments.
+    pub fn start(data: &Path, extra: &[&str]) -> (Server, Instant) {
+        let started = Instant::now();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["server", "--data-dir"])
+            .arg(data)
+            .args(["--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+            .args(extra)
+            .env("SLUICE_LOG", "error")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sluice server starts");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let addr = line
+            .split_whitespace()
+            .nth(4)
+            .expect("ready line")
+            .to_string();
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            while out.read_line(&mut rest).unwrap_or(0) > 0 {}
+        });
+        (
+            Server {
+                child,
+                url: format!("http://{addr}"),
+            },
+            started,
+        )
+    }
+
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn plugin(name: &str) -> PathBuf {
+    // `cargo xtask build-plugins` puts them here, whatever CARGO_TARGET_DIR is.
+    let target = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target");
+    let shipped = target.join("plugins").join(format!("{name}.wasm"));
+    if shipped.exists() {
+        shipped
+    } else {
+        target.join("test-plugins").join(format!("{name}.wasm"))
+    }
+}
+
+pub fn id(name: &str) -> pb::ChangefeedRef {
+    pb::ChangefeedRef {
+        tenant: "default".into(),
+        name: name.into(),
+    }
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+pub async fn connect(url: &str) -> Channel {
+    for _ in 0..100 {
+        if let Ok(c) = Channel::from_shared(url.to_string())
+            .unwrap()
+            .connect()
+            .await
+        {
+            return c;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("cannot connect to {url}");
+}
+
+/// Uploads the built plugin `name` as `name@0.1.0`.
+pub async fn upload(channel: Channel, name: &str, world: pb::PluginWorld) {
+    let bytes = std::fs::read(plugin(name)).expect("run cargo xtask build-plugins");
+    let messages = vec![
+        pb::UploadPluginRequest {
+            part: Some(pb::upload_plugin_request::Part::Header(pb::PluginHeader {
+                id: Some(pb::PluginRef {
+                    tenant: "default".into(),
+                    name: name.into(),
+                    version: "0.1.0".into(),
+                }),
+                world: world.into(),
+                sha256: String::new(),
+            })),
+        },
+        pb::UploadPluginRequest {
+            part: Some(pb::upload_plugin_request::Part::Chunk(bytes)),
+        },
+    ];
+    PluginServiceClient::new(channel)
+        .upload_plugin(tokio_stream::iter(messages))
+        .await
+        .expect("upload");
+}
