@@ -47,7 +47,9 @@ pub fn check_not_future(what: &'static str, ts: CommitTs, now_ms: u64) -> Result
 
 /// Longest error or warning message kept, in bytes (after escaping, give or
 /// take one escaped character); longer ones are cut, with their length noted.
-pub const MAX_MESSAGE_BYTES: usize = sluice_core::MAX_MESSAGE_BYTES;
+/// Twice a plugin's bound, so that a plugin message cut by the runtime still fits
+/// whole with the context the pipeline adds.
+pub const MAX_MESSAGE_BYTES: usize = 2 * sluice_core::MAX_MESSAGE_BYTES;
 
 /// `message` as it may be stored and shown: control characters (newlines
 /// included) escaped, and cut after about [`MAX_MESSAGE_BYTES`] on a character
@@ -516,7 +518,7 @@ pub(crate) mod tests {
                 message: "y".repeat(10 << 20),
             });
         }
-        assert!(info.encode().len() < 64 << 10, "{}", info.encode().len());
+        assert!(info.encode().len() < 128 << 10, "{}", info.encode().len());
     }
 
     #[test]

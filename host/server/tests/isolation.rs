@@ -147,3 +147,95 @@ fn spinning_sinks_on_every_core_do_not_stop_neighbours_the_api_or_shutdown() {
     };
     assert!(status.success(), "{}", server.stderr.lock().unwrap());
 }
+
+#[test]
+fn a_plugin_cannot_make_its_changefeed_unmanageable_or_exhaust_the_pools() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"), &[]);
+    server.upload("misbehave", "sink");
+
+    // A component that could never instantiate (255 memories) is refused at upload.
+    let wat = format!(
+        "(component (core module $m (memory 1)) {})",
+        "(core instance (instantiate $m))".repeat(255)
+    );
+    let hog = dir.path().join("hog.wasm");
+    std::fs::write(&hog, wat::parse_str(&wat).unwrap()).unwrap();
+    let err = server.error(&[
+        "plugin",
+        "upload",
+        hog.to_str().unwrap(),
+        "--id",
+        "hog@0.1.0",
+        "--kind",
+        "sink",
+    ]);
+    assert!(
+        err.starts_with("error: invalid argument: not a usable sink plugin: ")
+            && err.contains("255"),
+        "{err}"
+    );
+
+    // A 2 MB fatal error, and a flood of forged log lines: the changefeed fails
+    // with a bounded error and stays manageable.
+    let file = dir.path().join("huge.toml");
+    std::fs::write(
+        &file,
+        feed("misbehave@0.1.0", "config = { mode = \"huge-error\" }", 0),
+    )
+    .unwrap();
+    server.json(&[
+        "changefeed",
+        "create",
+        "-c",
+        "huge",
+        "--config",
+        file.to_str().unwrap(),
+    ]);
+    server.wait_for("the changefeed to fail", Duration::from_secs(30), || {
+        server.state("huge")["state"] == "failed"
+    });
+    let q = server.state("huge");
+    let message = q["status"]["errors"][0]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(message.len() < 8 << 10, "{}", message.len());
+    assert!(
+        message.contains("(cut; 2097152 bytes in all)"),
+        "{message:.200}"
+    );
+    let list = server.json(&["changefeed", "list"]);
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    let (code, metrics) = server.http_get("/metrics");
+    assert_eq!(code, 200);
+    assert!(metrics.len() < 1 << 20, "{}", metrics.len());
+    server.json(&["changefeed", "remove", "-c", "huge"]);
+
+    let flood = dir.path().join("flood.toml");
+    std::fs::write(
+        &flood,
+        feed("misbehave@0.1.0", "config = { mode = \"log-flood\" }", 100),
+    )
+    .unwrap();
+    server.json(&[
+        "changefeed",
+        "create",
+        "-c",
+        "flood",
+        "--config",
+        flood.to_str().unwrap(),
+    ]);
+    std::thread::sleep(Duration::from_secs(2));
+    server.json(&["changefeed", "remove", "-c", "flood"]);
+    let log = server.stop();
+    assert!(
+        !log.contains("\nERROR sluice: forged host line"),
+        "a forged line"
+    );
+    assert!(
+        log.contains("Plugin log lines dropped"),
+        "no summary of dropped lines"
+    );
+    assert!(log.len() < 8 << 20, "the log grew to {} bytes", log.len());
+}
