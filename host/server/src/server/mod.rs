@@ -73,6 +73,12 @@ pub struct ServeArgs {
     /// a cancelled processor's unflushed rows are replayed, flagged, next time.
     #[arg(long, default_value_t = 30_000)]
     pub stop_timeout_ms: u64,
+    /// Plugin instances that may be alive at once in this server (8 to 1024):
+    /// the size of the instance pool. Every changefeed holds one per filter and
+    /// one for its sink; memories, tables and core instances are pooled at the
+    /// per-component maximums times this, so only whole instances can run out.
+    #[arg(long, default_value_t = 128)]
+    pub max_plugin_instances: u32,
 }
 
 /// Server-wide maximums of what a changefeed may ask for.
@@ -229,6 +235,12 @@ impl ServeArgs {
                 anyhow::bail!("{flag} is {value}; it must be between 1 and 600000");
             }
         }
+        if !(8..=1024).contains(&self.max_plugin_instances) {
+            anyhow::bail!(
+                "--max-plugin-instances is {}; it must be between 8 and 1024",
+                self.max_plugin_instances
+            );
+        }
         if !(100..=600_000).contains(&self.stop_timeout_ms) {
             anyhow::bail!(
                 "--stop-timeout-ms is {}; it must be between 100 and 600000",
@@ -304,6 +316,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     let runtime = PluginRuntime::new(RuntimeConfig {
         cache_dir: Some(data_dir.join("precompiled")),
+        max_instances: args.max_plugin_instances,
         ..RuntimeConfig::default()
     })?;
     let executor = runtime.executor()?;
