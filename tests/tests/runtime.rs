@@ -517,9 +517,10 @@ async fn waiting_in_a_host_call_does_not_count_against_the_cpu_limit() {
 }
 
 #[test]
-fn a_spinning_guest_yields_so_others_on_the_same_thread_go_on() {
-    // One thread: the spinning guest and a timer task share it. Without slices the
-    // timer would not run until the guest's CPU limit (2 s) stopped it.
+fn a_spinning_guest_leaves_the_callers_thread_free() {
+    // One caller thread: the call and a timer task share it. Guest code runs on
+    // the plugin's own thread, so the timer runs all along; were the guest on the
+    // caller's thread, the timer would wait until the CPU limit (2 s) stopped it.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

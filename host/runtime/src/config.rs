@@ -23,10 +23,6 @@ pub struct RuntimeConfig {
     pub max_tables_per_component: u32,
     /// Most core instances one component may create.
     pub max_core_instances_per_component: u32,
-    /// Threads of the executor that runs plugin calls (and the pipelines around
-    /// them), apart from the threads that serve the API, the owner and leases;
-    /// 0 means one per core.
-    pub executor_threads: usize,
 }
 
 impl Default for RuntimeConfig {
@@ -39,7 +35,6 @@ impl Default for RuntimeConfig {
             max_memories_per_component: 4,
             max_tables_per_component: 16,
             max_core_instances_per_component: 32,
-            executor_threads: 0,
         }
     }
 }

@@ -55,26 +55,19 @@ impl WasmFilter {
             unreachable!("checked in WasmFilter::new");
         };
         let pre = pre.clone();
-        let (mut store, stderr) = self.slot.new_store()?;
-        self.slot.arm(&mut store);
-        let timeout = self.slot.settings.limits.host_call_timeout;
-        match tokio::time::timeout(timeout, pre.instantiate_async(&mut store)).await {
-            Ok(Ok(bindings)) => self.slot.install(store, bindings, stderr),
-            Ok(Err(e)) => return Err(PluginError::Stopped(format!("instantiation failed: {e:#}"))),
-            Err(_) => {
-                return Err(PluginError::Stopped(format!(
-                    "instantiation took longer than {timeout:?}"
-                )));
-            }
-        }
-        Ok(())
+        self.slot
+            .instantiate_with(move |mut store| async move {
+                let made = pre.instantiate_async(&mut store).await;
+                (store, made)
+            })
+            .await
     }
 
     /// Ask the plugin whether its configuration is valid (a throwaway instance).
     pub async fn validate_config(&mut self) -> Result<(), PluginError> {
         self.instantiate().await?;
         let config = self.slot.settings.config_json.clone();
-        let result = guarded_call!(self.slot, |live| live
+        let (result, _) = guarded_call!(self.slot, config, |live, config| live
             .bindings
             .sluice_plugin_filter_api()
             .call_validate_config(&mut live.store, &config));
@@ -86,10 +79,11 @@ impl WasmFilter {
         if self.slot.live.is_none() {
             self.instantiate().await?;
             let config = self.slot.settings.config_json.clone();
-            guarded_call!(self.slot, |live| live
+            guarded_call!(self.slot, config, |live, config| live
                 .bindings
                 .sluice_plugin_filter_api()
-                .call_open(&mut live.store, &config))?;
+                .call_open(&mut live.store, &config))
+            .0?;
         }
         Ok(())
     }
@@ -112,7 +106,7 @@ impl Filter for WasmFilter {
         self.slot.check_bound(batch)?;
         self.live().await?;
         let (keys, wire) = self.slot.wire_batch(schemas, batch);
-        let result = guarded_call!(self.slot, |live| live
+        let (result, wire) = guarded_call!(self.slot, wire, |live, wire| live
             .bindings
             .sluice_plugin_filter_api()
             .call_transform(&mut live.store, &wire));
@@ -128,7 +122,9 @@ impl Filter for WasmFilter {
                 // The input goes back untouched, so the caller can retry it; an
                 // instance that returned garbage is not kept.
                 self.slot.live = None;
-                restore(batch, wire);
+                if let Some(wire) = wire {
+                    restore(batch, wire);
+                }
                 Err(err)
             }
         }

@@ -15,6 +15,7 @@ use crate::component::PluginComponent;
 use crate::config::PluginSettings;
 use crate::convert;
 use crate::state::{PluginState, PluginStats};
+use crate::thread::PluginThread;
 
 /// A live instance: its store, its bindings, its stderr, and which schema
 /// versions it has been sent.
@@ -29,12 +30,14 @@ pub(crate) struct Live<B> {
 pub(crate) type Outcome<T> =
     Result<wasmtime::Result<Result<T, wit::Error>>, tokio::time::error::Elapsed>;
 
-/// At most one live instance of a component, with its settings.
+/// At most one live instance of a component, with its settings and the thread
+/// its guest code runs on.
 pub(crate) struct Slot<B> {
     pub(crate) component: PluginComponent,
     pub(crate) settings: PluginSettings,
     pub(crate) stats: Arc<PluginStats>,
     pub(crate) live: Option<Live<B>>,
+    thread: Option<PluginThread>,
 }
 
 impl<B> Slot<B> {
@@ -44,6 +47,50 @@ impl<B> Slot<B> {
             settings,
             stats: Arc::new(PluginStats::default()),
             live: None,
+            thread: None,
+        }
+    }
+
+    /// The slot's thread, started on first use.
+    pub(crate) fn thread(&mut self) -> Result<&PluginThread, PluginError> {
+        if self.thread.is_none() {
+            let thread = PluginThread::start(&self.settings.name).map_err(|e| {
+                PluginError::Retryable(format!("cannot start a thread for the plugin: {e}"))
+            })?;
+            self.thread = Some(thread);
+        }
+        Ok(self.thread.as_ref().expect("just set"))
+    }
+
+    /// Instantiates `pre` on the slot's thread under the host-call timeout.
+    pub(crate) async fn instantiate_with<F, Fut>(
+        &mut self,
+        instantiate: F,
+    ) -> Result<(), PluginError>
+    where
+        F: FnOnce(Store<PluginState>) -> Fut + Send + 'static,
+        Fut: Future<Output = (Store<PluginState>, wasmtime::Result<B>)> + Send + 'static,
+        B: Send + 'static,
+    {
+        let (mut store, stderr) = self.new_store()?;
+        self.arm(&mut store);
+        let timeout = self.settings.limits.host_call_timeout;
+        let made = self
+            .thread()?
+            .run(move || async move { tokio::time::timeout(timeout, instantiate(store)).await })
+            .await;
+        match made {
+            Some(Ok((store, Ok(bindings)))) => {
+                self.install(store, bindings, stderr);
+                Ok(())
+            }
+            Some(Ok((_, Err(e)))) => {
+                Err(PluginError::Stopped(format!("instantiation failed: {e:#}")))
+            }
+            Some(Err(_)) => Err(PluginError::Stopped(format!(
+                "instantiation took longer than {timeout:?}"
+            ))),
+            None => Err(thread_gone()),
         }
     }
 
@@ -248,25 +295,49 @@ pub(crate) async fn guard<T>(
     tokio::time::timeout(timeout, fut).await
 }
 
-/// Run a guarded call on the slot's live instance. `$live` names the instance
-/// inside `$call`.
+/// The plugin's thread ended (only a host bug can do that).
+pub(crate) fn thread_gone() -> PluginError {
+    PluginError::Stopped("the plugin's thread ended unexpectedly".into())
+}
+
+/// Run a guarded call on the slot's live instance, on the slot's thread.
+/// `$arg` is moved to the thread and handed back with the result, as
+/// `(result, Option<$arg>)` (`None` only if the thread is gone); `$live` and
+/// `$arg` name the instance and the argument inside `$call`.
 macro_rules! guarded_call {
-    ($slot:expr, |$live:ident| $call:expr) => {{
+    ($slot:expr, $arg:expr, |$live:ident, $name:ident| $call:expr) => {{
         let slot = &mut $slot;
         let timeout = slot.settings.limits.host_call_timeout;
         let started = std::time::Instant::now();
-        let outcome = {
-            let mut live = slot.live.take().expect("an instance is live");
-            slot.arm(&mut live.store);
-            let outcome = {
-                let $live = &mut live;
-                $crate::instance::guard(timeout, $call).await
-            };
-            slot.live = Some(live);
-            outcome
+        let mut live = slot.live.take().expect("an instance is live");
+        slot.arm(&mut live.store);
+        let arg = $arg;
+        let ran = match slot.thread() {
+            Ok(thread) => {
+                thread
+                    .run(move || async move {
+                        let $name = arg;
+                        let outcome = {
+                            let $live = &mut live;
+                            $crate::instance::guard(timeout, $call).await
+                        };
+                        (live, outcome, $name)
+                    })
+                    .await
+            }
+            Err(e) => {
+                slot.live = Some(live);
+                return Err(e);
+            }
         };
         slot.stats.call_latency.record(started.elapsed());
-        slot.settle(outcome)
+        match ran {
+            Some((live, outcome, arg)) => {
+                slot.live = Some(live);
+                (slot.settle(outcome), Some(arg))
+            }
+            None => (Err($crate::instance::thread_gone()), None),
+        }
     }};
 }
 pub(crate) use guarded_call;

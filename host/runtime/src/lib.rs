@@ -22,6 +22,7 @@ mod runtime;
 mod sink;
 mod state;
 mod stderr;
+mod thread;
 
 pub use component::{PluginComponent, PluginKind};
 pub use config::{Capabilities, PluginLimits, PluginSettings, RuntimeConfig};
@@ -30,3 +31,4 @@ pub use filter::WasmFilter;
 pub use runtime::PluginRuntime;
 pub use sink::WasmSink;
 pub use state::{LATENCY_BUCKETS, LatencyHistogram, PluginStats};
+pub use thread::live_plugin_threads;

@@ -28,19 +28,11 @@ pub(crate) struct Inner {
     pub(crate) cache: Option<PrecompileCache>,
     pub(crate) epoch_tick: Duration,
     stop_ticker: Arc<AtomicBool>,
-    executor_threads: usize,
-    /// Started on first use: see [`PluginRuntime::executor`].
-    executor: std::sync::OnceLock<Result<tokio::runtime::Runtime, String>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         self.stop_ticker.store(true, Ordering::Relaxed);
-        // Dropping a runtime from async code would panic: let it wind down on
-        // its own threads.
-        if let Some(Ok(executor)) = self.executor.take() {
-            executor.shutdown_background();
-        }
     }
 }
 
@@ -103,35 +95,8 @@ impl PluginRuntime {
                 cache,
                 epoch_tick: config.epoch_tick,
                 stop_ticker,
-                executor_threads: config.executor_threads,
-                executor: std::sync::OnceLock::new(),
             }),
         })
-    }
-
-    /// The executor for plugin calls: a multi-threaded tokio runtime of its own
-    /// (`sluice-plugin` threads, one per core unless configured), started on first
-    /// use. Whatever guest code does, the threads of the caller's runtime (the
-    /// API, the owner, meta-store leases) are not the ones running it; and guest
-    /// code yields every epoch tick, so plugins on this executor share it fairly.
-    pub fn executor(&self) -> Result<tokio::runtime::Handle, RuntimeError> {
-        let inner = &self.inner;
-        let executor = inner.executor.get_or_init(|| {
-            let threads = match inner.executor_threads {
-                0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
-                n => n,
-            };
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(threads)
-                .thread_name("sluice-plugin")
-                .enable_all()
-                .build()
-                .map_err(|e| format!("cannot start the plugin executor: {e}"))
-        });
-        match executor {
-            Ok(rt) => Ok(rt.handle().clone()),
-            Err(e) => Err(RuntimeError::Config(e.clone())),
-        }
     }
 
     /// Check `bytes` as a plugin of `kind`, precompile it (or take it from the

@@ -65,20 +65,12 @@ impl WasmSink {
             unreachable!("checked in WasmSink::new");
         };
         let pre = pre.clone();
-        let (mut store, stderr) = self.slot.new_store()?;
-        self.slot.arm(&mut store);
-        let timeout = self.slot.settings.limits.host_call_timeout;
-        let made = tokio::time::timeout(timeout, pre.instantiate_async(&mut store)).await;
-        match made {
-            Ok(Ok(bindings)) => self.slot.install(store, bindings, stderr),
-            Ok(Err(e)) => return Err(PluginError::Stopped(format!("instantiation failed: {e:#}"))),
-            Err(_) => {
-                return Err(PluginError::Stopped(format!(
-                    "instantiation took longer than {timeout:?}"
-                )));
-            }
-        }
-        Ok(())
+        self.slot
+            .instantiate_with(move |mut store| async move {
+                let made = pre.instantiate_async(&mut store).await;
+                (store, made)
+            })
+            .await
     }
 
     /// Ask the plugin whether its configuration is valid (a throwaway instance;
@@ -86,7 +78,7 @@ impl WasmSink {
     pub async fn validate_config(&mut self) -> Result<(), PluginError> {
         self.instantiate().await?;
         let config = self.slot.settings.config_json.clone();
-        let result = guarded_call!(self.slot, |live| live
+        let (result, _) = guarded_call!(self.slot, config, |live, config| live
             .bindings
             .sluice_plugin_sink_api()
             .call_validate_config(&mut live.store, &config));
@@ -98,10 +90,11 @@ impl WasmSink {
         if self.slot.live.is_none() {
             self.instantiate().await?;
             let config = self.slot.settings.config_json.clone();
-            guarded_call!(self.slot, |live| live
+            guarded_call!(self.slot, config, |live, config| live
                 .bindings
                 .sluice_plugin_sink_api()
-                .call_open(&mut live.store, &config))?;
+                .call_open(&mut live.store, &config))
+            .0?;
         }
         Ok(())
     }
@@ -124,11 +117,13 @@ impl Sink for WasmSink {
         self.slot.check_bound(batch)?;
         self.live().await?;
         let (keys, wire) = self.slot.wire_batch(schemas, batch);
-        let result = guarded_call!(self.slot, |live| live
+        let (result, wire) = guarded_call!(self.slot, wire, |live, wire| live
             .bindings
             .sluice_plugin_sink_api()
             .call_write(&mut live.store, &wire));
-        restore(batch, wire);
+        if let Some(wire) = wire {
+            restore(batch, wire);
+        }
         if result.is_ok() {
             self.slot.mark_sent(keys);
         }
@@ -137,26 +132,28 @@ impl Sink for WasmSink {
 
     async fn flush(&mut self, ts: CommitTs) -> Result<(), PluginError> {
         self.live().await?;
-        guarded_call!(self.slot, |live| live
+        guarded_call!(self.slot, ts.get(), |live, ts| live
             .bindings
             .sluice_plugin_sink_api()
-            .call_flush(&mut live.store, ts.get()))
+            .call_flush(&mut live.store, ts))
+        .0
     }
 
     async fn apply_ddl(&mut self, ddl: &DdlEvent) -> Result<(), PluginError> {
         self.live().await?;
         let wire = convert::ddl(ddl);
-        guarded_call!(self.slot, |live| live
+        guarded_call!(self.slot, wire, |live, wire| live
             .bindings
             .sluice_plugin_sink_api()
             .call_apply_ddl(&mut live.store, &wire))
+        .0
     }
 
     async fn close(&mut self) -> Result<(), PluginError> {
         if self.slot.live.is_none() {
             return Ok(());
         }
-        let result = guarded_call!(self.slot, |live| live
+        let (result, _) = guarded_call!(self.slot, (), |live, _unit| live
             .bindings
             .sluice_plugin_sink_api()
             .call_close(&mut live.store));

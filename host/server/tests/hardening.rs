@@ -394,7 +394,8 @@ fn a_removed_changefeed_leaves_no_task_and_no_memory_behind() {
     // Settle, then take the baseline.
     std::thread::sleep(Duration::from_millis(500));
     let before = status(&server);
-    let tasks = |s: &Json| s["tokio-tasks"].as_u64().unwrap() + s["plugin-tasks"].as_u64().unwrap();
+    let tasks =
+        |s: &Json| s["tokio-tasks"].as_u64().unwrap() + s["plugin-threads"].as_u64().unwrap();
     let tasks_before = tasks(&before);
     let rss_before = before["rss-bytes"].as_u64().unwrap();
     assert!(rss_before > 0, "{before}");

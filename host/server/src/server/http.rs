@@ -79,7 +79,7 @@ async fn status(axum::extract::State(s): S) -> Response {
         "changefeeds": feeds.len(),
         "by-state": by_state,
         "tokio-tasks": tokio::runtime::Handle::current().metrics().num_alive_tasks(),
-        "plugin-tasks": s.ctx.executor.metrics().num_alive_tasks(),
+        "plugin-threads": sluice_runtime::live_plugin_threads(),
         "rss-bytes": rss_bytes(),
     }))
     .into_response()

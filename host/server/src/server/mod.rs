@@ -167,9 +167,6 @@ pub struct Ctx {
     pub uploads: Arc<tokio::sync::Semaphore>,
     pub upload_budget_mib: u64,
     pub limits: ServerLimits,
-    /// Where processors (and so every plugin call) run: the plugin runtime's own
-    /// executor, apart from the threads serving the API, the owner and leases.
-    pub executor: tokio::runtime::Handle,
     /// `--stop-timeout-ms`.
     pub stop_timeout: Duration,
 }
@@ -319,7 +316,6 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_instances: args.max_plugin_instances,
         ..RuntimeConfig::default()
     })?;
-    let executor = runtime.executor()?;
     let registry = PluginRegistry::new(
         store.clone(),
         runtime,
@@ -349,7 +345,6 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_host_call_timeout_ms: args.max_host_call_timeout_ms,
             max_resources: args.max_plugin_resources,
         },
-        executor,
         stop_timeout: Duration::from_millis(args.stop_timeout_ms),
     });
     let keeper = tokio::spawn(keep_alive(ctx.clone(), lease.0, lease.1));

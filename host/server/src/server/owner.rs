@@ -810,19 +810,13 @@ pub async fn describe(
     info.validate()
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
     ctx.limits.check(&info).map_err(Status::invalid_argument)?;
-    // Each plugin checks its own options, on the plugin executor (a plugin's
-    // validate-config is guest code like any other call).
+    // Each plugin checks its own options (on the plugin's own thread).
     for (i, plugin) in info.filters.iter().enumerate() {
         let component = load_plugin(ctx, id, &plugin.plugin).await?;
         let mut filter =
             sluice_runtime::WasmFilter::new(component, spec::settings_of(plugin, None))
                 .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let checked = ctx
-            .executor
-            .spawn(async move { filter.validate_config().await })
-            .await
-            .map_err(|e| Status::internal(format!("checking filters[{i}] failed: {e}")))?;
-        checked.map_err(|e| {
+        filter.validate_config().await.map_err(|e| {
             Status::invalid_argument(format!(
                 "filters[{i}].config was rejected by `{}`: {e}",
                 plugin.plugin
@@ -832,12 +826,7 @@ pub async fn describe(
     let component = load_plugin(ctx, id, &info.sink.plugin).await?;
     let mut sink = sluice_runtime::WasmSink::new(component, spec::settings_of(&info.sink, None))
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
-    let checked = ctx
-        .executor
-        .spawn(async move { sink.validate_config().await })
-        .await
-        .map_err(|e| Status::internal(format!("checking the sink failed: {e}")))?;
-    checked.map_err(|e| {
+    sink.validate_config().await.map_err(|e| {
         Status::invalid_argument(format!(
             "sink.config was rejected by `{}`: {e}",
             info.sink.plugin

@@ -96,9 +96,9 @@ impl Processor {
         let (tx, rx) = oneshot::channel();
         let live = Arc::new(Live::default());
         let span = tracing::info_span!("changefeed", id = %info.id, epoch = epoch.0);
-        // On the plugin executor: guest code never runs on the threads that serve
-        // the API, the owner and the meta-store lease.
-        let task = ctx.executor.spawn({
+        // Guest code does not run on this task's threads: every plugin call goes
+        // to the plugin's own thread (sluice-runtime).
+        let task = tokio::spawn({
             let live = live.clone();
             let ctx = ctx.clone();
             async move {
