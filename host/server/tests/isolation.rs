@@ -130,6 +130,47 @@ fn spinning_sinks_on_every_core_do_not_stop_neighbours_the_api_or_shutdown() {
     let spin = server.state("spin0");
     assert_eq!(spin["state"], "normal", "{spin}");
 
+    // Pausing a spinning changefeed waits for its stop (cancelled after
+    // --stop-timeout-ms), but holds nothing others need meanwhile.
+    let grpc = server.grpc.clone();
+    let pausing = std::thread::spawn(move || {
+        let started = Instant::now();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args([
+                "cli",
+                "--server",
+                &grpc,
+                "--output",
+                "json",
+                "changefeed",
+                "pause",
+                "-c",
+                "spin0",
+            ])
+            .output()
+            .unwrap();
+        (started.elapsed(), out)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let q = server.state("h1");
+    let list = server.json(&["changefeed", "list"]);
+    let during_pause = started.elapsed();
+    assert_eq!(q["state"], "normal", "{q}");
+    assert_eq!(list.as_array().unwrap().len(), 2 + cores, "{list}");
+    let (pause_took, out) = pausing.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let paused: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(paused["state"], "stopped", "{paused}");
+    assert!(
+        during_pause < Duration::from_secs(1) && pause_took >= Duration::from_millis(1500),
+        "other calls took {during_pause:?} while a pause took {pause_took:?}"
+    );
+
     // SIGTERM: the healthy processors flush, the spinning ones are cancelled
     // after --stop-timeout-ms, and the server exits.
     let started = Instant::now();

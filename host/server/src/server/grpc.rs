@@ -25,6 +25,26 @@ pub struct Api {
 }
 
 impl Api {
+    /// After an admin job: waits until the changefeed's old processor (if the job
+    /// stopped or replaced one) has ended and been taken in, so that the answer
+    /// shows where it stopped, without holding the owner meanwhile (a struggling
+    /// sink's stop must not stall other requests). Bounded by the stop timeout.
+    async fn settle(&self, id: &ChangefeedId) -> Result<FeedView, Status> {
+        let deadline =
+            tokio::time::Instant::now() + self.ctx.stop_timeout + std::time::Duration::from_secs(2);
+        loop {
+            {
+                let owner = self.owner.lock().await;
+                if owner.settled(id) || tokio::time::Instant::now() >= deadline {
+                    return owner
+                        .view(id)
+                        .ok_or_else(|| Status::not_found(format!("no changefeed {id}")));
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     pub fn changefeeds(&self) -> ChangefeedServiceServer<Api> {
         ChangefeedServiceServer::new(self.clone())
     }
@@ -304,7 +324,9 @@ impl ChangefeedService for Api {
         let info = describe(&self.ctx, &id, &r.config_toml, start_ts, target_ts).await?;
         let mut owner = self.owner.lock().await;
         owner.plugins_present(&info).await?;
-        let view = owner.admin(&id, AdminJob::Update(Box::new(info))).await?;
+        owner.admin(&id, AdminJob::Update(Box::new(info))).await?;
+        drop(owner);
+        let view = self.settle(&id).await?;
         Ok(Response::new(changefeed_pb(&view)))
     }
 
@@ -313,7 +335,8 @@ impl ChangefeedService for Api {
         request: Request<pb::ChangefeedRef>,
     ) -> Result<Response<pb::Changefeed>, Status> {
         let id = changefeed_id(Some(request.get_ref()))?;
-        let view = self.owner.lock().await.admin(&id, AdminJob::Pause).await?;
+        self.owner.lock().await.admin(&id, AdminJob::Pause).await?;
+        let view = self.settle(&id).await?;
         Ok(Response::new(changefeed_pb(&view)))
     }
 
@@ -329,7 +352,8 @@ impl ChangefeedService for Api {
         let job = AdminJob::Resume {
             overwrite_checkpoint: r.overwrite_checkpoint_ts.map(CheckpointTs),
         };
-        let view = self.owner.lock().await.admin(&id, job).await?;
+        self.owner.lock().await.admin(&id, job).await?;
+        let view = self.settle(&id).await?;
         Ok(Response::new(changefeed_pb(&view)))
     }
 
@@ -338,7 +362,8 @@ impl ChangefeedService for Api {
         request: Request<pb::ChangefeedRef>,
     ) -> Result<Response<pb::Changefeed>, Status> {
         let id = changefeed_id(Some(request.get_ref()))?;
-        let view = self.owner.lock().await.admin(&id, AdminJob::Remove).await?;
+        self.owner.lock().await.admin(&id, AdminJob::Remove).await?;
+        let view = self.settle(&id).await?;
         Ok(Response::new(changefeed_pb(&view)))
     }
 

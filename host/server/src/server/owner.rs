@@ -335,23 +335,43 @@ impl Owner {
     }
 
     async fn tick_one(&mut self, id: &ChangefeedId) -> anyhow::Result<()> {
+        let ended = self.collect(id).await;
         let feed = self.feeds.get_mut(id).expect("listed");
-        if feed.processor.as_ref().is_some_and(Processor::is_finished) {
-            let processor = feed.processor.take().expect("checked");
-            let epoch = processor.epoch;
-            let live = processor.live.clone();
-            let outcome = processor.join().await;
-            feed.absorb(epoch, &live, Some(outcome));
-        } else if let Some(p) = &feed.processor {
+        if let Some(p) = &feed.processor {
             let (epoch, live) = (p.epoch, p.live.clone());
             feed.absorb(epoch, &live, None);
         }
         // The latest decision reflects everything absorbed above.
         let decision = feed.manager.tick();
-        // Persist before acting.
-        let force = feed.manager.changefeed().info != feed.saved_info;
+        // Persist before acting; a processor's final checkpoint at once.
+        let force = ended || feed.manager.changefeed().info != feed.saved_info;
         self.persist(id, force).await?;
         self.act(id, decision).await
+    }
+
+    /// Takes in the changefeed's processor if it has ended (its final checkpoint
+    /// and how it ended). Returns whether one had.
+    async fn collect(&mut self, id: &ChangefeedId) -> bool {
+        let feed = self.feeds.get_mut(id).expect("listed");
+        if !feed.processor.as_ref().is_some_and(Processor::is_finished) {
+            return false;
+        }
+        let processor = feed.processor.take().expect("checked");
+        let epoch = processor.epoch;
+        let live = processor.live.clone();
+        let outcome = processor.join().await;
+        tracing::debug!(changefeed = %id, ?outcome, "Processor ended.");
+        feed.absorb(epoch, &live, Some(outcome));
+        true
+    }
+
+    /// Whether the changefeed's processor is where its state wants it: none is
+    /// stopping (an admin job that stops or restarts it waits for this, without
+    /// holding the owner).
+    pub fn settled(&self, id: &ChangefeedId) -> bool {
+        self.feeds
+            .get(id)
+            .is_none_or(|f| f.processor.as_ref().is_none_or(|p| !p.is_stopping()))
     }
 
     /// Carries out a manager's decision (after it was persisted).
@@ -373,29 +393,29 @@ impl Owner {
         Ok(())
     }
 
-    /// Stops the changefeed's processor, if one runs, and takes in its final
-    /// checkpoint and how it ended.
+    /// Asks the changefeed's processor, if one runs, to stop; the owner loop
+    /// takes in its final checkpoint once it has ended (the processor wakes it).
+    /// Never waits: a struggling sink's stop must not hold the owner.
     async fn stop(&mut self, id: &ChangefeedId) -> anyhow::Result<()> {
         let feed = self.feeds.get_mut(id).expect("present");
-        if let Some(processor) = feed.processor.take() {
-            let epoch = processor.epoch;
-            let live = processor.live.clone();
-            let outcome = processor.stop(self.ctx.stop_timeout).await;
-            tracing::debug!(changefeed = %id, ?outcome, "Processor stopped.");
-            feed.absorb(epoch, &live, Some(outcome));
-            self.persist(id, true).await?;
+        if let Some(processor) = &mut feed.processor {
+            processor.signal_stop();
         }
         Ok(())
     }
 
-    /// Starts a processor under `epoch` (stopping any older one first).
+    /// Starts a processor under `epoch` once no older one runs: an older one is
+    /// asked to stop, and the owner loop starts this one after it has ended.
     async fn start(
         &mut self,
         id: &ChangefeedId,
         epoch: sluice_owner::Epoch,
         checkpoint: CheckpointTs,
     ) -> anyhow::Result<()> {
-        self.stop(id).await?;
+        self.collect(id).await;
+        if self.feeds[id].processor.is_some() {
+            return self.stop(id).await;
+        }
         let feed = self.feeds.get_mut(id).expect("present");
         let info = feed.manager.changefeed().info.clone();
         feed.plugins = carry_over(&feed.plugins, &info);
@@ -425,24 +445,17 @@ impl Owner {
 
     /// Stops every processor cleanly and saves every status (server shutdown).
     pub async fn shutdown(&mut self) {
-        // Signal every processor first, then collect them: the stops overlap.
-        let mut stopping = tokio::task::JoinSet::new();
-        let timeout = self.ctx.stop_timeout;
-        for (id, feed) in &mut self.feeds {
-            if let Some(processor) = feed.processor.take() {
-                let id = id.clone();
-                stopping.spawn(async move {
-                    let (epoch, live) = (processor.epoch, processor.live.clone());
-                    let outcome = processor.stop(timeout).await;
-                    (id, epoch, live, outcome)
-                });
+        // Signal every processor first, then collect them: the stops overlap, each
+        // bounded by the stop timeout.
+        for feed in self.feeds.values_mut() {
+            if let Some(processor) = &mut feed.processor {
+                processor.signal_stop();
             }
         }
-        while let Some(stopped) = stopping.join_next().await {
-            let Ok((id, epoch, live, outcome)) = stopped else {
-                continue;
-            };
-            if let Some(feed) = self.feeds.get_mut(&id) {
+        for feed in self.feeds.values_mut() {
+            if let Some(processor) = feed.processor.take() {
+                let (epoch, live) = (processor.epoch, processor.live.clone());
+                let outcome = processor.join().await;
                 feed.absorb(epoch, &live, Some(outcome));
             }
         }

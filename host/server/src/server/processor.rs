@@ -11,7 +11,7 @@ use sluice_owner::{ChangefeedInfo, Epoch, ErrorKind};
 use sluice_processor::{Pipeline, PipelineError, Progress, ProgressStoreError};
 use sluice_runtime::{PluginKind, PluginStats, WasmFilter, WasmSink};
 use sluice_source::DatagenSource;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
@@ -79,8 +79,29 @@ impl Live {
 pub struct Processor {
     pub epoch: Epoch,
     pub live: Arc<Live>,
-    shutdown: Option<oneshot::Sender<()>>,
+    /// Set to ask the pipeline to stop.
+    stop: watch::Sender<bool>,
     task: JoinHandle<Outcome>,
+}
+
+impl Processor {
+    /// Asks the pipeline to write what it read, flush and close, and returns at
+    /// once; past the server's stop timeout the task cancels the pipeline (its
+    /// unflushed rows are replayed, flagged, by the next run). The owner collects
+    /// the outcome once the task ends, so a slow stop never holds it. Idempotent.
+    pub fn signal_stop(&mut self) {
+        self.stop.send_replace(true);
+    }
+
+    /// Whether it was asked to stop.
+    pub fn is_stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+}
+
+/// Resolves once `stop` is set (or its sender is gone).
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 impl Processor {
@@ -93,7 +114,7 @@ impl Processor {
         checkpoint: CheckpointTs,
         plugins: PluginCounters,
     ) -> Self {
-        let (tx, rx) = oneshot::channel();
+        let (stop, stop_rx) = watch::channel(false);
         let live = Arc::new(Live::default());
         let span = tracing::info_span!("changefeed", id = %info.id, epoch = epoch.0);
         // Guest code does not run on this task's threads: every plugin call goes
@@ -103,7 +124,23 @@ impl Processor {
             let ctx = ctx.clone();
             async move {
                 let id = info.id.clone();
-                let outcome = run(&ctx, info, epoch, checkpoint, rx, &live, &plugins).await;
+                let timeout = ctx.stop_timeout;
+                let deadline = {
+                    let stop = stop_rx.clone();
+                    async move {
+                        stopped(stop).await;
+                        tokio::time::sleep(timeout).await;
+                    }
+                };
+                let outcome = tokio::select! {
+                    outcome = run(&ctx, info, epoch, checkpoint, stopped(stop_rx), &live, &plugins) => outcome,
+                    // A stop that takes too long cancels the pipeline (and with it
+                    // any plugin call in progress, at its next slice).
+                    () = deadline => {
+                        tracing::warn!(?timeout, "The processor did not stop in time; cancelled it.");
+                        Outcome::Stopped
+                    }
+                };
                 match &outcome {
                     Outcome::Failed { kind, message } => {
                         tracing::warn!(kind = kind.as_str(), %message, "Processor failed.")
@@ -119,30 +156,13 @@ impl Processor {
         Self {
             epoch,
             live,
-            shutdown: Some(tx),
+            stop,
             task,
         }
     }
 
     pub fn is_finished(&self) -> bool {
         self.task.is_finished()
-    }
-
-    /// Asks the pipeline to write what it read, flush and close; waits for it up
-    /// to `timeout`, then cancels it (its unflushed rows are replayed, flagged, by
-    /// the next run).
-    pub async fn stop(mut self, timeout: std::time::Duration) -> Outcome {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        match tokio::time::timeout(timeout, &mut self.task).await {
-            Ok(result) => joined(result),
-            Err(_) => {
-                tracing::warn!(?timeout, "A processor did not stop in time; cancelling it.");
-                self.abort().await;
-                Outcome::Stopped
-            }
-        }
     }
 
     /// Cancels the pipeline without flushing and waits until it is gone (a guest
@@ -162,6 +182,8 @@ impl Processor {
 fn joined(result: Result<Outcome, tokio::task::JoinError>) -> Outcome {
     match result {
         Ok(outcome) => outcome,
+        // Cancelled only on purpose: a stop that took too long.
+        Err(e) if e.is_cancelled() => Outcome::Stopped,
         Err(e) => Outcome::Failed {
             kind: ErrorKind::Retryable,
             message: format!("the processor task ended abnormally: {e}"),
@@ -193,7 +215,7 @@ async fn run(
     info: ChangefeedInfo,
     epoch: Epoch,
     checkpoint: CheckpointTs,
-    shutdown: oneshot::Receiver<()>,
+    shutdown: impl Future<Output = ()>,
     live: &Live,
     plugins: &PluginCounters,
 ) -> Outcome {
@@ -315,7 +337,7 @@ async fn run(
         Pipeline::new(config, filters, sink, checkpoint).with_progress_store(Box::new(store));
     *live.progress.lock().expect("not poisoned") = Some(pipeline.progress());
     let stop = async {
-        let _ = shutdown.await;
+        shutdown.await;
     };
     match pipeline.run(source, stop).await {
         Ok(report) if report.interrupted => Outcome::Stopped,
