@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::stderr::TailPipe;
@@ -37,6 +37,11 @@ pub(crate) struct Slot<B> {
     pub(crate) settings: PluginSettings,
     pub(crate) stats: Arc<PluginStats>,
     pub(crate) live: Option<Live<B>>,
+    /// Set by the epoch callback each time the guest used up a slice.
+    sliced: Arc<AtomicBool>,
+    /// The last call kept computing past a slice: run the next one on the thread
+    /// at once.
+    on_thread: bool,
     thread: Option<PluginThread>,
 }
 
@@ -47,8 +52,48 @@ impl<B> Slot<B> {
             settings,
             stats: Arc::new(PluginStats::default()),
             live: None,
+            sliced: Arc::new(AtomicBool::new(false)),
+            on_thread: false,
             thread: None,
         }
+    }
+
+    /// Runs a call (or an instantiation) to its end. It starts on the caller's
+    /// task, which costs nothing extra for the usual short call; once the guest
+    /// has used up one slice of CPU (at most one epoch tick) it moves to the
+    /// slot's own thread and finishes there, so a guest that computes for long
+    /// never holds the caller's threads. A call after one that needed the thread
+    /// starts there. `None` if the thread is gone.
+    pub(crate) async fn drive<R: Send + 'static>(
+        &mut self,
+        call: impl Future<Output = R> + Send + 'static,
+    ) -> Option<R> {
+        let mut call = Box::pin(call);
+        if !self.on_thread {
+            self.sliced.store(false, Ordering::Relaxed);
+            let sliced = &self.sliced;
+            let inline = std::future::poll_fn(|cx| match call.as_mut().poll(cx) {
+                std::task::Poll::Ready(output) => std::task::Poll::Ready(Some(output)),
+                // The guest yielded at the end of a slice: move it.
+                std::task::Poll::Pending if sliced.swap(false, Ordering::Relaxed) => {
+                    std::task::Poll::Ready(None)
+                }
+                std::task::Poll::Pending => std::task::Poll::Pending,
+            })
+            .await;
+            if let Some(output) = inline {
+                return Some(output);
+            }
+            self.on_thread = true;
+        }
+        let thread = self.thread().ok()?;
+        thread.run(move || call).await
+    }
+
+    /// After a call ended: whether the next one starts on the thread (this one
+    /// computed for more than a slice).
+    pub(crate) fn note_ticks(&mut self, used_ticks: u64) {
+        self.on_thread = used_ticks > 1;
     }
 
     /// The slot's thread, started on first use.
@@ -76,8 +121,7 @@ impl<B> Slot<B> {
         self.arm(&mut store);
         let timeout = self.settings.limits.host_call_timeout;
         let made = self
-            .thread()?
-            .run(move || async move { tokio::time::timeout(timeout, instantiate(store)).await })
+            .drive(async move { tokio::time::timeout(timeout, instantiate(store)).await })
             .await;
         match made {
             Some(Ok((store, Ok(bindings)))) => {
@@ -102,8 +146,10 @@ impl<B> Slot<B> {
         store.limiter(|s| &mut s.quota);
         // Slices: every tick of guest code is counted against the call's CPU
         // budget and yields to the executor; past the budget the call traps.
-        store.epoch_deadline_callback(|mut ctx| {
+        let sliced = self.sliced.clone();
+        store.epoch_deadline_callback(move |mut ctx| {
             ctx.data_mut().cpu.tick()?;
+            sliced.store(true, Ordering::Relaxed);
             Ok(wasmtime::UpdateDeadline::Yield(1))
         });
         Ok((store, stderr))
@@ -312,27 +358,20 @@ macro_rules! guarded_call {
         let mut live = slot.live.take().expect("an instance is live");
         slot.arm(&mut live.store);
         let arg = $arg;
-        let ran = match slot.thread() {
-            Ok(thread) => {
-                thread
-                    .run(move || async move {
-                        let $name = arg;
-                        let outcome = {
-                            let $live = &mut live;
-                            $crate::instance::guard(timeout, $call).await
-                        };
-                        (live, outcome, $name)
-                    })
-                    .await
-            }
-            Err(e) => {
-                slot.live = Some(live);
-                return Err(e);
-            }
-        };
+        let ran = slot
+            .drive(async move {
+                let $name = arg;
+                let outcome = {
+                    let $live = &mut live;
+                    $crate::instance::guard(timeout, $call).await
+                };
+                (live, outcome, $name)
+            })
+            .await;
         slot.stats.call_latency.record(started.elapsed());
         match ran {
             Some((live, outcome, arg)) => {
+                slot.note_ticks(live.store.data().cpu.used_ticks);
                 slot.live = Some(live);
                 (slot.settle(outcome), Some(arg))
             }

@@ -1,11 +1,15 @@
-//! Where guest code runs: one OS thread per plugin slot, with a current-thread
-//! tokio runtime of its own for the async WASI and HTTP host calls.
+//! Where guest code runs once it computes for long: one OS thread per plugin
+//! slot, with a current-thread tokio runtime of its own for the async WASI and
+//! HTTP host calls.
 //!
-//! So guest code never runs on the threads of the caller's runtime (which serve
-//! the API, the owner, meta-store leases and sources), and the operating system's
-//! scheduler shares the cores between plugins by time: a spinning plugin gets a
-//! thread's share, not a whole executor. Guest code still yields every epoch tick,
-//! so that a call can be timed out or cancelled while it spins.
+//! A call starts on the caller's task (a short call costs nothing extra); once
+//! the guest has used up one slice (an epoch tick, at most 5 ms) it moves here
+//! (`Slot::drive`). So a guest that computes for long never holds the threads of
+//! the caller's runtime (which serve the API, the owner, meta-store leases and
+//! sources), and the operating system's scheduler shares the cores between
+//! plugins by time: a spinning plugin gets a thread's share, not a whole executor.
+//! Guest code yields every epoch tick, so that a call can be timed out or
+//! cancelled while it spins.
 
 use std::future::Future;
 use std::pin::Pin;
