@@ -666,3 +666,39 @@ async fn plugin_logs_are_rate_limited_and_errors_bounded() {
         &message[message.len() - 60..]
     );
 }
+
+/// Nice values of this process's threads whose name starts with `prefix`.
+fn nice_of_threads(prefix: &str) -> Vec<i64> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // Fields after the `(comm)`: state is field 3, nice is field 19.
+        if let Some((_, rest)) = stat.rsplit_once(')')
+            && let Some(nice) = rest.split_whitespace().nth(16)
+        {
+            out.push(nice.parse().unwrap());
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guest_code_past_a_slice_runs_on_a_lower_priority_thread_of_its_own() {
+    let rt = runtime();
+    let mut sink = misbehave(&rt, "loop", "", |s| {
+        s.limits.call_timeout = Duration::from_millis(800);
+    });
+    let spinning = tokio::spawn(async move { write_err(&mut sink).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The plugin's thread is named after it (`p:` and the first 13 characters).
+    let nice = nice_of_threads("p:misbehave-lo");
+    assert_eq!(nice, [10], "one plugin thread, at nice 10");
+    assert_eq!(
+        spinning.await.unwrap(),
+        PluginError::Stopped("exceeded its CPU time limit of 800ms per call".into())
+    );
+}

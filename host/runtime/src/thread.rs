@@ -28,6 +28,22 @@ pub fn live_plugin_threads() -> usize {
     LIVE_THREADS.load(Ordering::Relaxed)
 }
 
+/// How much lower than the host's threads plugin threads run (a nice value):
+/// only guest code that computes past one slice runs on them, and the host's own
+/// work (pipelines, the API, short plugin calls) goes first. Plugins share among
+/// themselves evenly.
+const PLUGIN_NICE: i32 = 10;
+
+/// Lowers the calling thread's scheduling priority: on Linux, `setpriority` on
+/// the calling "process" sets the calling thread's nice value. Failing to is
+/// harmless: the thread keeps the host's priority.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = rustix::process::setpriority_process(None, PLUGIN_NICE) {
+        tracing::debug!(error = %e, "Could not lower a plugin thread's priority.");
+    }
+}
+
 /// The thread of one plugin slot. Dropping it ends the thread once its current
 /// call (if any) has returned or been cancelled.
 pub(crate) struct PluginThread {
@@ -46,6 +62,7 @@ impl PluginThread {
         let spawned = std::thread::Builder::new()
             .name(format!("p:{short}"))
             .spawn(move || {
+                lower_priority();
                 runtime.block_on(async move {
                     while let Some(job) = rx.recv().await {
                         job().await;
