@@ -15,6 +15,9 @@ pub struct PipelineConfig {
     /// Source events (transactions, resolved marks, DDL) that may wait between the
     /// source task and the pipeline.
     pub event_cache_count: usize,
+    /// Bytes of row data (wire size) that may wait there; one event larger than
+    /// this waits alone. The source blocks when either bound is reached.
+    pub event_cache_bytes: usize,
     /// Unacknowledged bytes kept for replay before a flush is forced.
     pub max_pending_bytes: usize,
     /// Retries of one failure before the pipeline gives up.
@@ -39,6 +42,7 @@ impl Default for PipelineConfig {
             max_batch_bytes: 4 << 20,
             flush_interval: Duration::from_secs(1),
             event_cache_count: 10_240,
+            event_cache_bytes: 64 << 20,
             max_pending_bytes: 64 << 20,
             max_retries: 8,
             initial_backoff: Duration::from_millis(100),

@@ -32,6 +32,8 @@ pub struct Progress {
     pub checkpoint_ts: CheckpointTs,
     /// Times a plugin call failed and was retried.
     pub retries: u64,
+    /// Most bytes of row data waiting in the event cache at once.
+    pub event_cache_peak_bytes: u64,
 }
 
 /// What a finished (or interrupted) run did.
@@ -46,6 +48,11 @@ pub struct Report {
     pub interrupted: bool,
     pub elapsed: Duration,
 }
+
+/// Bytes an event holds in the event cache, given back when it is dropped.
+struct CachePermit(
+    #[expect(dead_code, reason = "held for its drop")] tokio::sync::OwnedSemaphorePermit,
+);
 
 /// A sink call that is retried until it succeeds (see `Pipeline::call_sink`).
 #[derive(Clone, Copy)]
@@ -157,9 +164,15 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
     {
         let started = Instant::now();
         source.start_after(CommitTs(self.progress.checkpoint_ts.get()));
-        let (tx, mut rx) = mpsc::channel::<Result<SourceEvent, PipelineError>>(
+        let (tx, mut rx) = mpsc::channel::<(Result<SourceEvent, PipelineError>, CachePermit)>(
             self.config.event_cache_count.max(1),
         );
+        // The cache's byte bound: the reader takes an event's bytes before it
+        // queues it (blocking while the cache is full, never dropping), and the
+        // pipeline gives them back when it takes the event out.
+        let budget = self.config.event_cache_bytes.clamp(1, u32::MAX as usize);
+        let bytes = Arc::new(tokio::sync::Semaphore::new(budget));
+        let cached_bytes = bytes.clone();
         // The reader runs in the caller's span (the changefeed's), like the rest.
         // It lives in a JoinSet so that it is aborted however this function ends:
         // an error return, or the whole pipeline being cancelled (dropped).
@@ -172,7 +185,16 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
                         .await
                         .map_err(|e| PipelineError::Source(Box::new(e)));
                     let last = matches!(event, Ok(SourceEvent::End) | Err(_));
-                    if tx.send(event).await.is_err() || last {
+                    let size = match &event {
+                        Ok(SourceEvent::Transaction(t)) => transaction_bytes(t),
+                        _ => 0,
+                    };
+                    // An event larger than the whole budget takes all of it.
+                    let want = size.min(budget) as u32;
+                    let Ok(permit) = cached_bytes.clone().acquire_many_owned(want).await else {
+                        break;
+                    };
+                    if tx.send((event, CachePermit(permit))).await.is_err() || last {
                         break;
                     }
                 }
@@ -191,7 +213,13 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
                     self.report.interrupted = true;
                     break Ok(());
                 }
-                event = rx.recv() => match event {
+                event = rx.recv() => match event.map(|(event, permit)| {
+                    // Out of the cache: its bytes are free again.
+                    let held = (budget - bytes.available_permits()) as u64;
+                    self.progress.event_cache_peak_bytes = self.progress.event_cache_peak_bytes.max(held);
+                    drop(permit);
+                    event
+                }) {
                     Some(Ok(SourceEvent::Transaction(txn))) => {
                         if let Err(e) = self.on_transaction(txn).await { break Err(e); }
                     }

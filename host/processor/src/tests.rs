@@ -1492,3 +1492,140 @@ async fn a_restarted_pipeline_never_saves_a_fence_below_the_previous_one() {
             .all(|d| d.row.commit_ts > checkpoint.get())
     );
 }
+
+/// A source of `rows` transactions with one row each, a 1 MiB blob.
+struct BigRows {
+    schema: Arc<TableSchema>,
+    next: u64,
+    rows: u64,
+    resolved: Option<CommitTs>,
+}
+
+impl BigRows {
+    fn new(rows: u64) -> Self {
+        let schema = Arc::new(TableSchema {
+            table_id: 1,
+            version: 1,
+            schema_name: "big".into(),
+            table_name: "blobs".into(),
+            columns: vec![
+                sluice_core::Column {
+                    name: "id".into(),
+                    ty: sluice_core::ColumnType::Int,
+                    sql_type: "bigint".into(),
+                    nullable: false,
+                    key: true,
+                },
+                sluice_core::Column {
+                    name: "data".into(),
+                    ty: sluice_core::ColumnType::Blob,
+                    sql_type: "longblob".into(),
+                    nullable: true,
+                    key: false,
+                },
+            ],
+        });
+        Self {
+            schema,
+            next: 0,
+            rows,
+            resolved: None,
+        }
+    }
+}
+
+impl Source for BigRows {
+    type Error = std::convert::Infallible;
+
+    async fn next_event(&mut self) -> Result<SourceEvent, Self::Error> {
+        if let Some(ts) = self.resolved.take() {
+            return Ok(SourceEvent::Resolved(sluice_core::ResolvedTs(ts.get())));
+        }
+        if self.next == self.rows {
+            return Ok(SourceEvent::End);
+        }
+        self.next += 1;
+        let commit_ts = CommitTs::compose(1_000 + self.next, 0);
+        self.resolved = Some(commit_ts);
+        Ok(SourceEvent::Transaction(Transaction {
+            commit_ts,
+            rows: vec![RowChange {
+                table: self.schema.clone(),
+                op: Op::Insert,
+                before: None,
+                after: Some(vec![
+                    Value::Int(self.next as i64),
+                    Value::Bytes(vec![7u8; 1 << 20]),
+                ]),
+            }],
+        }))
+    }
+
+    fn start_after(&mut self, _ts: CommitTs) {}
+}
+
+/// A sink that takes 20 ms per write, so that the event cache fills up.
+#[derive(Default)]
+struct SlowSink {
+    rows: u64,
+}
+
+impl Sink for SlowSink {
+    fn name(&self) -> &str {
+        "slow"
+    }
+    async fn open(&mut self) -> Result<(), PluginError> {
+        Ok(())
+    }
+    async fn write(
+        &mut self,
+        _schemas: &[Arc<TableSchema>],
+        batch: &mut Batch,
+    ) -> Result<(), PluginError> {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.rows += batch.row_count() as u64;
+        Ok(())
+    }
+    async fn flush(&mut self, _ts: CommitTs) -> Result<(), PluginError> {
+        Ok(())
+    }
+    async fn apply_ddl(&mut self, _ddl: &DdlEvent) -> Result<(), PluginError> {
+        Ok(())
+    }
+    async fn close(&mut self) -> Result<(), PluginError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_event_cache_holds_at_most_its_byte_bound() {
+    let config = PipelineConfig {
+        event_cache_count: 10_240,
+        event_cache_bytes: 8 << 20,
+        max_batch_rows: 1,
+        flush_interval: Duration::from_millis(50),
+        ..config()
+    };
+    let mut pipeline = Pipeline::new(
+        config,
+        no_filters(),
+        SlowSink::default(),
+        CheckpointTs::ZERO,
+    );
+    let report = pipeline
+        .run(BigRows::new(64), std::future::pending())
+        .await
+        .unwrap();
+    assert_eq!(pipeline.sink().rows, 64, "nothing dropped");
+    let peak = report.progress.event_cache_peak_bytes;
+    eprintln!(
+        "event cache high-water mark: {peak} bytes (bound {} bytes)",
+        8 << 20
+    );
+    // Full (the sink is slow), but never past the bound plus one event.
+    assert!(peak >= 6 << 20, "the cache never filled: {peak}");
+    assert!(
+        peak <= (8 << 20) + (1 << 20) + 1024,
+        "over the bound: {peak}"
+    );
+}

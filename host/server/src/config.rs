@@ -148,6 +148,10 @@ pub struct PipelineSection {
     /// Decoded transactions that may wait between source and pipeline.
     #[serde(default = "default_cache")]
     pub event_cache_count: usize,
+    /// Bytes of row data that may wait there, e.g. `"64MiB"` (an event larger
+    /// than this waits alone); the source blocks when either bound is reached.
+    #[serde(default = "default_cache_bytes")]
+    pub event_cache_bytes: ByteSize,
     /// Retries of one failing plugin call before the changefeed fails.
     #[serde(default = "default_retries")]
     pub max_retries: u32,
@@ -181,6 +185,9 @@ fn default_flush_ms() -> u64 {
 fn default_cache() -> usize {
     10_240
 }
+fn default_cache_bytes() -> ByteSize {
+    ByteSize(64 << 20)
+}
 fn default_retries() -> u32 {
     8
 }
@@ -192,6 +199,7 @@ impl Default for PipelineSection {
             max_batch_bytes: default_batch_bytes(),
             flush_interval_ms: default_flush_ms(),
             event_cache_count: default_cache(),
+            event_cache_bytes: default_cache_bytes(),
             max_retries: default_retries(),
             checkpoint_interval_ms: default_checkpoint_ms(),
             fence_ahead_ms: default_fence_ms(),
@@ -308,6 +316,9 @@ pub mod bounds {
     pub const MAX_BATCH_BYTES: u64 = 256 << 20;
     /// `pipeline.event-cache-count`: 1 ..= 1048576.
     pub const MAX_EVENT_CACHE: usize = 1 << 20;
+    /// `pipeline.event-cache-bytes`: 1 MiB ..= 1 GiB.
+    pub const MIN_EVENT_CACHE_BYTES: u64 = 1 << 20;
+    pub const MAX_EVENT_CACHE_BYTES: u64 = 1 << 30;
     /// `pipeline.max-retries`: 0 ..= 1000.
     pub const MAX_RETRIES: u32 = 1_000;
     /// Intervals in `[pipeline]`: at most one hour.
@@ -334,6 +345,12 @@ impl PipelineSection {
             bail!(
                 "pipeline.event-cache-count is {}; it must be between 1 and {MAX_EVENT_CACHE}",
                 self.event_cache_count
+            );
+        }
+        if !(MIN_EVENT_CACHE_BYTES..=MAX_EVENT_CACHE_BYTES).contains(&self.event_cache_bytes.0) {
+            bail!(
+                "pipeline.event-cache-bytes is {} bytes; it must be between 1MiB and 1GiB",
+                self.event_cache_bytes.0
             );
         }
         if self.max_retries > MAX_RETRIES {
@@ -365,6 +382,7 @@ impl PipelineSection {
             max_batch_bytes: p.max_batch_bytes.0 as usize,
             flush_interval: Duration::from_millis(p.flush_interval_ms),
             event_cache_count: p.event_cache_count,
+            event_cache_bytes: p.event_cache_bytes.0 as usize,
             max_retries: p.max_retries,
             checkpoint_interval: Duration::from_millis(p.checkpoint_interval_ms),
             fence_ahead: Duration::from_millis(p.fence_ahead_ms),
