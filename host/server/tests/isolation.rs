@@ -280,3 +280,91 @@ fn a_plugin_cannot_make_its_changefeed_unmanageable_or_exhaust_the_pools() {
     );
     assert!(log.len() < 8 << 20, "the log grew to {} bytes", log.len());
 }
+
+#[test]
+fn one_tenant_cannot_take_the_plugin_instances_others_need() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        &dir.path().join("data"),
+        &["--max-tenant-plugin-instances", "3"],
+    );
+    for tenant in ["a", "b"] {
+        for (name, kind) in [("sink-blackhole", "sink"), ("filter-mask", "filter")] {
+            server.json(&[
+                "--tenant",
+                tenant,
+                "plugin",
+                "upload",
+                sluice_tests::plugin_path(name).to_str().unwrap(),
+                "--id",
+                &format!("{name}@0.1.0"),
+                "--kind",
+                kind,
+            ]);
+        }
+    }
+    // Two instances each: a filter and a sink.
+    let file = dir.path().join("masked.toml");
+    std::fs::write(
+        &file,
+        feed(
+            "sink-blackhole@0.1.0",
+            "",
+            100,
+        )
+        .replace(
+            "\n[sink]",
+            "\n[[filters]]\nplugin = \"filter-mask@0.1.0\"\nconfig = { columns = [\"email\"] }\n\n[sink]",
+        ),
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    server.json(&[
+        "--tenant",
+        "a",
+        "changefeed",
+        "create",
+        "-c",
+        "one",
+        "--config",
+        f,
+    ]);
+    let err = server.error(&[
+        "--tenant",
+        "a",
+        "changefeed",
+        "create",
+        "-c",
+        "two",
+        "--config",
+        f,
+    ]);
+    assert_eq!(
+        err,
+        "error: too large: tenant a would hold 4 plugin instances (its changefeeds hold 2, this one needs 2); a tenant may hold at most 3 (--max-tenant-plugin-instances): remove a changefeed or use fewer filters"
+    );
+    // Another tenant is not affected.
+    server.json(&[
+        "--tenant",
+        "b",
+        "changefeed",
+        "create",
+        "-c",
+        "one",
+        "--config",
+        f,
+    ]);
+    // Removing frees the reservation.
+    server.json(&["--tenant", "a", "changefeed", "remove", "-c", "one"]);
+    server.json(&[
+        "--tenant",
+        "a",
+        "changefeed",
+        "create",
+        "-c",
+        "two",
+        "--config",
+        f,
+    ]);
+    server.stop();
+}

@@ -79,6 +79,11 @@ pub struct ServeArgs {
     /// per-component maximums times this, so only whole instances can run out.
     #[arg(long, default_value_t = 128)]
     pub max_plugin_instances: u32,
+    /// Plugin instances one tenant's changefeeds may hold (each reserves one per
+    /// filter and one for its sink while it is not removed), so that one tenant
+    /// cannot take the pool others need: 1 to --max-plugin-instances.
+    #[arg(long, default_value_t = 64)]
+    pub max_tenant_plugin_instances: u32,
 }
 
 /// Server-wide maximums of what a changefeed may ask for.
@@ -87,6 +92,7 @@ pub struct ServerLimits {
     pub max_call_timeout_ms: u64,
     pub max_host_call_timeout_ms: u64,
     pub max_resources: u64,
+    pub max_tenant_instances: u64,
 }
 
 impl ServerLimits {
@@ -238,6 +244,13 @@ impl ServeArgs {
                 self.max_plugin_instances
             );
         }
+        if !(1..=self.max_plugin_instances).contains(&self.max_tenant_plugin_instances) {
+            anyhow::bail!(
+                "--max-tenant-plugin-instances is {}; it must be between 1 and --max-plugin-instances ({})",
+                self.max_tenant_plugin_instances,
+                self.max_plugin_instances
+            );
+        }
         if !(100..=600_000).contains(&self.stop_timeout_ms) {
             anyhow::bail!(
                 "--stop-timeout-ms is {}; it must be between 100 and 600000",
@@ -344,6 +357,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_call_timeout_ms: args.max_call_timeout_ms,
             max_host_call_timeout_ms: args.max_host_call_timeout_ms,
             max_resources: args.max_plugin_resources,
+            max_tenant_instances: u64::from(args.max_tenant_plugin_instances),
         },
         stop_timeout: Duration::from_millis(args.stop_timeout_ms),
     });

@@ -479,6 +479,38 @@ impl Owner {
 
     // ------------------------------------------------------------- admin jobs
 
+    /// Plugin instances `info` reserves when it runs: one per filter and the sink.
+    fn instances_of(info: &ChangefeedInfo) -> u64 {
+        info.filters.len() as u64 + 1
+    }
+
+    /// Refuses `info` if, with the tenant's other changefeeds (every one not
+    /// removed reserves its instances, running or not), it would pass the
+    /// tenant's share of the instance pool: one tenant cannot take the instances
+    /// every other tenant needs.
+    fn within_tenant_instances(&self, info: &ChangefeedInfo) -> Result<(), Status> {
+        let tenant = info.id.tenant();
+        let others: u64 = self
+            .feeds
+            .iter()
+            .filter(|(id, f)| {
+                id.tenant() == tenant
+                    && **id != info.id
+                    && f.manager.changefeed().state() != FeedState::Removed
+            })
+            .map(|(_, f)| Self::instances_of(&f.manager.changefeed().info))
+            .sum();
+        let want = Self::instances_of(info);
+        let cap = self.ctx.limits.max_tenant_instances;
+        if others + want > cap {
+            return Err(Status::resource_exhausted(format!(
+                "tenant {tenant} would hold {} plugin instances (its changefeeds hold {others}, this one needs {want}); a tenant may hold at most {cap} (--max-tenant-plugin-instances): remove a changefeed or use fewer filters",
+                others + want
+            )));
+        }
+        Ok(())
+    }
+
     /// Whether `id` may be created (before describing it, which takes a while).
     pub fn check_new(&self, id: &ChangefeedId) -> Result<(), Status> {
         self.open_for_jobs()?;
@@ -526,6 +558,7 @@ impl Owner {
     pub async fn create(&mut self, info: ChangefeedInfo) -> Result<FeedView, Status> {
         let id = info.id.clone();
         self.check_new(&id)?;
+        self.within_tenant_instances(&info)?;
         self.plugins_present(&info).await?;
         if let Some(feed) = self.feeds.get(&id)
             && feed.manager.changefeed().state() != FeedState::Removed
@@ -589,6 +622,9 @@ impl Owner {
     /// Applies an admin job to an existing changefeed: persist, then act.
     pub async fn admin(&mut self, id: &ChangefeedId, job: AdminJob) -> Result<FeedView, Status> {
         self.open_for_jobs()?;
+        if let AdminJob::Update(info) = &job {
+            self.within_tenant_instances(info)?;
+        }
         let feed = self.feeds.get_mut(id).ok_or_else(|| not_found(id))?;
         let before = feed.manager.changefeed().clone();
         let effect = feed.manager.apply_admin_job(job).map_err(admin_status)?;
