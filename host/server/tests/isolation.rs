@@ -368,3 +368,82 @@ fn one_tenant_cannot_take_the_plugin_instances_others_need() {
     ]);
     server.stop();
 }
+
+#[test]
+fn pausing_a_changefeed_whose_sink_hangs_in_close_holds_up_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"), &["--stop-timeout-ms", "3000"]);
+    server.upload("sink-blackhole", "sink");
+    server.upload("misbehave", "sink");
+    let write = |name: &str, text: String| {
+        let path = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let healthy = write("healthy", feed("sink-blackhole@0.1.0", "", 1_000));
+    let hanging = write(
+        "hanging",
+        feed(
+            "misbehave@0.1.0",
+            "config = { mode = \"hang-close\" }",
+            1_000,
+        ),
+    );
+    server.json(&[
+        "changefeed",
+        "create",
+        "-c",
+        "healthy",
+        "--config",
+        healthy.to_str().unwrap(),
+    ]);
+    server.json(&[
+        "changefeed",
+        "create",
+        "-c",
+        "hanging",
+        "--config",
+        hanging.to_str().unwrap(),
+    ]);
+    std::thread::sleep(Duration::from_secs(1));
+
+    let grpc = server.grpc.clone();
+    let pausing = std::thread::spawn(move || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args([
+                "cli",
+                "--server",
+                &grpc,
+                "--output",
+                "json",
+                "changefeed",
+                "pause",
+                "-c",
+                "hanging",
+            ])
+            .output()
+            .unwrap();
+        (Instant::now(), out)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let (code, metrics) = server.http_get("/metrics");
+    let metrics_done = Instant::now();
+    assert_eq!(code, 200);
+    assert!(metrics.contains("sluice_changefeed_checkpoint_timestamp_seconds"));
+    let q = server.state("healthy");
+    let status_done = Instant::now();
+    assert_eq!(q["state"], "normal", "{q}");
+    let (pause_done, out) = pausing.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        metrics_done < pause_done && status_done < pause_done,
+        "/metrics and GetStatus answered after the pause completed"
+    );
+    let paused: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(paused["state"], "stopped", "{paused}");
+    server.stop();
+}

@@ -40,7 +40,7 @@ impl Sink for Misbehave {
         self.rows += batch.row_count() as u64;
         let target = self.config.target.as_str();
         match self.config.mode.as_str() {
-            "ok" => Ok(()),
+            "ok" | "hang-close" => Ok(()),
             "oom" => {
                 let mut hog: Vec<Vec<u8>> = Vec::new();
                 loop {
@@ -160,6 +160,14 @@ impl Sink for Misbehave {
             "flush-panic" => panic!("misbehave: deliberate panic in flush"),
             _ => Ok(()),
         }
+    }
+
+    fn close(&mut self) -> Result<(), Error> {
+        if self.config.mode == "hang-close" {
+            // Waits (in a host call) far longer than any deadline.
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+        Ok(())
     }
 }
 
