@@ -5,7 +5,8 @@
 //! - `quickstart`: build the plugins and run `examples/quickstart.toml`.
 //! - `test`: install what is missing (the wasm32-wasip2 target; `protoc` and `etcd`
 //!   from Debian's packages), build the plugins, run the whole test suite.
-//! - `ci`: `cargo fmt --check`, clippy with warnings denied, then `test`.
+//! - `ci`: `cargo fmt --check`, clippy and rustdoc with warnings denied, then
+//!   `test`.
 //! - `bench`: build the plugins and run the boundary benchmark (release build).
 //! - `bench-server`: build the plugins and run the control-plane benchmark of
 //!   `sluice server` (release build): API latency, cost of saving positions,
@@ -63,6 +64,11 @@ fn main() -> Result<()> {
                 "-D",
                 "warnings",
             ])?;
+            run(
+                Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                    .args(["doc", "--workspace", "--no-deps"])
+                    .env("RUSTDOCFLAGS", "-Dwarnings"),
+            )?;
             test(&root, &[])
         }
         Some("bench") => {

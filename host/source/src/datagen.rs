@@ -13,7 +13,7 @@ use sluice_core::{
 };
 
 /// Weights of the operation mix (they need not sum to anything in particular);
-/// each is at most [`MAX_MIX_WEIGHT`].
+/// each is at most 1,000,000.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Mix {
