@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::server::{Server, unsafe_sigterm};
+use common::write_file;
 
 fn feed(sink: &str, sink_extra: &str, rate: u64) -> String {
     format!(
@@ -50,11 +51,7 @@ fn spinning_sinks_on_every_core_do_not_stop_neighbours_the_api_or_shutdown() {
     );
     server.upload("sink-blackhole", "sink");
     server.upload("misbehave", "sink");
-    let write = |name: &str, text: String| {
-        let path = dir.path().join(format!("{name}.toml"));
-        std::fs::write(&path, text).unwrap();
-        path
-    };
+    let write = |name: &str, text: String| write_file(dir.path(), name, &text);
     let healthy = write("healthy", feed("sink-blackhole@0.1.0", "", 2_000));
     let spinning = write(
         "spinning",
@@ -65,24 +62,10 @@ fn spinning_sinks_on_every_core_do_not_stop_neighbours_the_api_or_shutdown() {
         ),
     );
     for name in ["h1", "h2"] {
-        server.json(&[
-            "changefeed",
-            "create",
-            "-c",
-            name,
-            "--config",
-            healthy.to_str().unwrap(),
-        ]);
+        server.create(name, &healthy);
     }
     for i in 0..cores {
-        server.json(&[
-            "changefeed",
-            "create",
-            "-c",
-            &format!("spin{i}"),
-            "--config",
-            spinning.to_str().unwrap(),
-        ]);
+        server.create(&format!("spin{i}"), &spinning);
     }
     // Let the spinners get into their endless calls.
     std::thread::sleep(Duration::from_secs(2));
@@ -225,14 +208,7 @@ fn a_plugin_cannot_make_its_changefeed_unmanageable_or_exhaust_the_pools() {
         feed("misbehave@0.1.0", "config = { mode = \"huge-error\" }", 0),
     )
     .unwrap();
-    server.json(&[
-        "changefeed",
-        "create",
-        "-c",
-        "huge",
-        "--config",
-        file.to_str().unwrap(),
-    ]);
+    server.create("huge", &file);
     server.wait_for("the changefeed to fail", Duration::from_secs(30), || {
         server.state("huge")["state"] == "failed"
     });
@@ -259,14 +235,7 @@ fn a_plugin_cannot_make_its_changefeed_unmanageable_or_exhaust_the_pools() {
         feed("misbehave@0.1.0", "config = { mode = \"log-flood\" }", 100),
     )
     .unwrap();
-    server.json(&[
-        "changefeed",
-        "create",
-        "-c",
-        "flood",
-        "--config",
-        flood.to_str().unwrap(),
-    ]);
+    server.create("flood", &flood);
     std::thread::sleep(Duration::from_secs(2));
     server.json(&["changefeed", "remove", "-c", "flood"]);
     let log = server.stop();
@@ -289,19 +258,8 @@ fn one_tenant_cannot_take_the_plugin_instances_others_need() {
         &["--max-tenant-plugin-instances", "3"],
     );
     for tenant in ["a", "b"] {
-        for (name, kind) in [("sink-blackhole", "sink"), ("filter-mask", "filter")] {
-            server.json(&[
-                "--tenant",
-                tenant,
-                "plugin",
-                "upload",
-                sluice_tests::plugin_path(name).to_str().unwrap(),
-                "--id",
-                &format!("{name}@0.1.0"),
-                "--kind",
-                kind,
-            ]);
-        }
+        server.upload_as(tenant, "sink-blackhole", "sink");
+        server.upload_as(tenant, "filter-mask", "filter");
     }
     // Two instances each: a filter and a sink.
     let file = dir.path().join("masked.toml");
@@ -375,11 +333,7 @@ fn pausing_a_changefeed_whose_sink_hangs_in_close_holds_up_nothing_else() {
     let server = Server::start(&dir.path().join("data"), &["--stop-timeout-ms", "3000"]);
     server.upload("sink-blackhole", "sink");
     server.upload("misbehave", "sink");
-    let write = |name: &str, text: String| {
-        let path = dir.path().join(format!("{name}.toml"));
-        std::fs::write(&path, text).unwrap();
-        path
-    };
+    let write = |name: &str, text: String| write_file(dir.path(), name, &text);
     let healthy = write("healthy", feed("sink-blackhole@0.1.0", "", 1_000));
     let hanging = write(
         "hanging",
@@ -389,22 +343,8 @@ fn pausing_a_changefeed_whose_sink_hangs_in_close_holds_up_nothing_else() {
             1_000,
         ),
     );
-    server.json(&[
-        "changefeed",
-        "create",
-        "-c",
-        "healthy",
-        "--config",
-        healthy.to_str().unwrap(),
-    ]);
-    server.json(&[
-        "changefeed",
-        "create",
-        "-c",
-        "hanging",
-        "--config",
-        hanging.to_str().unwrap(),
-    ]);
+    server.create("healthy", &healthy);
+    server.create("hanging", &hanging);
     std::thread::sleep(Duration::from_secs(1));
 
     let grpc = server.grpc.clone();

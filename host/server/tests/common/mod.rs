@@ -11,6 +11,13 @@ use sluice_core::Op;
 use sluice_source::{DatagenConfig, DatagenSource};
 use sluice_tests::text_of;
 
+/// Writes `text` to `<dir>/<name>.toml` and returns the path.
+pub fn write_file(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 /// Every canal-json line in the files of `dir`, in file order.
 pub fn lines_in(dir: &Path) -> Vec<Json> {
     let mut files: Vec<_> = std::fs::read_dir(dir)

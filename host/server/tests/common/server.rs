@@ -85,7 +85,14 @@ impl Server {
     /// Uploads the built plugin `name` (from `target/plugins` or
     /// `target/test-plugins`) as `name@0.1.0` of world `kind`.
     pub fn upload(&self, name: &str, kind: &str) -> Json {
+        self.upload_as("default", name, kind)
+    }
+
+    /// [`Server::upload`] for `tenant`.
+    pub fn upload_as(&self, tenant: &str, name: &str, kind: &str) -> Json {
         self.json(&[
+            "--tenant",
+            tenant,
             "plugin",
             "upload",
             sluice_tests::plugin_path(name).to_str().unwrap(),
@@ -93,6 +100,18 @@ impl Server {
             &format!("{name}@0.1.0"),
             "--kind",
             kind,
+        ])
+    }
+
+    /// Creates changefeed `name` from the file `config` (which must succeed).
+    pub fn create(&self, name: &str, config: &Path) -> Json {
+        self.json(&[
+            "changefeed",
+            "create",
+            "-c",
+            name,
+            "--config",
+            config.to_str().unwrap(),
         ])
     }
 
