@@ -85,7 +85,7 @@ fn batches(schema: &Arc<TableSchema>, rows: usize, batch_rows: usize) -> Vec<Bat
             before,
             after,
         };
-        b.push(CommitTs(1000 + i as u64), 0, &row);
+        b.push(CommitTs::new(1000 + i as u64), 0, &row);
         if b.rows() == batch_rows {
             out.push(std::mem::take(&mut b).finish().1);
         }
@@ -190,7 +190,7 @@ async fn run() -> anyhow::Result<()> {
             for b in &mut host_batches {
                 sink.write(&schemas, b).await?;
             }
-            sink.flush(CommitTs(u64::MAX)).await?;
+            sink.flush(CommitTs::new(u64::MAX)).await?;
             wasm.push(total as f64 / t.elapsed().as_secs_f64());
             let counted = sink.stats().counters().get("rows").copied().unwrap_or(0);
             assert_eq!(counted, total as u64, "the plugin saw every row");

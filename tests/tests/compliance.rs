@@ -32,7 +32,7 @@ fn last_ts(batch: &Batch) -> CommitTs {
         .iter()
         .flat_map(|t| t.commit_ts.iter().copied())
         .max()
-        .map(CommitTs)
+        .map(CommitTs::new)
         .unwrap()
 }
 

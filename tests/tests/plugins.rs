@@ -54,7 +54,7 @@ fn sample() -> (Vec<Arc<TableSchema>>, Batch) {
     };
     let mut b = BatchBuilder::new();
     b.push(
-        CommitTs(TS),
+        CommitTs::new(TS),
         0,
         &row(
             Op::Insert,
@@ -69,7 +69,7 @@ fn sample() -> (Vec<Arc<TableSchema>>, Batch) {
         ),
     );
     b.push(
-        CommitTs(TS + 1),
+        CommitTs::new(TS + 1),
         FLAG_REPLAY,
         &row(
             Op::Update,
@@ -90,7 +90,7 @@ fn sample() -> (Vec<Arc<TableSchema>>, Batch) {
         ),
     );
     b.push(
-        CommitTs(TS + 2),
+        CommitTs::new(TS + 2),
         0,
         &row(
             Op::Delete,
@@ -144,9 +144,9 @@ async fn sink_file_writes_exact_canal_json_lines() {
     let (schemas, mut batch) = sample();
     let start = now_ms();
     sink.write(&schemas, &mut batch).await.unwrap();
-    sink.flush(CommitTs(TS + 2)).await.unwrap();
+    sink.flush(CommitTs::new(TS + 2)).await.unwrap();
     sink.apply_ddl(&DdlEvent {
-        commit_ts: CommitTs(TS + 3),
+        commit_ts: CommitTs::new(TS + 3),
         schema_name: "app".into(),
         table_name: "users".into(),
         query: "ALTER TABLE users ADD COLUMN x INT".into(),
@@ -213,7 +213,7 @@ async fn sink_file_writes_exact_csv_lines_and_rotates() {
     for _ in 0..10 {
         sink.write(&schemas, &mut batch).await.unwrap();
     }
-    sink.flush(CommitTs(TS + 2)).await.unwrap();
+    sink.flush(CommitTs::new(TS + 2)).await.unwrap();
     let lines = [
         format!(
             "\"I\",\"users\",\"app\",{TS},7,\"say \"\"hi\"\"\nbye\",\\N,\"2023-11-14 22:13:20\",1\r\n"
@@ -336,7 +336,7 @@ async fn the_tutorial_sink_runs_under_the_host() {
     let mut sink = WasmSink::new(component, settings).unwrap();
     let (schemas, mut batch) = sample();
     sink.write(&schemas, &mut batch).await.unwrap();
-    sink.flush(CommitTs(TS + 2)).await.unwrap();
+    sink.flush(CommitTs::new(TS + 2)).await.unwrap();
     let text = std::fs::read_to_string(dir.path().join("rows.txt")).unwrap();
     assert_eq!(
         text,

@@ -48,7 +48,7 @@ async fn host_still_serves(rt: &PluginRuntime, bad: &mut WasmSink) {
     good.write(&schemas, &mut batch)
         .await
         .expect("good plugin writes");
-    good.flush(CommitTs(u64::MAX))
+    good.flush(CommitTs::new(u64::MAX))
         .await
         .expect("good plugin flushes");
     assert_eq!(good.stats().counters()["rows"], batch.row_count() as u64);
@@ -88,7 +88,7 @@ async fn blackhole_reads_every_row_through_the_runtime() {
     sink.write(&schemas, &mut batch).await.unwrap();
     let (_, mut second) = batch_of(&transactions(8, 30));
     sink.write(&schemas, &mut second).await.unwrap();
-    sink.flush(CommitTs(u64::MAX)).await.unwrap();
+    sink.flush(CommitTs::new(u64::MAX)).await.unwrap();
 
     // The same rows through the same logic natively must count the same bytes.
     let mut native =
@@ -241,7 +241,7 @@ async fn a_panic_is_reported_with_its_message() {
     host_still_serves(&rt, &mut sink).await;
 
     let mut sink = misbehave(&rt, "flush-panic", "", |_| {});
-    let err = sink.flush(CommitTs(5)).await.unwrap_err();
+    let err = sink.flush(CommitTs::new(5)).await.unwrap_err();
     assert!(
         matches!(&err, PluginError::Stopped(r) if r.contains("deliberate panic in flush")),
         "{err:?}"

@@ -411,7 +411,7 @@ impl Batch {
             .iter()
             .filter_map(|t| t.commit_ts.last().copied())
             .max()
-            .map(CommitTs)
+            .map(CommitTs::new)
     }
 }
 
@@ -518,8 +518,8 @@ mod tests {
             before: Some(vec![Value::Int(1), Value::Null]),
             after: None,
         };
-        b.push(CommitTs(5), 0, &ins);
-        b.push(CommitTs(6), 0, &del);
+        b.push(CommitTs::new(5), 0, &ins);
+        b.push(CommitTs::new(6), 0, &del);
         let (schemas, batch) = b.finish();
         assert_eq!(schemas.len(), 1);
         let t = &batch.tables[0];
@@ -536,7 +536,7 @@ mod tests {
         let s = schema();
         let mut t = TableBatch::new(&s);
         t.push(
-            CommitTs(1),
+            CommitTs::new(1),
             0,
             &RowChange {
                 table: s.clone(),

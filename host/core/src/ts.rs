@@ -8,11 +8,16 @@ macro_rules! ts_type {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
         #[serde(transparent)]
-        pub struct $name(pub u64);
+        pub struct $name(u64);
 
         impl $name {
             /// The zero timestamp.
             pub const ZERO: Self = Self(0);
+
+            /// The timestamp with raw value `raw`.
+            pub const fn new(raw: u64) -> Self {
+                Self(raw)
+            }
 
             /// The raw value.
             pub const fn get(self) -> u64 {
@@ -67,6 +72,34 @@ impl From<ResolvedTs> for CheckpointTs {
     /// A flush acknowledged up to a resolved ts makes it the checkpoint.
     fn from(ts: ResolvedTs) -> Self {
         CheckpointTs(ts.0)
+    }
+}
+
+impl From<CommitTs> for CheckpointTs {
+    /// Every change up to this transaction is downstream.
+    fn from(ts: CommitTs) -> Self {
+        CheckpointTs(ts.0)
+    }
+}
+
+impl From<CheckpointTs> for CommitTs {
+    /// Where replication resumes: after the checkpoint.
+    fn from(ts: CheckpointTs) -> Self {
+        CommitTs(ts.0)
+    }
+}
+
+impl From<ResolvedTs> for CommitTs {
+    /// Rows committed up to the resolved ts.
+    fn from(ts: ResolvedTs) -> Self {
+        CommitTs(ts.0)
+    }
+}
+
+impl From<CheckpointTs> for ResolvedTs {
+    /// What is downstream is resolved.
+    fn from(ts: CheckpointTs) -> Self {
+        ResolvedTs(ts.0)
     }
 }
 

@@ -215,11 +215,11 @@ mod tests {
     /// checkpoint at 2000 and a target ts of 9000.
     fn feed_in(state: FeedState) -> Changefeed {
         let mut info = sample_info("orders");
-        info.target_ts = Some(CommitTs(9_000));
+        info.target_ts = Some(CommitTs::new(9_000));
         let mut cf = Changefeed::create(info, 0).unwrap();
         cf.info.state = state;
         cf.info.epoch = Epoch(4);
-        cf.status.checkpoint_ts = CheckpointTs(2_000);
+        cf.status.checkpoint_ts = CheckpointTs::new(2_000);
         if state == FeedState::Failed {
             cf.info.failure = Some(FailReason::Fatal {
                 message: "disk full".into(),
@@ -231,7 +231,7 @@ mod tests {
     fn updated_info() -> ChangefeedInfo {
         let mut info = sample_info("orders");
         info.sink = PluginRef::new("sink-file@0.2.0".parse().unwrap());
-        info.target_ts = Some(CommitTs(12_000));
+        info.target_ts = Some(CommitTs::new(12_000));
         info
     }
 
@@ -243,7 +243,7 @@ mod tests {
                 overwrite_checkpoint: None,
             },
             AdminJob::Resume {
-                overwrite_checkpoint: Some(CheckpointTs(1_500)),
+                overwrite_checkpoint: Some(CheckpointTs::new(1_500)),
             },
             AdminJob::Update(Box::new(updated_info())),
             AdminJob::Remove,
@@ -258,7 +258,7 @@ mod tests {
             Ok((
                 Effect::Start {
                     epoch: Epoch(epoch),
-                    checkpoint: CheckpointTs(checkpoint),
+                    checkpoint: CheckpointTs::new(checkpoint),
                 },
                 Normal,
             ))
@@ -411,7 +411,7 @@ mod tests {
         let err = apply_admin_job(
             &mut cf,
             AdminJob::Resume {
-                overwrite_checkpoint: Some(CheckpointTs(9_000)),
+                overwrite_checkpoint: Some(CheckpointTs::new(9_000)),
             },
             5,
         )
@@ -422,7 +422,7 @@ mod tests {
              would finish at once; choose a smaller checkpoint"
         );
         let mut cf = feed_in(FeedState::Finished);
-        cf.status.checkpoint_ts = CheckpointTs(9_000);
+        cf.status.checkpoint_ts = CheckpointTs::new(9_000);
         let err = apply_admin_job(
             &mut cf,
             AdminJob::Resume {
@@ -448,12 +448,12 @@ mod tests {
             Ok(Effect::Updated)
         );
         assert_eq!(cf.info.sink.plugin.to_string(), "sink-file@0.2.0");
-        assert_eq!(cf.info.target_ts, Some(CommitTs(12_000)));
+        assert_eq!(cf.info.target_ts, Some(CommitTs::new(12_000)));
         assert_eq!(
             (cf.state(), cf.epoch(), cf.info.created_at_ms),
             (FeedState::Stopped, Epoch(4), created)
         );
-        assert_eq!(cf.checkpoint(), CheckpointTs(2_000));
+        assert_eq!(cf.checkpoint(), CheckpointTs::new(2_000));
     }
 
     #[test]
@@ -471,14 +471,14 @@ mod tests {
              instead"
         );
         let mut info = updated_info();
-        info.start_ts = CommitTs(5);
+        info.start_ts = CommitTs::new(5);
         assert_eq!(
             msg(info),
             "the start ts of changefeed shop/orders cannot change (from 1000 to 5); to replicate \
              from another ts, resume it with an overwritten checkpoint"
         );
         let mut info = updated_info();
-        info.target_ts = Some(CommitTs(2_000));
+        info.target_ts = Some(CommitTs::new(2_000));
         assert_eq!(
             msg(info),
             "target ts 2000 of changefeed shop/orders is not after its checkpoint 2000, so it \
@@ -497,13 +497,13 @@ mod tests {
     fn create_after_remove_continues_the_epochs() {
         let mut cf = feed_in(FeedState::Removed);
         let mut info = sample_info("orders");
-        info.start_ts = CommitTs(50);
+        info.start_ts = CommitTs::new(50);
         let effect = apply_admin_job(&mut cf, AdminJob::Create(Box::new(info)), 123).unwrap();
         assert_eq!(
             effect,
             Effect::Start {
                 epoch: Epoch(5),
-                checkpoint: CheckpointTs(50)
+                checkpoint: CheckpointTs::new(50)
             }
         );
         assert_eq!(cf.info.created_at_ms, 123);

@@ -255,7 +255,7 @@ impl ChangefeedStatus {
     pub fn at_start(start_ts: CommitTs) -> Self {
         Self {
             version: STATUS_VERSION,
-            checkpoint_ts: CheckpointTs(start_ts.get()),
+            checkpoint_ts: CheckpointTs::from(start_ts),
         }
     }
 
@@ -456,7 +456,7 @@ pub(crate) mod tests {
             ChangefeedId::new("shop", name).unwrap(),
             serde_json::json!({"type": "datagen", "seed": 7}),
             PluginRef::new("sink-file@0.1.0".parse().unwrap()),
-            CommitTs(1_000),
+            CommitTs::new(1_000),
         )
     }
 
@@ -479,7 +479,7 @@ pub(crate) mod tests {
         check_not_future("start-ts", CommitTs::compose(now, 5), now).unwrap();
         check_not_future("start-ts", CommitTs::compose(now + MAX_TS_AHEAD_MS, 0), now).unwrap();
         check_not_future("start-ts", CommitTs::ZERO, now).unwrap();
-        let err = check_not_future("start-ts", CommitTs(u64::MAX), now).unwrap_err();
+        let err = check_not_future("start-ts", CommitTs::new(u64::MAX), now).unwrap_err();
         assert!(
             err.to_string()
                 .starts_with("start-ts 18446744073709551615 is 68601518577663 ms in the future"),
@@ -529,14 +529,14 @@ pub(crate) mod tests {
         let cf = Changefeed::create(info, 42).unwrap();
         assert_eq!(cf.state(), FeedState::Normal);
         assert_eq!(cf.epoch(), Epoch(1));
-        assert_eq!(cf.checkpoint(), CheckpointTs(1_000));
+        assert_eq!(cf.checkpoint(), CheckpointTs::new(1_000));
         assert_eq!(cf.info.created_at_ms, 42);
     }
 
     #[test]
     fn stored_form_is_kebab_case_and_round_trips() {
         let mut info = sample_info("orders");
-        info.target_ts = Some(CommitTs(5_000));
+        info.target_ts = Some(CommitTs::new(5_000));
         info.filters
             .push(PluginRef::new("filter-mask@1.0.0".parse().unwrap()));
         info.record_error(ErrorRecord {
@@ -561,7 +561,7 @@ pub(crate) mod tests {
         assert_eq!(json["errors"][0]["at-ms"], 7);
         assert_eq!(ChangefeedInfo::decode(&info.encode()).unwrap(), info);
 
-        let status = ChangefeedStatus::at_start(CommitTs(9));
+        let status = ChangefeedStatus::at_start(CommitTs::new(9));
         assert_eq!(
             String::from_utf8(status.encode()).unwrap(),
             r#"{"version":1,"checkpoint-ts":9}"#
@@ -594,7 +594,7 @@ pub(crate) mod tests {
     #[test]
     fn validate_rejects_target_not_after_start_and_missing_source() {
         let mut info = sample_info("orders");
-        info.target_ts = Some(CommitTs(1_000));
+        info.target_ts = Some(CommitTs::new(1_000));
         assert_eq!(
             info.validate().unwrap_err().to_string(),
             "target ts 1000 is not after start ts 1000; choose a later target ts, or leave it \

@@ -389,7 +389,7 @@ mod tests {
     ) -> (Manager<J>, FakeClock) {
         let clock = FakeClock::new(0);
         let mut info = sample_info("orders");
-        info.target_ts = target.map(CommitTs);
+        info.target_ts = target.map(CommitTs::new);
         let cf = Changefeed::create(info, 0).unwrap();
         let m = FeedStateManager::new(cf, config, clock.clone(), jitter).unwrap();
         (m, clock)
@@ -419,7 +419,7 @@ mod tests {
             m.tick(),
             Decision::Restart {
                 epoch: Epoch(2),
-                checkpoint: CheckpointTs(1_000)
+                checkpoint: CheckpointTs::new(1_000)
             }
         );
         assert_eq!(state(&m), FeedState::Warning);
@@ -559,12 +559,12 @@ mod tests {
         assert_eq!(epoch, Epoch(4));
         // The same checkpoint again is no progress.
         assert_eq!(
-            m.on_checkpoint(epoch, CheckpointTs(1_000)),
+            m.on_checkpoint(epoch, CheckpointTs::new(1_000)),
             Ok(Decision::Run)
         );
         assert_eq!(state(&m), FeedState::Warning);
         assert_eq!(
-            m.on_checkpoint(epoch, CheckpointTs(1_001)),
+            m.on_checkpoint(epoch, CheckpointTs::new(1_001)),
             Ok(Decision::Run)
         );
         assert_eq!(state(&m), FeedState::Normal);
@@ -582,11 +582,11 @@ mod tests {
         clock.set(5 * SEC);
         // A late flush of the stopped pipeline.
         assert_eq!(
-            m.on_checkpoint(Epoch(1), CheckpointTs(1_500)),
+            m.on_checkpoint(Epoch(1), CheckpointTs::new(1_500)),
             Ok(Decision::WaitUntil(10 * SEC))
         );
         assert_eq!(state(&m), FeedState::Pending);
-        assert_eq!(m.changefeed().checkpoint(), CheckpointTs(1_500));
+        assert_eq!(m.changefeed().checkpoint(), CheckpointTs::new(1_500));
         assert_eq!(m.fail_at(), Some(5 * SEC + 30 * MIN));
     }
 
@@ -599,7 +599,7 @@ mod tests {
         assert_eq!(m.changefeed().info.warnings[0].message, "sink slow");
         assert_eq!(m.fail_at(), Some(SEC + 30 * MIN));
         assert_eq!(
-            m.on_checkpoint(Epoch(1), CheckpointTs(2_000)),
+            m.on_checkpoint(Epoch(1), CheckpointTs::new(2_000)),
             Ok(Decision::Run)
         );
         assert_eq!(state(&m), FeedState::Normal);
@@ -641,25 +641,25 @@ mod tests {
     fn finishes_when_the_checkpoint_reaches_the_target_ts() {
         let (mut m, _clock) = manager(Some(5_000));
         assert_eq!(
-            m.on_checkpoint(Epoch(1), CheckpointTs(4_999)),
+            m.on_checkpoint(Epoch(1), CheckpointTs::new(4_999)),
             Ok(Decision::Run)
         );
         assert_eq!(
-            m.on_checkpoint(Epoch(1), CheckpointTs(5_000)),
+            m.on_checkpoint(Epoch(1), CheckpointTs::new(5_000)),
             Ok(Decision::Finish)
         );
         assert_eq!(state(&m), FeedState::Finished);
         assert_eq!(m.tick(), Decision::Idle);
         // Late reports change nothing.
         assert_eq!(
-            m.on_checkpoint(Epoch(1), CheckpointTs(6_000)),
+            m.on_checkpoint(Epoch(1), CheckpointTs::new(6_000)),
             Ok(Decision::Idle)
         );
         assert_eq!(
             m.on_error(Epoch(1), ErrorKind::Fatal, "closing"),
             Ok(Decision::Idle)
         );
-        assert_eq!(m.changefeed().checkpoint(), CheckpointTs(5_000));
+        assert_eq!(m.changefeed().checkpoint(), CheckpointTs::new(5_000));
         assert_eq!(state(&m), FeedState::Finished);
     }
 
@@ -682,18 +682,21 @@ mod tests {
             m.tick(),
             Decision::Restart {
                 epoch: Epoch(2),
-                checkpoint: CheckpointTs(1_000)
+                checkpoint: CheckpointTs::new(1_000)
             }
         );
         let stale = Fenced {
             writer: Epoch(1),
             current: Epoch(2),
         };
-        assert_eq!(m.on_checkpoint(Epoch(1), CheckpointTs(9_999)), Err(stale));
+        assert_eq!(
+            m.on_checkpoint(Epoch(1), CheckpointTs::new(9_999)),
+            Err(stale)
+        );
         assert_eq!(m.on_error(Epoch(1), ErrorKind::Fatal, "late"), Err(stale));
         assert_eq!(m.on_warning(Epoch(1), "late"), Err(stale));
         assert_eq!(m.on_target_reached(Epoch(1)), Err(stale));
-        assert_eq!(m.changefeed().checkpoint(), CheckpointTs(1_000));
+        assert_eq!(m.changefeed().checkpoint(), CheckpointTs::new(1_000));
         assert_eq!(state(&m), FeedState::Warning);
         // Pause and resume: epoch 3.
         assert_eq!(m.apply_admin_job(AdminJob::Pause), Ok(Effect::Stop));
@@ -704,12 +707,12 @@ mod tests {
             }),
             Ok(Effect::Start {
                 epoch: Epoch(3),
-                checkpoint: CheckpointTs(1_000)
+                checkpoint: CheckpointTs::new(1_000)
             })
         );
-        assert!(m.on_checkpoint(Epoch(2), CheckpointTs(2_000)).is_err());
+        assert!(m.on_checkpoint(Epoch(2), CheckpointTs::new(2_000)).is_err());
         assert_eq!(
-            m.on_checkpoint(Epoch(3), CheckpointTs(2_000)),
+            m.on_checkpoint(Epoch(3), CheckpointTs::new(2_000)),
             Ok(Decision::Run)
         );
         // A newer epoch than the record's is fenced too.
@@ -789,7 +792,7 @@ mod tests {
             m.tick(),
             Decision::Restart {
                 epoch: Epoch(7),
-                checkpoint: CheckpointTs(1_000)
+                checkpoint: CheckpointTs::new(1_000)
             }
         );
     }

@@ -127,8 +127,8 @@ fn interval(config: &BackoffConfig, attempt: u32) -> u64 {
 
 fn info_with(start: u64, target: Option<u64>) -> ChangefeedInfo {
     let mut info = sample_info("orders");
-    info.start_ts = CommitTs(start);
-    info.target_ts = target.map(CommitTs);
+    info.start_ts = CommitTs::new(start);
+    info.target_ts = target.map(CommitTs::new);
     info
 }
 
@@ -175,11 +175,11 @@ fn run(seed: u64, target: Option<u64>, ops: Vec<Op>) -> Result<Trace, TestCaseEr
             ),
             Op::Pause => Outcome::Admin(m.apply_admin_job(AdminJob::Pause)),
             Op::Resume { overwrite } => Outcome::Admin(m.apply_admin_job(AdminJob::Resume {
-                overwrite_checkpoint: overwrite.map(CheckpointTs),
+                overwrite_checkpoint: overwrite.map(CheckpointTs::new),
             })),
             Op::Update { target } => {
                 let mut info = before.info.clone();
-                info.target_ts = target.map(CommitTs);
+                info.target_ts = target.map(CommitTs::new);
                 Outcome::Admin(m.apply_admin_job(AdminJob::Update(Box::new(info))))
             }
             Op::Remove => Outcome::Admin(m.apply_admin_job(AdminJob::Remove)),
@@ -187,7 +187,7 @@ fn run(seed: u64, target: Option<u64>, ops: Vec<Op>) -> Result<Trace, TestCaseEr
             Op::Warning { stale } => Outcome::Report(m.on_warning(epoch(*stale), "slow")),
             Op::Checkpoint { delta, stale } => {
                 let cp = before.checkpoint().get().saturating_add_signed(*delta);
-                Outcome::Report(m.on_checkpoint(epoch(*stale), CheckpointTs(cp)))
+                Outcome::Report(m.on_checkpoint(epoch(*stale), CheckpointTs::new(cp)))
             }
             Op::TargetReached { stale } => Outcome::Report(m.on_target_reached(epoch(*stale))),
             Op::Tick => Outcome::Tick(m.tick()),
@@ -266,7 +266,7 @@ fn run(seed: u64, target: Option<u64>, ops: Vec<Op>) -> Result<Trace, TestCaseEr
             true,
         ) = (&op, rewound)
         {
-            prop_assert_eq!(after.checkpoint(), CheckpointTs(*ts), "{}", ctx);
+            prop_assert_eq!(after.checkpoint(), CheckpointTs::new(*ts), "{}", ctx);
         }
         if !rewound {
             prop_assert!(
@@ -483,7 +483,7 @@ fn fixed_sequence_exercises_every_state() {
         [Normal, Pending, Warning, Stopped, Failed, Finished, Removed]
     );
     assert_eq!((end.state(), end.epoch()), (Normal, Epoch(5)));
-    assert_eq!(end.checkpoint(), CheckpointTs(10));
+    assert_eq!(end.checkpoint(), CheckpointTs::new(10));
 }
 
 #[test]

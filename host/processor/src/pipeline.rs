@@ -103,11 +103,11 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
     pub fn new(config: PipelineConfig, filters: Vec<F>, sink: K, start: CheckpointTs) -> Self {
         let progress = Progress {
             checkpoint_ts: start,
-            resolved_ts: ResolvedTs(start.get()),
+            resolved_ts: ResolvedTs::from(start),
             ..Progress::default()
         };
         let (progress_tx, _) = watch::channel(progress.clone());
-        let fence = CommitTs(start.get()).max(config.replay_until);
+        let fence = CommitTs::from(start).max(config.replay_until);
         Self {
             config,
             sink,
@@ -116,8 +116,8 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             progress_tx,
             report: Report::default(),
             builder: BatchBuilder::new(),
-            written_through: CommitTs(start.get()),
-            pending_through: CommitTs(start.get()),
+            written_through: CommitTs::from(start),
+            pending_through: CommitTs::from(start),
             unacked: Vec::new(),
             unacked_bytes: 0,
             last_flush: Instant::now(),
@@ -163,7 +163,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         S: Source + 'static,
     {
         let started = Instant::now();
-        source.start_after(CommitTs(self.progress.checkpoint_ts.get()));
+        source.start_after(CommitTs::from(self.progress.checkpoint_ts));
         let (tx, mut rx) = mpsc::channel::<(Result<SourceEvent, PipelineError>, CachePermit)>(
             self.config.event_cache_count.max(1),
         );
@@ -226,7 +226,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
                     Some(Ok(SourceEvent::Resolved(ts))) => {
                         self.progress.resolved_ts = self.progress.resolved_ts.max(ts);
                         if self.builder.is_empty() {
-                            self.written_through = self.written_through.max(CommitTs(ts.get()));
+                            self.written_through = self.written_through.max(CommitTs::from(ts));
                         }
                     }
                     Some(Ok(SourceEvent::Ddl(ddl))) => {
@@ -393,7 +393,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             return Ok(());
         }
         self.call_sink(SinkCall::Flush(target)).await?;
-        self.progress.checkpoint_ts = CheckpointTs(target.get());
+        self.progress.checkpoint_ts = CheckpointTs::from(target);
         self.unacked.clear();
         self.unacked_bytes = 0;
         self.publish();

@@ -92,7 +92,7 @@ fn row_changes(table: &TableBatch, schema: &Arc<TableSchema>) -> Vec<(CommitTs, 
             before,
             after,
         };
-        rows.push((CommitTs(table.commit_ts[i]), table.flags[i], row));
+        rows.push((CommitTs::new(table.commit_ts[i]), table.flags[i], row));
     }
     rows
 }
@@ -602,7 +602,7 @@ async fn delivers_every_generated_row_once_in_commit_ts_order_without_failures()
     assert_eq!(sink.flushes.last(), Some(&last_ts));
     assert_eq!((sink.opens, sink.closed), (1, true));
 
-    assert_eq!(report.progress.checkpoint_ts, CheckpointTs(last_ts));
+    assert_eq!(report.progress.checkpoint_ts, CheckpointTs::new(last_ts));
     assert_eq!(report.progress.rows_read, 3000);
     assert_eq!(report.progress.rows_written, 3000);
     assert_eq!(report.progress.transactions, txns.len() as u64);
@@ -643,7 +643,7 @@ async fn replays_unacknowledged_batches_into_a_fresh_sink_after_a_retryable_fail
     for f in &sink.failures {
         assert_eq!(
             f.checkpoint,
-            CheckpointTs(f.acked),
+            CheckpointTs::new(f.acked),
             "the checkpoint is what the sink acknowledged: {f:?}"
         );
     }
@@ -670,7 +670,7 @@ async fn replays_unacknowledged_batches_into_a_fresh_sink_after_a_retryable_fail
     assert_eq!(sink.opens, 3, "one fresh instance per failure");
     assert_eq!(
         report.progress.checkpoint_ts,
-        CheckpointTs(txns.last().unwrap().commit_ts.get())
+        CheckpointTs::from(txns.last().unwrap().commit_ts)
     );
     assert_eq!(
         report.progress.rows_written, 2000,
@@ -790,7 +790,7 @@ async fn config_error_is_not_retried() {
     let sink = pipeline.sink();
     assert_eq!(progress.retries, 0);
     assert_eq!((sink.opens, sink.flush_calls), (1, 2));
-    assert_eq!(progress.checkpoint_ts, CheckpointTs(sink.flushes[0]));
+    assert_eq!(progress.checkpoint_ts, CheckpointTs::new(sink.flushes[0]));
     let acknowledged = expected
         .iter()
         .copied()
@@ -875,7 +875,7 @@ async fn checkpoint_never_passes_an_unacknowledged_ts() {
     }
     assert_eq!(
         report.progress.checkpoint_ts,
-        CheckpointTs(txns.last().unwrap().commit_ts.get())
+        CheckpointTs::from(txns.last().unwrap().commit_ts)
     );
 }
 
@@ -928,7 +928,7 @@ async fn filter_drops_rows_before_the_sink() {
     assert_eq!(report.progress.rows_written, rows_out.values().sum::<u64>());
     assert_eq!(
         report.progress.checkpoint_ts,
-        CheckpointTs(txns.last().unwrap().commit_ts.get())
+        CheckpointTs::from(txns.last().unwrap().commit_ts)
     );
 }
 
@@ -1112,7 +1112,7 @@ async fn shutdown_flushes_what_was_read() {
     let last_ts = prefix.last().unwrap().commit_ts.get();
     assert_eq!(per_table(sink.durable_ids()), per_table(row_ids(&prefix)));
     assert!(sink.buffered.is_empty());
-    assert_eq!(report.progress.checkpoint_ts, CheckpointTs(last_ts));
+    assert_eq!(report.progress.checkpoint_ts, CheckpointTs::new(last_ts));
     assert_eq!(sink.flushes.last(), Some(&last_ts));
     assert!(
         sink.flushes.len() > 1,
@@ -1172,7 +1172,7 @@ proptest! {
             + usize::from(flush_failure.is_some_and(|c| c < sink.flush_calls));
         prop_assert_eq!(sink.failures.len(), reached);
         prop_assert_eq!(report.progress.retries, reached as u64);
-        prop_assert_eq!(report.progress.checkpoint_ts, CheckpointTs(txns.last().unwrap().commit_ts.get()));
+        prop_assert_eq!(report.progress.checkpoint_ts, CheckpointTs::from(txns.last().unwrap().commit_ts));
     }
 }
 
@@ -1196,7 +1196,7 @@ impl Source for WithDdl {
             self.seen += 1;
             if self.seen == self.after {
                 self.pending = Some(DdlEvent {
-                    commit_ts: CommitTs(txn.commit_ts.get() + 1),
+                    commit_ts: CommitTs::new(txn.commit_ts.get() + 1),
                     schema_name: "shop".into(),
                     table_name: "users".into(),
                     query: "ALTER TABLE users ADD COLUMN note TEXT".into(),
@@ -1462,7 +1462,7 @@ async fn a_restarted_pipeline_never_saves_a_fence_below_the_previous_one() {
         store_log: Some(log.clone()),
         ..MemorySink::default()
     };
-    let mut pipeline = Pipeline::new(config, no_filters(), sink, CheckpointTs(checkpoint.get()))
+    let mut pipeline = Pipeline::new(config, no_filters(), sink, CheckpointTs::from(checkpoint))
         .with_progress_store(Box::new(FakeStore { log: log.clone() }));
     pipeline
         .run(DatagenSource::new(source).unwrap(), std::future::pending())
@@ -1539,7 +1539,7 @@ impl Source for BigRows {
 
     async fn next_event(&mut self) -> Result<SourceEvent, Self::Error> {
         if let Some(ts) = self.resolved.take() {
-            return Ok(SourceEvent::Resolved(sluice_core::ResolvedTs(ts.get())));
+            return Ok(SourceEvent::Resolved(sluice_core::ResolvedTs::from(ts)));
         }
         if self.next == self.rows {
             return Ok(SourceEvent::End);

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::stderr::TailPipe;
@@ -39,6 +39,9 @@ pub(crate) struct Slot<B> {
     pub(crate) live: Option<Live<B>>,
     /// Set by the epoch callback each time the guest used up a slice.
     sliced: Arc<AtomicBool>,
+    /// The running thread's CPU time when the call in progress was last polled
+    /// (see `CpuBudget`).
+    cpu_since: Arc<AtomicU64>,
     /// The last call kept computing past a slice: run the next one on the thread
     /// at once.
     on_thread: bool,
@@ -53,6 +56,7 @@ impl<B> Slot<B> {
             stats: Arc::new(PluginStats::default()),
             live: None,
             sliced: Arc::new(AtomicBool::new(false)),
+            cpu_since: Arc::new(AtomicU64::new(0)),
             on_thread: false,
             thread: None,
         }
@@ -68,7 +72,17 @@ impl<B> Slot<B> {
         &mut self,
         call: impl Future<Output = R> + Send + 'static,
     ) -> Option<R> {
-        let mut call = Box::pin(call);
+        // Each poll notes the thread's CPU time, so that the CPU budget charges
+        // only time spent running this call, on whichever thread runs it.
+        let since = self.cpu_since.clone();
+        let mut call = Box::pin(async move {
+            let mut call = std::pin::pin!(call);
+            std::future::poll_fn(|cx| {
+                since.store(crate::state::thread_cpu_nanos(), Ordering::Relaxed);
+                call.as_mut().poll(cx)
+            })
+            .await
+        });
         if !self.on_thread {
             self.sliced.store(false, Ordering::Relaxed);
             let sliced = &self.sliced;
@@ -158,10 +172,16 @@ impl<B> Slot<B> {
     /// Gives the next call (or instantiation) on `store` a fresh CPU budget of
     /// `call-timeout-ms`, in ticks, with the first slice ending at the next tick.
     pub(crate) fn arm(&self, store: &mut Store<PluginState>) {
-        let tick = self.component.runtime.inner.epoch_tick;
         store.data_mut().cpu = crate::state::CpuBudget {
             used_ticks: 0,
-            budget_ticks: ticks(self.settings.limits.call_timeout, tick),
+            used_nanos: 0,
+            budget_nanos: self
+                .settings
+                .limits
+                .call_timeout
+                .as_nanos()
+                .min(u64::MAX as u128) as u64,
+            since: self.cpu_since.clone(),
         };
         store.set_epoch_deadline(1);
     }
@@ -326,11 +346,6 @@ pub(crate) fn restore(batch: &mut Batch, wire: wit::Batch) {
         .into_iter()
         .map(convert::table_from_wit)
         .collect();
-}
-
-/// Epoch ticks for a CPU limit (rounded up, plus the tick already under way).
-pub(crate) fn ticks(limit: Duration, tick: Duration) -> u64 {
-    (limit.as_nanos() / tick.as_nanos().max(1)) as u64 + 1
 }
 
 /// Run a call future under the host-call timeout.

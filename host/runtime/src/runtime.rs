@@ -3,7 +3,6 @@
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -26,7 +25,6 @@ pub(crate) struct Inner {
     pub(crate) sink_linker: Linker<PluginState>,
     pub(crate) filter_linker: Linker<PluginState>,
     pub(crate) cache: Option<PrecompileCache>,
-    pub(crate) epoch_tick: Duration,
     stop_ticker: Arc<AtomicBool>,
 }
 
@@ -93,7 +91,6 @@ impl PluginRuntime {
                 sink_linker,
                 filter_linker,
                 cache,
-                epoch_tick: config.epoch_tick,
                 stop_ticker,
             }),
         })

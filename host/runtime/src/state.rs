@@ -249,26 +249,44 @@ pub(crate) const MAX_HTTP_FIELDS_BYTES: usize = 32 << 10;
 /// the memory quota (an estimate of its host-side size).
 pub(crate) const HOST_OBJECT_BYTES: u64 = 512;
 
-/// The CPU time one call may spend in guest code, counted in epoch ticks.
+/// The CPU time one call may spend, measured as the CPU time of the thread that
+/// runs it while it is being polled.
 ///
 /// The store's epoch deadline is one tick ahead, so the deadline callback runs
-/// about once per tick *while guest code runs* (the epoch is only checked in guest
-/// code): each run counts one tick, and the call yields to the executor so that
-/// other plugins and tasks get their turn (fair slices). A call that waits in a
-/// host call (I/O, a sleep) for many ticks counts one on its return: waiting is
-/// bounded by `host-call-timeout-ms`, not by the CPU limit.
-#[derive(Debug, Default, Clone, Copy)]
+/// about once per tick while guest code runs (the epoch is only checked in guest
+/// code). Each run adds the thread's CPU time since the call was last polled (or
+/// since the last run) and yields, so that a call can be timed out, cancelled or
+/// moved while it computes. Waiting (a host call blocked on I/O or a sleep, or the
+/// thread not being scheduled on a busy machine) uses no CPU time and is bounded by
+/// `host-call-timeout-ms` instead.
+#[derive(Debug, Default, Clone)]
 pub(crate) struct CpuBudget {
+    /// Slices (deadline callbacks) so far.
     pub(crate) used_ticks: u64,
-    pub(crate) budget_ticks: u64,
+    pub(crate) used_nanos: u64,
+    pub(crate) budget_nanos: u64,
+    /// The running thread's CPU time when the call was last polled or charged.
+    pub(crate) since: Arc<AtomicU64>,
+}
+
+/// The calling thread's CPU time, in nanoseconds.
+pub(crate) fn thread_cpu_nanos() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
 }
 
 impl CpuBudget {
-    /// One more tick of guest code: `Ok(())` to go on (after a yield), or a
+    /// One more slice of guest code: charges the thread's CPU time since the
+    /// last poll or charge, then `Ok(())` to go on (after a yield), or a
     /// `Trap::Interrupt` once the budget is spent.
     pub(crate) fn tick(&mut self) -> wasmtime::Result<()> {
         self.used_ticks += 1;
-        if self.used_ticks >= self.budget_ticks {
+        let now = thread_cpu_nanos();
+        let since = self.since.swap(now, Ordering::Relaxed);
+        self.used_nanos = self.used_nanos.saturating_add(now.saturating_sub(since));
+        if self.used_nanos >= self.budget_nanos {
             return Err(wasmtime::Trap::Interrupt.into());
         }
         Ok(())

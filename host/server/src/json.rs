@@ -29,7 +29,7 @@ pub fn ts_time(ts: u64) -> String {
     if ts == 0 {
         return String::new();
     }
-    let ms = sluice_core::CommitTs(ts).physical_millis();
+    let ms = sluice_core::CommitTs::new(ts).physical_millis();
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
     humantime::format_rfc3339_millis(at).to_string()
 }

@@ -198,9 +198,9 @@ mod tests {
                 .await
                 .unwrap();
         assert_eq!(previous.epoch, 0);
-        first.save_fence(CommitTs(500)).await.unwrap();
+        first.save_fence(CommitTs::new(500)).await.unwrap();
         first
-            .save_checkpoint(CheckpointTs(300), ResolvedTs(400))
+            .save_checkpoint(CheckpointTs::new(300), ResolvedTs::new(400))
             .await
             .unwrap();
 
@@ -220,12 +220,12 @@ mod tests {
             }
         );
         let err = first
-            .save_checkpoint(CheckpointTs(350), ResolvedTs(400))
+            .save_checkpoint(CheckpointTs::new(350), ResolvedTs::new(400))
             .await
             .unwrap_err();
         assert!(matches!(err, ProgressStoreError::Fenced(_)), "{err:?}");
         second
-            .save_checkpoint(CheckpointTs(360), ResolvedTs(400))
+            .save_checkpoint(CheckpointTs::new(360), ResolvedTs::new(400))
             .await
             .unwrap();
         drop((first, second, store));

@@ -92,12 +92,12 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
         )
         .await?;
         if previous.epoch > 0 {
-            start = CheckpointTs(previous.checkpoint_ts);
-            pipeline_config.replay_until = CommitTs(previous.fence_ts);
+            start = CheckpointTs::new(previous.checkpoint_ts);
+            pipeline_config.replay_until = CommitTs::new(previous.fence_ts);
             eprintln!(
                 "[{}] resuming from checkpoint {} (run {}); rows up to {} are flagged replay",
                 file.changefeed.id,
-                describe_ts(CommitTs(previous.checkpoint_ts)),
+                describe_ts(CommitTs::new(previous.checkpoint_ts)),
                 previous.epoch + 1,
                 previous.fence_ts
             );
@@ -125,7 +125,7 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
                     started.elapsed().as_secs_f64(),
                     p.rows_read,
                     p.rows_written,
-                    describe_ts(CommitTs(p.checkpoint_ts.get())),
+                    describe_ts(CommitTs::from(p.checkpoint_ts)),
                     rate,
                     p.retries
                 );
@@ -208,7 +208,7 @@ fn print_summary(id: &str, report: &Report, pipeline: &Pipeline<WasmSink, WasmFi
         p.rows_read,
         p.transactions,
         p.rows_written,
-        describe_ts(CommitTs(p.checkpoint_ts.get()))
+        describe_ts(CommitTs::from(p.checkpoint_ts))
     );
     println!("{:<24} {:>10} {:>10}", "table", "rows in", "rows out");
     for (table, n) in &report.rows_in {

@@ -221,7 +221,7 @@ max-batch-rows = 10
         let spec = FeedSpec::parse(GOOD).unwrap();
         let id = ChangefeedId::new("acme", "orders").unwrap();
         let info = spec
-            .to_info(GOOD, id.clone(), CommitTs(5), Some(CommitTs(9)))
+            .to_info(GOOD, id.clone(), CommitTs::new(5), Some(CommitTs::new(9)))
             .unwrap();
         assert_eq!(info.sink.plugin.to_string(), "sink-file@0.1.0");
         assert_eq!(info.sink.config, serde_json::json!({"format": "csv"}));
@@ -229,7 +229,7 @@ max-batch-rows = 10
         assert!(info.sink.capabilities.data_dir);
         assert_eq!(info.filters[0].plugin.to_string(), "filter-mask@0.1.0");
         assert_eq!(info.source["total-rows"], 100);
-        assert_eq!(info.target_ts, Some(CommitTs(9)));
+        assert_eq!(info.target_ts, Some(CommitTs::new(9)));
         info.validate().unwrap();
         let SourceConfig::Datagen(d) = source_of(&info).unwrap();
         assert_eq!(d.total_rows, 100);
@@ -383,7 +383,7 @@ max-batch-rows = 10
                 && let Ok(spec) = FeedSpec::parse(&text)
             {
                 let id = ChangefeedId::new("acme", "orders").unwrap();
-                let _ = spec.to_info(&text, id, CommitTs(0), None);
+                let _ = spec.to_info(&text, id, CommitTs::new(0), None);
             }
         }
     }

@@ -77,11 +77,14 @@ fn with_value(section: &str, key: &str, value: &str) -> String {
     out
 }
 
-/// The refusal categories a changefeed file may get: one line, a documented kind.
+/// The refusal categories a changefeed file may get: one line, a documented kind
+/// (a mutated plugin name is a plugin that does not exist).
 fn assert_refusal(err: &str, case: &str) {
     assert_eq!(err.lines().count(), 1, "{case}: one line: {err}");
     assert!(
-        err.starts_with("error: invalid argument: ") || err.starts_with("error: too large: "),
+        err.starts_with("error: invalid argument: ")
+            || err.starts_with("error: too large: ")
+            || err.starts_with("error: not found: "),
         "{case}: a refusal says what kind it is: {err}"
     );
     assert!(!err.contains("panicked"), "{case}: {err}");

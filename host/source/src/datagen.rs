@@ -755,7 +755,7 @@ mod tests {
             ..Default::default()
         })
         .unwrap()
-        .begin_after(CommitTs(5));
+        .begin_after(CommitTs::new(5));
         let b: Vec<_> = std::iter::from_fn(|| g.next_transaction()).collect();
         assert_eq!(a, b);
     }

@@ -93,7 +93,7 @@ fn not_future(what: &'static str, ts: CommitTs) -> Result<(), Status> {
 }
 
 fn ts(v: u64) -> Option<CommitTs> {
-    (v > 0).then_some(CommitTs(v))
+    (v > 0).then_some(CommitTs::new(v))
 }
 
 pub fn state_pb(s: FeedState) -> pb::FeedState {
@@ -141,7 +141,7 @@ fn lag_ms(ts: u64, now_ms: u64) -> u64 {
     if ts == 0 {
         return 0;
     }
-    now_ms.saturating_sub(CommitTs(ts).physical_millis())
+    now_ms.saturating_sub(CommitTs::new(ts).physical_millis())
 }
 
 pub fn status_pb(v: &FeedView) -> pb::ChangefeedStatus {
@@ -277,7 +277,7 @@ impl ChangefeedService for Api {
     ) -> Result<Response<pb::Changefeed>, Status> {
         let r = request.into_inner();
         let id = changefeed_id(r.id.as_ref())?;
-        let start_ts = CommitTs(r.start_ts);
+        let start_ts = CommitTs::new(r.start_ts);
         not_future("start-ts", start_ts)?;
         // Checking the plugins takes a while: not under the owner's lock.
         self.owner.lock().await.check_new(&id)?;
@@ -347,10 +347,10 @@ impl ChangefeedService for Api {
         let r = request.into_inner();
         let id = changefeed_id(r.id.as_ref())?;
         if let Some(ts) = r.overwrite_checkpoint_ts {
-            not_future("overwrite-checkpoint-ts", CommitTs(ts))?;
+            not_future("overwrite-checkpoint-ts", CommitTs::new(ts))?;
         }
         let job = AdminJob::Resume {
-            overwrite_checkpoint: r.overwrite_checkpoint_ts.map(CheckpointTs),
+            overwrite_checkpoint: r.overwrite_checkpoint_ts.map(CheckpointTs::new),
         };
         self.owner.lock().await.admin(&id, job).await?;
         let view = self.settle(&id).await?;

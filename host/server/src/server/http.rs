@@ -208,12 +208,12 @@ pub fn render_metrics(feeds: &[FeedView], healthy: bool) -> String {
             if ts == 0 {
                 0.0
             } else {
-                now.saturating_sub(CommitTs(ts).physical_millis()) as f64 / 1000.0
+                now.saturating_sub(CommitTs::new(ts).physical_millis()) as f64 / 1000.0
             }
         };
         // A TSO does not fit a float exactly; its physical part does, in the
         // base unit (seconds since the Unix epoch, with the milliseconds).
-        let seconds = |ts: u64| CommitTs(ts).physical_millis() as f64 / 1000.0;
+        let seconds = |ts: u64| CommitTs::new(ts).physical_millis() as f64 / 1000.0;
         f.gauge(
             "sluice_changefeed_checkpoint_timestamp_seconds",
             "Physical time of the checkpoint ts (seconds since the Unix epoch): every change committed up to it is downstream.",

@@ -201,7 +201,7 @@ impl Owner {
             if !matches!(cf.state(), FeedState::Removed | FeedState::Finished) {
                 for task in tasks.get(&key).into_iter().flatten() {
                     if task.changefeed_epoch == cf.epoch().0 {
-                        let saved = CheckpointTs(task.checkpoint_ts);
+                        let saved = CheckpointTs::new(task.checkpoint_ts);
                         cf.status.checkpoint_ts = cf.status.checkpoint_ts.max(saved);
                     }
                 }
@@ -711,7 +711,7 @@ impl Owner {
             && cf.state().is_running()
         {
             cf.status.checkpoint_ts = cf.status.checkpoint_ts.max(p.checkpoint_ts);
-            resolved = resolved.max(CommitTs(p.resolved_ts.get()));
+            resolved = resolved.max(CommitTs::from(p.resolved_ts));
         }
         let sink_data_dir = cf
             .info
@@ -720,7 +720,7 @@ impl Owner {
             .data_dir
             .then(|| spec::plugin_data_dir(&self.ctx.data_dir, id, "sink"));
         Some(FeedView {
-            resolved_ts: resolved.max(CommitTs(cf.checkpoint().get())),
+            resolved_ts: resolved.max(CommitTs::from(cf.checkpoint())),
             changefeed: cf,
             progress,
             totals: feed.totals,
@@ -796,7 +796,7 @@ impl Feed {
     /// Reports of another epoch are fenced and change nothing.
     fn absorb(&mut self, epoch: sluice_owner::Epoch, live: &Live, outcome: Option<Outcome>) {
         if let Some(p) = live.progress() {
-            self.resolved = self.resolved.max(CommitTs(p.resolved_ts.get()));
+            self.resolved = self.resolved.max(CommitTs::from(p.resolved_ts));
             let before = self.manager.changefeed().checkpoint();
             let _ = self.manager.on_checkpoint(epoch, p.checkpoint_ts);
             if self.manager.changefeed().checkpoint() > before {

@@ -321,7 +321,7 @@ async fn run(
         Ok(claimed) => claimed,
         Err(e) => return failed(ErrorKind::Retryable, format!("{e:#}")),
     };
-    config.replay_until = CommitTs(previous.fence_ts);
+    config.replay_until = CommitTs::new(previous.fence_ts);
     tracing::info!(
         checkpoint = checkpoint.get(),
         replay_until = previous.fence_ts,
@@ -383,7 +383,7 @@ impl<S: Source> Source for UpTo<S> {
         if past {
             // Everything up to the target has been produced.
             self.reached = true;
-            return Ok(SourceEvent::Resolved(ResolvedTs(target.get())));
+            return Ok(SourceEvent::Resolved(ResolvedTs::from(target)));
         }
         Ok(event)
     }
