@@ -695,8 +695,12 @@ async fn guest_code_past_a_slice_runs_on_a_lower_priority_thread_of_its_own() {
     let spinning = tokio::spawn(async move { write_err(&mut sink).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     // The plugin's thread is named after it (`p:` and the first 13 characters).
+    // (Other tests may run a `misbehave-loop` plugin at the same time.)
     let nice = nice_of_threads("p:misbehave-lo");
-    assert_eq!(nice, [10], "one plugin thread, at nice 10");
+    assert!(
+        !nice.is_empty() && nice.iter().all(|&n| n == 10),
+        "plugin threads at nice 10: {nice:?}"
+    );
     assert_eq!(
         spinning.await.unwrap(),
         PluginError::Stopped("exceeded its CPU time limit of 800ms per call".into())

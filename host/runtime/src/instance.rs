@@ -63,10 +63,10 @@ impl<B> Slot<B> {
     }
 
     /// Runs a call (or an instantiation) to its end. It starts on the caller's
-    /// task, which costs nothing extra for the usual short call; once the guest
-    /// has used up one slice of CPU (at most one epoch tick) it moves to the
-    /// slot's own thread and finishes there, so a guest that computes for long
-    /// never holds the caller's threads. A call after one that needed the thread
+    /// task, which costs nothing extra for the usual short call; once it has
+    /// used 5 ms of CPU (seen at an epoch tick) it moves to the slot's own thread
+    /// and finishes there, so a guest that computes for long never holds the
+    /// caller's threads for more than about two ticks. A call after one that needed the thread
     /// starts there. `None` if the thread is gone.
     pub(crate) async fn drive<R: Send + 'static>(
         &mut self,
@@ -105,9 +105,9 @@ impl<B> Slot<B> {
     }
 
     /// After a call ended: whether the next one starts on the thread (this one
-    /// computed for more than a slice).
-    pub(crate) fn note_ticks(&mut self, used_ticks: u64) {
-        self.on_thread = used_ticks > 1;
+    /// computed for a slice or more).
+    pub(crate) fn note_cpu(&mut self, used_nanos: u64) {
+        self.on_thread = used_nanos >= crate::state::SLICE_NANOS;
     }
 
     /// The slot's thread, started on first use.
@@ -162,8 +162,9 @@ impl<B> Slot<B> {
         // budget and yields to the executor; past the budget the call traps.
         let sliced = self.sliced.clone();
         store.epoch_deadline_callback(move |mut ctx| {
-            ctx.data_mut().cpu.tick()?;
-            sliced.store(true, Ordering::Relaxed);
+            if ctx.data_mut().cpu.tick()? {
+                sliced.store(true, Ordering::Relaxed);
+            }
             Ok(wasmtime::UpdateDeadline::Yield(1))
         });
         Ok((store, stderr))
@@ -386,7 +387,7 @@ macro_rules! guarded_call {
         slot.stats.call_latency.record(started.elapsed());
         match ran {
             Some((live, outcome, arg)) => {
-                slot.note_ticks(live.store.data().cpu.used_ticks);
+                slot.note_cpu(live.store.data().cpu.used_nanos);
                 slot.live = Some(live);
                 (slot.settle(outcome), Some(arg))
             }

@@ -269,6 +269,10 @@ pub(crate) struct CpuBudget {
     pub(crate) since: Arc<AtomicU64>,
 }
 
+/// CPU time after which a call counts as computing for long: it moves to the
+/// plugin's own thread (one epoch tick's worth).
+pub(crate) const SLICE_NANOS: u64 = 5_000_000;
+
 /// The calling thread's CPU time, in nanoseconds.
 pub(crate) fn thread_cpu_nanos() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
@@ -279,9 +283,11 @@ pub(crate) fn thread_cpu_nanos() -> u64 {
 
 impl CpuBudget {
     /// One more slice of guest code: charges the thread's CPU time since the
-    /// last poll or charge, then `Ok(())` to go on (after a yield), or a
-    /// `Trap::Interrupt` once the budget is spent.
-    pub(crate) fn tick(&mut self) -> wasmtime::Result<()> {
+    /// last poll or charge, then `Ok(computing)` to go on (after a yield), where
+    /// `computing` says the call has used at least [`SLICE_NANOS`] of CPU (so it
+    /// belongs on the plugin's own thread), or a `Trap::Interrupt` once the budget
+    /// is spent.
+    pub(crate) fn tick(&mut self) -> wasmtime::Result<bool> {
         self.used_ticks += 1;
         let now = thread_cpu_nanos();
         let since = self.since.swap(now, Ordering::Relaxed);
@@ -289,7 +295,7 @@ impl CpuBudget {
         if self.used_nanos >= self.budget_nanos {
             return Err(wasmtime::Trap::Interrupt.into());
         }
-        Ok(())
+        Ok(self.used_nanos >= SLICE_NANOS)
     }
 }
 

@@ -3,7 +3,7 @@
 //! HTTP host calls.
 //!
 //! A call starts on the caller's task (a short call costs nothing extra); once
-//! the guest has used up one slice (an epoch tick, at most 5 ms) it moves here
+//! it has used 5 ms of CPU (seen at an epoch tick) it moves here
 //! (`Slot::drive`). So a guest that computes for long never holds the threads of
 //! the caller's runtime (which serve the API, the owner, meta-store leases and
 //! sources), and the operating system's scheduler shares the cores between
