@@ -61,46 +61,33 @@ ts_type!(
     CheckpointTs
 );
 
-impl From<CommitTs> for ResolvedTs {
+/// `impl From<$from> for $to`, the raw value carried over, with why it holds.
+macro_rules! ts_from {
+    ($($(#[$doc:meta])* $from:ident => $to:ident;)*) => {
+        $(
+            impl From<$from> for $to {
+                $(#[$doc])*
+                fn from(ts: $from) -> Self {
+                    $to(ts.0)
+                }
+            }
+        )*
+    };
+}
+
+ts_from! {
     /// Once a source has emitted every row of a transaction, its commit ts is resolved.
-    fn from(ts: CommitTs) -> Self {
-        ResolvedTs(ts.0)
-    }
-}
-
-impl From<ResolvedTs> for CheckpointTs {
+    CommitTs => ResolvedTs;
     /// A flush acknowledged up to a resolved ts makes it the checkpoint.
-    fn from(ts: ResolvedTs) -> Self {
-        CheckpointTs(ts.0)
-    }
-}
-
-impl From<CommitTs> for CheckpointTs {
+    ResolvedTs => CheckpointTs;
     /// Every change up to this transaction is downstream.
-    fn from(ts: CommitTs) -> Self {
-        CheckpointTs(ts.0)
-    }
-}
-
-impl From<CheckpointTs> for CommitTs {
+    CommitTs => CheckpointTs;
     /// Where replication resumes: after the checkpoint.
-    fn from(ts: CheckpointTs) -> Self {
-        CommitTs(ts.0)
-    }
-}
-
-impl From<ResolvedTs> for CommitTs {
+    CheckpointTs => CommitTs;
     /// Rows committed up to the resolved ts.
-    fn from(ts: ResolvedTs) -> Self {
-        CommitTs(ts.0)
-    }
-}
-
-impl From<CheckpointTs> for ResolvedTs {
+    ResolvedTs => CommitTs;
     /// What is downstream is resolved.
-    fn from(ts: CheckpointTs) -> Self {
-        ResolvedTs(ts.0)
-    }
+    CheckpointTs => ResolvedTs;
 }
 
 #[cfg(test)]

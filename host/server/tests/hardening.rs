@@ -39,12 +39,14 @@ plugin = "sink-blackhole@0.1.0"
 memory = "64MiB"
 call-timeout-ms = 5000
 host-call-timeout-ms = 30000
+max-resources = 1024
 
 [pipeline]
 max-batch-rows = 1024
 max-batch-bytes = 4194304
 flush-interval-ms = 100
 event-cache-count = 10240
+event-cache-bytes = 67108864
 max-retries = 2
 checkpoint-interval-ms = 500
 fence-ahead-ms = 2000
@@ -159,10 +161,12 @@ fn extreme_values_are_refused_or_run_and_can_be_paused_and_removed() {
         ("[sink.limits]", "memory"),
         ("[sink.limits]", "call-timeout-ms"),
         ("[sink.limits]", "host-call-timeout-ms"),
+        ("[sink.limits]", "max-resources"),
         ("[pipeline]", "max-batch-rows"),
         ("[pipeline]", "max-batch-bytes"),
         ("[pipeline]", "flush-interval-ms"),
         ("[pipeline]", "event-cache-count"),
+        ("[pipeline]", "event-cache-bytes"),
         ("[pipeline]", "max-retries"),
         ("[pipeline]", "checkpoint-interval-ms"),
         ("[pipeline]", "fence-ahead-ms"),

@@ -28,6 +28,32 @@ checkpoint-interval-ms = 100
     )
 }
 
+/// `sluice cli changefeed pause -c name` on a thread of its own: when it
+/// returned, and what it printed.
+fn pause_in_background(
+    server: &Server,
+    name: &str,
+) -> std::thread::JoinHandle<(Instant, std::process::Output)> {
+    let (grpc, name) = (server.grpc.clone(), name.to_string());
+    std::thread::spawn(move || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args([
+                "cli",
+                "--server",
+                &grpc,
+                "--output",
+                "json",
+                "changefeed",
+                "pause",
+                "-c",
+            ])
+            .arg(&name)
+            .output()
+            .unwrap();
+        (Instant::now(), out)
+    })
+}
+
 fn checkpoint(server: &Server, name: &str) -> u64 {
     server.state(name)["status"]["checkpoint-ts"]
         .as_u64()
@@ -115,25 +141,8 @@ fn spinning_sinks_on_every_core_do_not_stop_neighbours_the_api_or_shutdown() {
 
     // Pausing a spinning changefeed waits for its stop (cancelled after
     // --stop-timeout-ms), but holds nothing others need meanwhile.
-    let grpc = server.grpc.clone();
-    let pausing = std::thread::spawn(move || {
-        let started = Instant::now();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args([
-                "cli",
-                "--server",
-                &grpc,
-                "--output",
-                "json",
-                "changefeed",
-                "pause",
-                "-c",
-                "spin0",
-            ])
-            .output()
-            .unwrap();
-        (started.elapsed(), out)
-    });
+    let pause_started = Instant::now();
+    let pausing = pause_in_background(&server, "spin0");
     std::thread::sleep(Duration::from_millis(300));
     let started = Instant::now();
     let q = server.state("h1");
@@ -141,7 +150,8 @@ fn spinning_sinks_on_every_core_do_not_stop_neighbours_the_api_or_shutdown() {
     let during_pause = started.elapsed();
     assert_eq!(q["state"], "normal", "{q}");
     assert_eq!(list.as_array().unwrap().len(), 2 + cores, "{list}");
-    let (pause_took, out) = pausing.join().unwrap();
+    let (pause_done, out) = pausing.join().unwrap();
+    let pause_took = pause_done - pause_started;
     assert!(
         out.status.success(),
         "{}",
@@ -347,24 +357,7 @@ fn pausing_a_changefeed_whose_sink_hangs_in_close_holds_up_nothing_else() {
     server.create("hanging", &hanging);
     std::thread::sleep(Duration::from_secs(1));
 
-    let grpc = server.grpc.clone();
-    let pausing = std::thread::spawn(move || {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args([
-                "cli",
-                "--server",
-                &grpc,
-                "--output",
-                "json",
-                "changefeed",
-                "pause",
-                "-c",
-                "hanging",
-            ])
-            .output()
-            .unwrap();
-        (Instant::now(), out)
-    });
+    let pausing = pause_in_background(&server, "hanging");
     std::thread::sleep(Duration::from_millis(300));
     let (code, metrics) = server.http_get("/metrics");
     let metrics_done = Instant::now();

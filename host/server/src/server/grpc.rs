@@ -668,10 +668,16 @@ pub fn remap_codec_errors<B>(mut response: http::Response<B>) -> http::Response<
                 ),
             ))
         }
-        Some("13") if message.contains("decode") => Some((
+        // prost's own words, percent-encoded or not: not a message of ours.
+        Some("13")
+            if message.starts_with("failed%20to%20decode%20Protobuf%20message")
+                || message.starts_with("failed to decode Protobuf message") =>
+        {
+            Some((
             tonic::Code::InvalidArgument,
             "the request is not a valid message of this API (a truncated or foreign protobuf, or a string that is not UTF-8)".to_string(),
-        )),
+            ))
+        }
         _ => None,
     };
     if let Some((code, text)) = replacement {
