@@ -35,11 +35,18 @@ pub const MAX_NAME_LEN: usize = 128;
 /// Which name a part is, for error messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NameKind {
+    /// A tenant's name: the first part under `/sluice/v1/tenant/`.
     Tenant,
+    /// A changefeed's name, unique within its tenant.
     Changefeed,
+    /// A capture's id (one per running Sluice process).
     Capture,
+    /// A plugin's name, unique within its tenant.
     Plugin,
+    /// A plugin's version; unlike the other names it may also contain `.` and `+`
+    /// (so semver fits).
     PluginVersion,
+    /// An API token's id, unique within its tenant.
     Token,
 }
 
@@ -94,27 +101,57 @@ pub enum MetaKey {
     /// `/sluice/layout`
     Layout,
     /// `/sluice/v1/capture/{capture}`
-    Capture { capture: String },
+    Capture {
+        /// The capture's id.
+        capture: String,
+    },
     /// `/sluice/v1/owner/{lease-hex}`
-    OwnerCandidate { lease: LeaseId },
+    OwnerCandidate {
+        /// The lease of the capture campaigning; the key holds it in lower-case hex.
+        lease: LeaseId,
+    },
     /// `/sluice/v1/tenant/{tenant}/info`
-    TenantInfo { tenant: String },
+    TenantInfo {
+        /// The tenant's name.
+        tenant: String,
+    },
     /// `/sluice/v1/tenant/{tenant}/token/{token}`
-    Token { tenant: String, token: String },
+    Token {
+        /// The tenant the token belongs to.
+        tenant: String,
+        /// The token's id.
+        token: String,
+    },
     /// `/sluice/v1/tenant/{tenant}/plugin/{plugin}@{version}`
     Plugin {
+        /// The tenant that uploaded the plugin.
         tenant: String,
+        /// The plugin's name.
         plugin: String,
+        /// The plugin's version (may contain `.`, `+` and `-`).
         version: String,
     },
     /// `/sluice/v1/tenant/{tenant}/changefeed/{changefeed}/info`
-    ChangefeedInfo { tenant: String, changefeed: String },
+    ChangefeedInfo {
+        /// The tenant that owns the changefeed.
+        tenant: String,
+        /// The changefeed's name.
+        changefeed: String,
+    },
     /// `/sluice/v1/tenant/{tenant}/changefeed/{changefeed}/status`
-    ChangefeedStatus { tenant: String, changefeed: String },
+    ChangefeedStatus {
+        /// The tenant that owns the changefeed.
+        tenant: String,
+        /// The changefeed's name.
+        changefeed: String,
+    },
     /// `/sluice/v1/tenant/{tenant}/changefeed/{changefeed}/task/{capture}`
     TaskPosition {
+        /// The tenant that owns the changefeed.
         tenant: String,
+        /// The changefeed's name.
         changefeed: String,
+        /// The capture whose processor runs the task and writes the position.
         capture: String,
     },
 }

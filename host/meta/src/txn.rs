@@ -7,16 +7,35 @@ use crate::store::{KeyValue, LeaseId, MAX_REQUEST_BYTES, MAX_TXN_OPS, Revision};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Compare {
     /// The key does not exist.
-    Absent { key: String },
+    Absent {
+        /// The key that must be missing.
+        key: String,
+    },
     /// The key's mod revision equals `revision`. A missing key has mod revision
     /// `Revision::ZERO`, so `ModRevision { revision: ZERO }` also means "absent".
-    ModRevision { key: String, revision: Revision },
+    ModRevision {
+        /// The key to check.
+        key: String,
+        /// The mod revision it must have, usually from an earlier read of the key.
+        revision: Revision,
+    },
     /// The key's create revision equals `revision` (missing: `Revision::ZERO`).
     /// "The key is still the one I created", for election and fencing.
-    CreateRevision { key: String, revision: Revision },
+    CreateRevision {
+        /// The key to check.
+        key: String,
+        /// The create revision it must have, usually the revision that the
+        /// caller's own create wrote.
+        revision: Revision,
+    },
     /// The key exists and its value equals `value`. Fails for a missing key, even
     /// with an empty `value` (etcd does the same).
-    Value { key: String, value: Vec<u8> },
+    Value {
+        /// The key to check.
+        key: String,
+        /// The exact bytes its value must have.
+        value: Vec<u8>,
+    },
 }
 
 impl Compare {
@@ -79,14 +98,24 @@ impl Compare {
 pub enum Op {
     /// Set the key; attach it to `lease`, or detach it from any lease with `None`.
     Put {
+        /// The key to set (created if missing).
         key: String,
+        /// The new value; it replaces the old one whole.
         value: Vec<u8>,
+        /// The lease to attach the key to, which must still be alive; `None` keeps
+        /// the key until it is deleted.
         lease: Option<LeaseId>,
     },
     /// Delete the key if it exists.
-    Delete { key: String },
+    Delete {
+        /// The key to delete; a missing key is not an error.
+        key: String,
+    },
     /// Read the key (seeing the ops before it in the same branch).
-    Get { key: String },
+    Get {
+        /// The key to read; its value lands in the matching [`OpResult::Get`].
+        key: String,
+    },
 }
 
 impl Op {
@@ -243,7 +272,11 @@ pub enum OpResult {
     /// A put was applied (at [`TxnResult::revision`]).
     Put,
     /// A delete ran; `deleted` says whether the key existed.
-    Delete { deleted: bool },
+    Delete {
+        /// `true` if the key existed and was deleted; `false` if it was missing
+        /// (deleting a missing key is not a write).
+        deleted: bool,
+    },
     /// A get's value.
     Get(Option<KeyValue>),
 }

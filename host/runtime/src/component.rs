@@ -12,7 +12,13 @@ use crate::state::PluginState;
 /// Which world a plugin implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PluginKind {
+    /// The `sink` world: exports `sluice:plugin/sink-api` (validate-config, open,
+    /// write, flush, apply-ddl, close) and delivers rows downstream; run it with
+    /// [`WasmSink`](crate::WasmSink).
     Sink,
+    /// The `filter` world: exports `sluice:plugin/filter-api` (validate-config,
+    /// open, transform) and rewrites batches between the source and the sink; run
+    /// it with [`WasmFilter`](crate::WasmFilter).
     Filter,
 }
 

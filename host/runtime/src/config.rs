@@ -93,7 +93,12 @@ pub struct PluginSettings {
     pub name: String,
     /// The plugin's configuration as JSON text.
     pub config_json: String,
+    /// Quotas of each instance: exceeding the memory, CPU, host-call or resource
+    /// quota stops the instance (`PluginError::Stopped`); a batch over the batch
+    /// bound is refused before the plugin sees it (`PluginError::Refused`).
     pub limits: PluginLimits,
+    /// What the plugin may reach outside its sandbox (a data directory, TCP peers,
+    /// HTTP hosts); nothing by default.
     pub capabilities: Capabilities,
 }
 

@@ -3,24 +3,53 @@
 /// Loading a plugin failed: reject the upload or the changefeed, with this message.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    /// The bytes do not start with the WebAssembly magic `\0asm` and a version:
+    /// the upload is some other file (a native library, an archive, an empty or
+    /// truncated download).
     #[error("not a WebAssembly file (it does not start with \\0asm)")]
     NotWasm,
+    /// A core WebAssembly module rather than a component, typically built for
+    /// `wasm32-wasip1` or `wasm32-unknown-unknown`; the message says how to rebuild
+    /// it.
     #[error(
         "this is a core WebAssembly module, not a component; build the plugin with \
          `cargo build --target wasm32-wasip2` (or wrap it with `wasm-tools component new`)"
     )]
     CoreModule,
+    /// wasmtime could not validate or compile the component (malformed, or using a
+    /// proposal the engine does not enable); holds wasmtime's full error chain.
     #[error("not a valid WebAssembly component: {0}")]
     Invalid(String),
+    /// The component does not export the world's interface, or one of its
+    /// functions.
     #[error(
         "component does not implement the sluice:plugin {world} world: missing export `{export}`"
     )]
-    MissingExport { world: &'static str, export: String },
+    MissingExport {
+        /// The world the plugin was loaded as: `"sink"` or `"filter"`.
+        world: &'static str,
+        /// The missing interface (`sluice:plugin/sink-api@0.1.0`) or function
+        /// (`sluice:plugin/sink-api@0.1.0#flush`); a plugin built against another
+        /// version of `wit/plugin.wit` shows up here.
+        export: String,
+    },
+    /// The component has the exports but does not fit the world: a function has the
+    /// wrong signature, it imports something the host does not provide, or it was
+    /// loaded as the other kind of plugin.
     #[error("component does not fit the sluice:plugin {world} world: {reason}")]
-    WrongWorld { world: &'static str, reason: String },
+    WrongWorld {
+        /// The world it was checked against: `"sink"` or `"filter"`.
+        world: &'static str,
+        /// What does not fit, from wasmtime's linker or from the kind check.
+        reason: String,
+    },
+    /// [`PluginRuntime::load_file`](crate::PluginRuntime::load_file) could not read
+    /// the file.
     #[error("reading the plugin file {path} failed")]
     Io {
+        /// The file, as given.
         path: String,
+        /// Why it could not be read.
         #[source]
         source: std::io::Error,
     },
@@ -29,11 +58,21 @@ pub enum LoadError {
 /// The runtime itself could not be set up (bad engine settings, no cache dir).
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
+    /// wasmtime refused the engine settings built from
+    /// [`RuntimeConfig`](crate::RuntimeConfig) (for example limits the pooling
+    /// allocator cannot reserve), linking the host interfaces failed, or the epoch
+    /// thread could not be started. Fix the settings: only a failed thread start
+    /// may pass on a retry.
     #[error("invalid runtime settings: {0}")]
     Config(String),
+    /// The precompile cache directory
+    /// ([`RuntimeConfig::cache_dir`](crate::RuntimeConfig::cache_dir)) could not be
+    /// created. Fix its permissions, or run without a cache.
     #[error("precompile cache at {path} is unusable")]
     Cache {
+        /// The cache directory.
         path: String,
+        /// Why it could not be created.
         #[source]
         source: std::io::Error,
     },

@@ -11,10 +11,19 @@ use crate::bindings::sink_world::sluice::plugin::host as imports;
 /// Log severity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {
+    /// Step-by-step detail (per row or per call). The host's default log filter
+    /// hides it; an operator enables it with `SLUICE_LOG`.
     Trace,
+    /// Detail for diagnosing a plugin, such as the resolved configuration. Hidden
+    /// by the host's default log filter, like `Trace`.
     Debug,
+    /// Normal events worth keeping: opened a connection, rotated a file. Shown by
+    /// default.
     Info,
+    /// Something unexpected the plugin handled itself (a retry, a skipped value).
     Warn,
+    /// A failure the plugin could not handle; it usually also returns an
+    /// [`Error`](crate::types::Error).
     Error,
 }
 

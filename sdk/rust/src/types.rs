@@ -40,8 +40,11 @@ impl From<std::io::Error> for Error {
 /// The kind of a row change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
+    /// A new row: only an after image.
     Insert,
+    /// A changed row: a before image (the old values) and an after image (the new).
     Update,
+    /// A removed row: only a before image.
     Delete,
 }
 

@@ -348,19 +348,30 @@ fn as_str(bytes: &[u8]) -> &str {
 /// One typed value.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Value<'a> {
+    /// SQL NULL, whatever the column's type (also what a column index past the
+    /// schema reads as).
     Null,
+    /// A signed integer column (TINYINT to BIGINT).
     Int(i64),
+    /// An unsigned integer column (TINYINT UNSIGNED to BIGINT UNSIGNED); may exceed
+    /// `i64::MAX`.
     UInt(u64),
+    /// A FLOAT or DOUBLE column (a FLOAT widened to `f64`).
     Float(f64),
     /// Canonical decimal text, e.g. `-12.50`.
     Decimal(&'a str),
+    /// A UTF-8 text column (CHAR, VARCHAR, TEXT, ENUM, SET); invalid UTF-8 reads
+    /// as U+FFFD.
     Text(&'a str),
+    /// A binary column (BINARY, VARBINARY, BLOB): the raw bytes.
     Blob(&'a [u8]),
     /// Microseconds since the Unix epoch (UTC).
     DateTime(i64),
     /// Days since the Unix epoch.
     Date(i64),
+    /// A JSON document as UTF-8 text; parse it yourself to reach its fields.
     Json(&'a str),
+    /// A BOOLEAN column (stored upstream as 0 / 1).
     Bool(bool),
 }
 
