@@ -44,7 +44,8 @@ impl Default for RuntimeConfig {
 pub struct PluginLimits {
     /// Sum of all linear memories of the instance.
     pub memory_bytes: u64,
-    /// CPU (wall time inside the guest) per call.
+    /// CPU time per call: the CPU time of the thread running the call while the
+    /// guest is polled; waiting (for a host call or for a core) is not counted.
     pub call_timeout: Duration,
     /// Time a call may spend in total, host calls (HTTP, sockets) included.
     pub host_call_timeout: Duration,
