@@ -233,7 +233,7 @@ fn read(path: &PathBuf) -> Result<String, tonic::Status> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         tonic::Status::invalid_argument(format!("cannot read {}: {e}", path.display()))
     })?;
-    crate::config::check_file_size(&text)
+    sluice_config::file::check_file_size(&text)
         .map_err(|e| tonic::Status::invalid_argument(format!("{}: {e}", path.display())))?;
     Ok(text)
 }
@@ -342,7 +342,7 @@ async fn execute(args: &CliArgs, channel: Channel) -> Result<Out, tonic::Status>
                 let bytes = std::fs::read(file).map_err(|e| {
                     tonic::Status::invalid_argument(format!("cannot read {}: {e}", file.display()))
                 })?;
-                let sha256 = crate::registry::hex_sha256(&bytes);
+                let sha256 = sluice_registry::hex_sha256(&bytes);
                 let world = if kind == "sink" {
                     pb::PluginWorld::Sink
                 } else {

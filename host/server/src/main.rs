@@ -1,13 +1,9 @@
 //! `sluice`: the Sluice command line.
 
 mod cli;
-mod config;
 mod json;
-mod progress;
-mod registry;
 mod run;
 mod server;
-mod spec;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -92,20 +88,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// An error with its causes, on one line (`outer: cause: cause`).
-pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
-}
+pub(crate) use sluice_capture::error_chain;
 
 /// An `anyhow` error with its context, on one line.
 pub(crate) fn chain(e: &anyhow::Error) -> String {

@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::owner::{FeedView, Owner, describe};
 use super::{CaptureInfo, Ctx};
-use crate::registry::{PluginRecord, RegistryError};
+use sluice_registry::{PluginRecord, RegistryError};
 
 #[derive(Clone)]
 pub struct Api {
@@ -557,7 +557,7 @@ impl PluginService for Api {
             }
         }
         if !header.sha256.is_empty() {
-            let got = crate::registry::hex_sha256(&bytes);
+            let got = sluice_registry::hex_sha256(&bytes);
             if !got.eq_ignore_ascii_case(&header.sha256) {
                 return Err(Status::invalid_argument(format!(
                     "the upload arrived with sha256 {got}, not {} as announced; upload again",
@@ -664,7 +664,7 @@ pub fn remap_codec_errors<B>(mut response: http::Response<B>) -> http::Response<
                 format!(
                     "the request is over the server's limit of {} bytes per message; a changefeed file may be at most {} bytes, and uploads go in chunks (the CLI sends 1 MiB)",
                     super::MAX_GRPC_MESSAGE_BYTES,
-                    crate::config::bounds::MAX_FILE_BYTES
+                    sluice_config::file::bounds::MAX_FILE_BYTES
                 ),
             ))
         }

@@ -6,7 +6,6 @@
 mod grpc;
 mod http;
 mod owner;
-mod processor;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,12 +15,13 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use sluice_meta::{Compare, EmbeddedMetaStore, EtcdMetaStore, LeaseId, MetaStore, Op, Txn, keys};
-use sluice_owner::{BackoffConfig, ChangefeedId};
+use sluice_owner::BackoffConfig;
 use sluice_runtime::{PluginRuntime, RuntimeConfig};
 use tokio::sync::{Mutex, mpsc};
 
-use crate::registry::PluginRegistry;
 use owner::Owner;
+use sluice_config::ServerLimits;
+use sluice_registry::PluginRegistry;
 
 /// `sluice server` options.
 #[derive(Debug, Clone, clap::Args)]
@@ -86,83 +86,18 @@ pub struct ServeArgs {
     pub max_tenant_plugin_instances: u32,
 }
 
-/// Server-wide maximums of what a changefeed may ask for.
-#[derive(Debug, Clone, Copy)]
-pub struct ServerLimits {
-    pub max_call_timeout_ms: u64,
-    pub max_host_call_timeout_ms: u64,
-    pub max_resources: u64,
-    pub max_tenant_instances: u64,
-}
-
-impl ServerLimits {
-    /// Refuses plugin limits past the server's maximums (at create and update).
-    pub fn check(&self, info: &sluice_owner::ChangefeedInfo) -> Result<(), String> {
-        let plugins = info
-            .filters
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (format!("filters[{i}]"), f))
-            .chain([("sink".to_string(), &info.sink)]);
-        for (at, plugin) in plugins {
-            for (key, value, max, flag) in [
-                (
-                    "call-timeout-ms",
-                    plugin.limits.call_timeout_ms,
-                    self.max_call_timeout_ms,
-                    "--max-call-timeout-ms",
-                ),
-                (
-                    "host-call-timeout-ms",
-                    plugin.limits.host_call_timeout_ms,
-                    self.max_host_call_timeout_ms,
-                    "--max-host-call-timeout-ms",
-                ),
-                (
-                    "max-resources",
-                    plugin.limits.max_resources,
-                    self.max_resources,
-                    "--max-plugin-resources",
-                ),
-            ] {
-                if value > max {
-                    return Err(format!(
-                        "{at}.limits.{key} is {value}; this server allows at most {max} ({flag})"
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// `info` with every plugin deadline lowered to the server's maximums (a
-    /// changefeed stored before the server's maximums were lowered).
-    pub fn clamp(&self, mut info: sluice_owner::ChangefeedInfo) -> sluice_owner::ChangefeedInfo {
-        for plugin in info.filters.iter_mut().chain([&mut info.sink]) {
-            plugin.limits.call_timeout_ms =
-                plugin.limits.call_timeout_ms.min(self.max_call_timeout_ms);
-            plugin.limits.host_call_timeout_ms = plugin
-                .limits
-                .host_call_timeout_ms
-                .min(self.max_host_call_timeout_ms);
-            plugin.limits.max_resources = plugin.limits.max_resources.min(self.max_resources);
-        }
-        info
-    }
-}
-
 /// What the owner, the processors and the API share.
 pub struct Ctx {
     pub store: Arc<dyn MetaStore>,
-    pub registry: PluginRegistry,
+    pub registry: Arc<PluginRegistry>,
+    /// What the processors of this capture share.
+    pub capture: Arc<sluice_capture::Ctx>,
     pub data_dir: PathBuf,
     pub capture_id: String,
     pub addr: SocketAddr,
     pub started: Instant,
     pub started_at_ms: u64,
     pub backoff: BackoffConfig,
-    /// Processors send their changefeed here when they end.
-    pub wake: mpsc::UnboundedSender<ChangefeedId>,
     /// Holds while this capture is the owner (its candidate key, as created):
     /// checked in every write of the owner and every task position claim.
     pub owner_guard: Compare,
@@ -234,7 +169,7 @@ impl ServeArgs {
             ("--max-call-timeout-ms", self.max_call_timeout_ms),
             ("--max-host-call-timeout-ms", self.max_host_call_timeout_ms),
         ] {
-            if !(1..=crate::config::bounds::MAX_TIMEOUT_MS).contains(&value) {
+            if !(1..=sluice_config::file::bounds::MAX_TIMEOUT_MS).contains(&value) {
                 anyhow::bail!("{flag} is {value}; it must be between 1 and 600000");
             }
         }
@@ -329,36 +264,49 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_instances: args.max_plugin_instances,
         ..RuntimeConfig::default()
     })?;
-    let registry = PluginRegistry::new(
-        store.clone(),
-        runtime,
-        &data_dir.join("plugins"),
-        args.max_plugin_mib << 20,
-    )?
-    .with_guard(owner_guard.clone());
+    let registry = Arc::new(
+        PluginRegistry::new(
+            store.clone(),
+            runtime,
+            &data_dir.join("plugins"),
+            args.max_plugin_mib << 20,
+        )?
+        .with_guard(owner_guard.clone()),
+    );
     let (wake, mut woken) = mpsc::unbounded_channel();
+    let limits = ServerLimits {
+        max_call_timeout_ms: args.max_call_timeout_ms,
+        max_host_call_timeout_ms: args.max_host_call_timeout_ms,
+        max_resources: args.max_plugin_resources,
+        max_tenant_instances: u64::from(args.max_tenant_plugin_instances),
+    };
+    let capture = Arc::new(sluice_capture::Ctx {
+        store: store.clone(),
+        registry: registry.clone(),
+        data_dir: data_dir.clone(),
+        capture_id: id.clone(),
+        wake,
+        owner_guard: owner_guard.clone(),
+        limits,
+        stop_timeout: Duration::from_millis(args.stop_timeout_ms),
+    });
     let ctx = Arc::new(Ctx {
         store: store.clone(),
         registry,
+        capture,
         data_dir: data_dir.clone(),
         capture_id: id.clone(),
         addr,
         started: Instant::now(),
         started_at_ms,
         backoff,
-        wake,
         owner_guard,
         fatal,
         uploads: Arc::new(tokio::sync::Semaphore::new(
             (args.max_uploads_mib << 20) as usize,
         )),
         upload_budget_mib: args.max_uploads_mib,
-        limits: ServerLimits {
-            max_call_timeout_ms: args.max_call_timeout_ms,
-            max_host_call_timeout_ms: args.max_host_call_timeout_ms,
-            max_resources: args.max_plugin_resources,
-            max_tenant_instances: u64::from(args.max_tenant_plugin_instances),
-        },
+        limits,
         stop_timeout: Duration::from_millis(args.stop_timeout_ms),
     });
     let keeper = tokio::spawn(keep_alive(ctx.clone(), lease.0, lease.1));

@@ -17,9 +17,8 @@ use sluice_processor::Progress;
 use tonic::Status;
 
 use super::Ctx;
-use super::processor::{self, Live, Outcome, PluginCounters, Processor};
-use crate::progress::TaskPosition;
-use crate::spec::{self, FeedSpec};
+use sluice_capture::{self as processor, Live, Outcome, PluginCounters, Processor, TaskPosition};
+use sluice_config::spec::{self, FeedSpec};
 
 type Manager = FeedStateManager<SystemClock, SeededJitter>;
 
@@ -420,7 +419,7 @@ impl Owner {
         let info = feed.manager.changefeed().info.clone();
         feed.plugins = carry_over(&feed.plugins, &info);
         feed.processor = Some(Processor::start(
-            self.ctx.clone(),
+            self.ctx.capture.clone(),
             info,
             epoch,
             checkpoint,
