@@ -1,7 +1,5 @@
 //! `sluice`: the Sluice command line.
 
-mod cli;
-mod json;
 mod run;
 mod server;
 
@@ -36,7 +34,7 @@ enum Command {
     /// listener (`/metrics`, `/healthz`, `/api/v1/`), until Ctrl-C or SIGTERM.
     Server(server::ServeArgs),
     /// Talk to a running server: changefeeds, plugins, captures, status.
-    Cli(cli::CliArgs),
+    Cli(sluice_api::client::CliArgs),
     /// Check that a file is a valid sink or filter component.
     CheckPlugin {
         /// The component (.wasm).
@@ -76,7 +74,7 @@ fn main() -> ExitCode {
             } => run::run(&config, plugin_dir, quiet).await,
             Command::CheckPlugin { path, kind } => run::check_plugin(&path, &kind),
             Command::Server(args) => server::serve(args).await,
-            Command::Cli(args) => cli::run(args).await,
+            Command::Cli(args) => sluice_api::client::run(args).await,
         }
     });
     match result {
@@ -86,11 +84,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-pub(crate) use sluice_capture::error_chain;
-
-/// An `anyhow` error with its context, on one line.
-pub(crate) fn chain(e: &anyhow::Error) -> String {
-    format!("{e:#}")
 }

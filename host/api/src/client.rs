@@ -5,15 +5,15 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use crate::v1 as pb;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
-use sluice_api::v1 as pb;
 
 use crate::json::{capture_json, changefeed_json, plugin_json, status_json};
-use sluice_api::v1::changefeed_service_client::ChangefeedServiceClient;
-use sluice_api::v1::cluster_service_client::ClusterServiceClient;
-use sluice_api::v1::plugin_service_client::PluginServiceClient;
+use crate::v1::changefeed_service_client::ChangefeedServiceClient;
+use crate::v1::cluster_service_client::ClusterServiceClient;
+use crate::v1::plugin_service_client::PluginServiceClient;
 use tonic::transport::Channel;
 
 #[derive(Debug, Args)]
