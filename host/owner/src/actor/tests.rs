@@ -71,7 +71,11 @@ impl Work for FakeWork {
 }
 
 /// A write: (changefeed, info written, status written).
-type Write = (ChangefeedId, Option<ChangefeedInfo>, Option<ChangefeedStatus>);
+type Write = (
+    ChangefeedId,
+    Option<ChangefeedInfo>,
+    Option<ChangefeedStatus>,
+);
 /// A start: (changefeed, epoch, checkpoint, its fake work).
 type Start = (ChangefeedId, Epoch, CheckpointTs, Arc<FakeWorkState>);
 
