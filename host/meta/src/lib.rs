@@ -9,6 +9,7 @@
 
 mod embedded;
 mod error;
+#[cfg(feature = "etcd")]
 mod etcd;
 pub mod keys;
 mod store;
@@ -20,6 +21,7 @@ pub mod conformance;
 
 pub use embedded::{EmbeddedMetaStore, EmbeddedOptions, FORMAT_VERSION};
 pub use error::{BoxError, MetaError};
+#[cfg(feature = "etcd")]
 pub use etcd::EtcdMetaStore;
 pub use store::{
     KeyValue, Lease, LeaseId, Listing, MAX_LEASE_TTL, MAX_REQUEST_BYTES, MAX_TXN_OPS, MetaStore,

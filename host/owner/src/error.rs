@@ -220,3 +220,73 @@ pub struct BackoffConfigError {
     pub field: &'static str,
     pub problem: String,
 }
+
+/// Why the owner refused or could not carry out a request, grouped by what the
+/// caller does next. The message says what was wrong and what to do; the API
+/// maps the variant to a gRPC code and an HTTP status (and nothing else does).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OwnerError {
+    /// The request itself is wrong (a bad file, id or ts): fix it, do not retry.
+    #[error("{0}")]
+    Invalid(String),
+    /// What the request names does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// What the request would create exists already.
+    #[error("{0}")]
+    AlreadyExists(String),
+    /// Not allowed in the current state (e.g. an update of a running
+    /// changefeed): change the state first.
+    #[error("{0}")]
+    Precondition(String),
+    /// Over a quota: free something first.
+    #[error("{0}")]
+    Exhausted(String),
+    /// Stored data is damaged: an operator must act.
+    #[error("{0}")]
+    DataLoss(String),
+    /// Not now (the meta store does not answer, the server is stopping): retry.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A bug: the owner broke one of its own rules.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl OwnerError {
+    /// `changefeed {id}` does not exist.
+    pub fn no_changefeed(id: &ChangefeedId) -> Self {
+        Self::NotFound(format!(
+            "no changefeed {id}; `sluice cli changefeed list` shows the existing ones"
+        ))
+    }
+}
+
+impl From<AdminError> for OwnerError {
+    /// Illegal transitions are preconditions; a wrong description is invalid.
+    fn from(e: AdminError) -> Self {
+        use AdminError::*;
+        match e {
+            Invalid(_)
+            | IdChanged { .. }
+            | StartTsChanged { .. }
+            | TargetNotAfterCheckpoint { .. }
+            | OverwritePastTarget { .. } => Self::Invalid(e.to_string()),
+            _ => Self::Precondition(e.to_string()),
+        }
+    }
+}
+
+impl From<crate::context::SaveError> for OwnerError {
+    fn from(e: crate::context::SaveError) -> Self {
+        use crate::context::SaveError;
+        match e {
+            SaveError::Refused(reason) => Self::Invalid(format!(
+                "the changefeed cannot be stored: {reason}; make its file smaller"
+            )),
+            SaveError::Lost(why) => Self::Unavailable(format!("meta store: {why}; retry")),
+            SaveError::Unreadable(_) => Self::Precondition(e.to_string()),
+            SaveError::Unavailable(_) => Self::Unavailable(format!("{e}; retry")),
+        }
+    }
+}

@@ -6,29 +6,48 @@
 //! (re)start and [`fence`]s writes from older ones, and decides, in
 //! [`FeedStateManager`], how a running changefeed reacts to errors, checkpoints and
 //! time: fail at once, back off and restart, return to normal, give up, or finish.
-//! Everything here is pure logic: no I/O, no meta store, no async runtime. Time and
-//! jitter are injected ([`Clock`], [`JitterSource`]) so every path can be tested
-//! step by step; the server persists the records and carries out the decisions.
+//! Time and jitter are injected ([`Clock`], [`JitterSource`]) so every path can
+//! be tested step by step.
+//!
+//! On top of that pure logic sits the owner runtime: [`Owner`] is a handle on
+//! one task that owns every changefeed's state, persists each change before it
+//! acts on it, and starts and stops the work a capture does for a changefeed.
+//! Callers send it commands; queries read the [`Snapshot`] it publishes. Its I/O
+//! (the stored records, the plugins a changefeed names, the capture's work) goes
+//! through an [`OwnerContext`]: the server plugs in the meta store
+//! ([`MetaRecords`]), the plugin registry and the capture; tests plug in a fake.
+//! It answers with an [`OwnerError`], grouped by what the caller does next; the
+//! API maps that to gRPC codes and HTTP statuses.
 
+mod actor;
 mod admin;
 mod backoff;
 mod clock;
+mod context;
 mod epoch;
 mod error;
 mod id;
 mod info;
 mod manager;
 mod plugin;
+mod records;
+mod runtime;
 mod state;
 
 #[cfg(test)]
 mod tests;
 
+pub use actor::{FeedView, Owner, Snapshot};
 pub use admin::{AdminJob, Effect, apply_admin_job};
 pub use backoff::{Backoff, BackoffConfig, JitterSource, SeededJitter};
 pub use clock::{Clock, FakeClock, SystemClock};
+pub use context::{
+    InfoWrite, LiveProgress, Outcome, OwnerContext, SaveError, Stored, Work, WorkProgress,
+};
 pub use epoch::{Epoch, fence};
-pub use error::{AdminError, BackoffConfigError, DecodeError, Fenced, IdError, InfoError};
+pub use error::{
+    AdminError, BackoffConfigError, DecodeError, Fenced, IdError, InfoError, OwnerError,
+};
 pub use id::{ChangefeedId, DEFAULT_TENANT, MAX_NAME_LEN, NameKind, validate_name};
 pub use info::{
     Changefeed, ChangefeedInfo, ChangefeedStatus, ErrorKind, ErrorRecord, FailReason, INFO_VERSION,
@@ -37,4 +56,6 @@ pub use info::{
 };
 pub use manager::{Decision, FeedStateManager};
 pub use plugin::{Capabilities, Limits, PluginId, PluginRef};
+pub use records::{GiveUp, MetaRecords};
+pub use runtime::{OwnerConfig, Totals};
 pub use state::FeedState;

@@ -1,13 +1,7 @@
 //! `sluice`: the Sluice command line.
 
-mod cli;
-mod config;
-mod json;
-mod progress;
-mod registry;
 mod run;
 mod server;
-mod spec;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,7 +34,7 @@ enum Command {
     /// listener (`/metrics`, `/healthz`, `/api/v1/`), until Ctrl-C or SIGTERM.
     Server(server::ServeArgs),
     /// Talk to a running server: changefeeds, plugins, captures, status.
-    Cli(cli::CliArgs),
+    Cli(sluice_api::client::CliArgs),
     /// Check that a file is a valid sink or filter component.
     CheckPlugin {
         /// The component (.wasm).
@@ -80,7 +74,7 @@ fn main() -> ExitCode {
             } => run::run(&config, plugin_dir, quiet).await,
             Command::CheckPlugin { path, kind } => run::check_plugin(&path, &kind),
             Command::Server(args) => server::serve(args).await,
-            Command::Cli(args) => cli::run(args).await,
+            Command::Cli(args) => sluice_api::client::run(args).await,
         }
     });
     match result {
@@ -90,24 +84,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// An error with its causes, on one line (`outer: cause: cause`).
-pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
-}
-
-/// An `anyhow` error with its context, on one line.
-pub(crate) fn chain(e: &anyhow::Error) -> String {
-    format!("{e:#}")
 }

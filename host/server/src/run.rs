@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use sluice_meta::{EmbeddedMetaStore, MetaStore};
 
-use crate::config::{ChangefeedFile, SourceConfig};
-use crate::progress::MetaProgressStore;
+use sluice_capture::progress::MetaProgressStore;
+use sluice_config::file::{ChangefeedFile, SourceConfig};
 
 pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyhow::Result<()> {
     let file = ChangefeedFile::load(path)?;
@@ -86,7 +86,7 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
         let store: Arc<dyn MetaStore> = Arc::new(EmbeddedMetaStore::open(&path).await?);
         let (store, previous) = MetaProgressStore::claim(
             store,
-            crate::progress::Claim::local(&file.changefeed.id),
+            sluice_capture::progress::Claim::local(&file.changefeed.id),
             None,
             None,
         )

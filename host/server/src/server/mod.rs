@@ -1,12 +1,9 @@
-//! `sluice server`: the owner and the processors of one capture, the gRPC admin
-//! API and the HTTP listener (`/metrics`, `/healthz`, `/api/v1/`). Single node for
-//! now: the capture registers itself and campaigns for ownership in the meta store
-//! with its lease, which leaves the seams for a cluster.
+//! `sluice server`: wires the owner and the processors of one capture, the gRPC
+//! admin API and the HTTP listener (`/metrics`, `/healthz`, `/api/v1/`). Single
+//! node for now: the capture registers itself and campaigns for ownership in the
+//! meta store with its lease, which leaves the seams for a cluster.
 
-mod grpc;
-mod http;
-mod owner;
-mod processor;
+mod context;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,14 +11,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use serde::{Deserialize, Serialize};
+use sluice_api::{Api, Node};
+use sluice_capture::{Capture, CaptureInfo};
+use sluice_config::ServerLimits;
 use sluice_meta::{Compare, EmbeddedMetaStore, EtcdMetaStore, LeaseId, MetaStore, Op, Txn, keys};
-use sluice_owner::{BackoffConfig, ChangefeedId};
+use sluice_owner::{BackoffConfig, GiveUp, MetaRecords, Owner, OwnerConfig};
+use sluice_registry::PluginRegistry;
 use sluice_runtime::{PluginRuntime, RuntimeConfig};
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::mpsc;
 
-use crate::registry::PluginRegistry;
-use owner::Owner;
+use context::ServerContext;
 
 /// `sluice server` options.
 #[derive(Debug, Clone, clap::Args)]
@@ -86,116 +85,6 @@ pub struct ServeArgs {
     pub max_tenant_plugin_instances: u32,
 }
 
-/// Server-wide maximums of what a changefeed may ask for.
-#[derive(Debug, Clone, Copy)]
-pub struct ServerLimits {
-    pub max_call_timeout_ms: u64,
-    pub max_host_call_timeout_ms: u64,
-    pub max_resources: u64,
-    pub max_tenant_instances: u64,
-}
-
-impl ServerLimits {
-    /// Refuses plugin limits past the server's maximums (at create and update).
-    pub fn check(&self, info: &sluice_owner::ChangefeedInfo) -> Result<(), String> {
-        let plugins = info
-            .filters
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (format!("filters[{i}]"), f))
-            .chain([("sink".to_string(), &info.sink)]);
-        for (at, plugin) in plugins {
-            for (key, value, max, flag) in [
-                (
-                    "call-timeout-ms",
-                    plugin.limits.call_timeout_ms,
-                    self.max_call_timeout_ms,
-                    "--max-call-timeout-ms",
-                ),
-                (
-                    "host-call-timeout-ms",
-                    plugin.limits.host_call_timeout_ms,
-                    self.max_host_call_timeout_ms,
-                    "--max-host-call-timeout-ms",
-                ),
-                (
-                    "max-resources",
-                    plugin.limits.max_resources,
-                    self.max_resources,
-                    "--max-plugin-resources",
-                ),
-            ] {
-                if value > max {
-                    return Err(format!(
-                        "{at}.limits.{key} is {value}; this server allows at most {max} ({flag})"
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// `info` with every plugin deadline lowered to the server's maximums (a
-    /// changefeed stored before the server's maximums were lowered).
-    pub fn clamp(&self, mut info: sluice_owner::ChangefeedInfo) -> sluice_owner::ChangefeedInfo {
-        for plugin in info.filters.iter_mut().chain([&mut info.sink]) {
-            plugin.limits.call_timeout_ms =
-                plugin.limits.call_timeout_ms.min(self.max_call_timeout_ms);
-            plugin.limits.host_call_timeout_ms = plugin
-                .limits
-                .host_call_timeout_ms
-                .min(self.max_host_call_timeout_ms);
-            plugin.limits.max_resources = plugin.limits.max_resources.min(self.max_resources);
-        }
-        info
-    }
-}
-
-/// What the owner, the processors and the API share.
-pub struct Ctx {
-    pub store: Arc<dyn MetaStore>,
-    pub registry: PluginRegistry,
-    pub data_dir: PathBuf,
-    pub capture_id: String,
-    pub addr: SocketAddr,
-    pub started: Instant,
-    pub started_at_ms: u64,
-    pub backoff: BackoffConfig,
-    /// Processors send their changefeed here when they end.
-    pub wake: mpsc::UnboundedSender<ChangefeedId>,
-    /// Holds while this capture is the owner (its candidate key, as created):
-    /// checked in every write of the owner and every task position claim.
-    pub owner_guard: Compare,
-    /// Set when the server must stop because it can no longer act safely (lost
-    /// its lease or its ownership).
-    pub fatal: tokio::sync::watch::Sender<Option<String>>,
-    /// Bytes of uploads in flight, one permit a byte (`--max-uploads-mib`).
-    pub uploads: Arc<tokio::sync::Semaphore>,
-    pub upload_budget_mib: u64,
-    pub limits: ServerLimits,
-    /// `--stop-timeout-ms`.
-    pub stop_timeout: Duration,
-}
-
-impl Ctx {
-    /// Stops the server: it can no longer act safely.
-    pub fn give_up(&self, why: String) {
-        tracing::error!(%why, "The server stops.");
-        self.fatal.send_replace(Some(why));
-    }
-}
-
-/// What a capture registers under `/sluice/v1/capture/{id}` (with its lease).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct CaptureInfo {
-    pub version: u32,
-    pub id: String,
-    pub address: String,
-    pub sluice_version: String,
-    pub started_at_ms: u64,
-}
-
 /// A stable capture id per data dir: task positions are saved under it, so a
 /// restarted server finds its own.
 fn capture_id(data_dir: &std::path::Path) -> anyhow::Result<String> {
@@ -234,7 +123,7 @@ impl ServeArgs {
             ("--max-call-timeout-ms", self.max_call_timeout_ms),
             ("--max-host-call-timeout-ms", self.max_host_call_timeout_ms),
         ] {
-            if !(1..=crate::config::bounds::MAX_TIMEOUT_MS).contains(&value) {
+            if !(1..=sluice_config::file::bounds::MAX_TIMEOUT_MS).contains(&value) {
                 anyhow::bail!("{flag} is {value}; it must be between 1 and 600000");
             }
         }
@@ -273,10 +162,6 @@ impl ServeArgs {
         Ok(())
     }
 }
-
-/// Largest gRPC message the server decodes: a changefeed file (128 KiB) or an
-/// upload chunk (the CLI sends 1 MiB), with room to spare.
-const MAX_GRPC_MESSAGE_BYTES: usize = 4 << 20;
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     args.validate()?;
@@ -323,78 +208,85 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     let (fatal, mut fatal_rx) = tokio::sync::watch::channel(None);
+    // Stops the server: it can no longer act safely.
+    let give_up: GiveUp = Arc::new(move |why: String| {
+        tracing::error!(%why, "The server stops.");
+        fatal.send_replace(Some(why));
+    });
 
     let runtime = PluginRuntime::new(RuntimeConfig {
         cache_dir: Some(data_dir.join("precompiled")),
         max_instances: args.max_plugin_instances,
         ..RuntimeConfig::default()
     })?;
-    let registry = PluginRegistry::new(
-        store.clone(),
-        runtime,
-        &data_dir.join("plugins"),
-        args.max_plugin_mib << 20,
-    )?
-    .with_guard(owner_guard.clone());
-    let (wake, mut woken) = mpsc::unbounded_channel();
-    let ctx = Arc::new(Ctx {
+    let registry = Arc::new(
+        PluginRegistry::new(
+            store.clone(),
+            runtime,
+            &data_dir.join("plugins"),
+            args.max_plugin_mib << 20,
+        )?
+        .with_guard(owner_guard.clone()),
+    );
+    let (wake, woken) = mpsc::unbounded_channel();
+    let limits = ServerLimits {
+        max_call_timeout_ms: args.max_call_timeout_ms,
+        max_host_call_timeout_ms: args.max_host_call_timeout_ms,
+        max_resources: args.max_plugin_resources,
+        max_tenant_instances: u64::from(args.max_tenant_plugin_instances),
+    };
+    let stop_timeout = Duration::from_millis(args.stop_timeout_ms);
+    let capture = Arc::new(Capture::new(Arc::new(sluice_capture::Ctx {
+        store: store.clone(),
+        registry: registry.clone(),
+        data_dir: data_dir.clone(),
+        capture_id: id.clone(),
+        wake,
+        owner_guard: owner_guard.clone(),
+        limits,
+        stop_timeout,
+    })));
+    let keeper = tokio::spawn(keep_alive(store.clone(), give_up.clone(), lease.0, lease.1));
+    let context = Arc::new(ServerContext {
+        records: MetaRecords::new(store.clone(), owner_guard, give_up),
+        capture: capture.clone(),
+    });
+    let owner_config = OwnerConfig {
+        backoff,
+        max_tenant_instances: limits.max_tenant_instances,
+    };
+    let (owner, owner_task) = match Owner::start(context, owner_config, woken).await {
+        Ok(started) => started,
+        Err(e) => {
+            keeper.abort();
+            let _ = store.revoke(lease.0).await;
+            return Err(e.into());
+        }
+    };
+    let node = Arc::new(Node {
+        owner: owner.clone(),
         store: store.clone(),
         registry,
-        data_dir: data_dir.clone(),
+        capture,
         capture_id: id.clone(),
         addr,
         started: Instant::now(),
         started_at_ms,
-        backoff,
-        wake,
-        owner_guard,
-        fatal,
         uploads: Arc::new(tokio::sync::Semaphore::new(
             (args.max_uploads_mib << 20) as usize,
         )),
         upload_budget_mib: args.max_uploads_mib,
-        limits: ServerLimits {
-            max_call_timeout_ms: args.max_call_timeout_ms,
-            max_host_call_timeout_ms: args.max_host_call_timeout_ms,
-            max_resources: args.max_plugin_resources,
-            max_tenant_instances: u64::from(args.max_tenant_plugin_instances),
-        },
-        stop_timeout: Duration::from_millis(args.stop_timeout_ms),
+        limits,
+        stop_timeout,
     });
-    let keeper = tokio::spawn(keep_alive(ctx.clone(), lease.0, lease.1));
-    let owner = match Owner::load(ctx.clone()).await {
-        Ok(owner) => Arc::new(Mutex::new(owner)),
-        Err(e) => {
-            keeper.abort();
-            let _ = store.revoke(lease.0).await;
-            return Err(e);
-        }
-    };
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let owner_loop = tokio::spawn({
-        let owner = owner.clone();
-        let mut stop = stop_rx.clone();
-        async move {
-            loop {
-                tokio::select! {
-                    _ = woken.recv() => {}
-                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-                    _ = stop.changed() => break,
-                }
-                owner.lock().await.tick().await;
-            }
-        }
-    });
-    let api = grpc::Api {
-        ctx: ctx.clone(),
-        owner: owner.clone(),
-    };
+    let api = Api::new(node.clone());
     // grpc.health.v1 for load balancers and orchestrators: SERVING while the meta
     // store answers, NOT_SERVING when it does not and once the server stops.
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let health_loop = tokio::spawn(report_health(
-        ctx.clone(),
+        node.clone(),
         health_reporter.clone(),
         stop_rx.clone(),
     ));
@@ -404,21 +296,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         async move {
             tonic::transport::Server::builder()
                 .layer(tower::util::MapResponseLayer::new(
-                    grpc::remap_codec_errors::<tonic::body::Body>,
+                    sluice_api::remap_codec_errors::<tonic::body::Body>,
                 ))
                 .add_service(health_service)
-                .add_service(
-                    api.changefeeds()
-                        .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES),
-                )
-                .add_service(
-                    api.cluster()
-                        .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES),
-                )
-                .add_service(
-                    api.plugins()
-                        .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES),
-                )
+                .add_service(api.changefeeds())
+                .add_service(api.cluster())
+                .add_service(api.plugins())
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = stop.changed().await;
                 })
@@ -427,10 +310,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     });
     let http_server = tokio::spawn({
         let mut stop = stop_rx.clone();
-        let app = http::router(http::State {
-            ctx: ctx.clone(),
-            owner: owner.clone(),
-        });
+        let app = sluice_api::http::router(node.clone());
         async move {
             axum::serve(http_listener, app)
                 .with_graceful_shutdown(async move {
@@ -456,17 +336,16 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         } => reason,
     };
     // No new admin jobs or processors from here on; then the listeners drain.
-    owner.lock().await.close();
+    owner.close().await;
     let _ = stop_tx.send(true);
-    let _ = owner_loop.await;
     if fatal_reason.is_some() {
         // Another owner may be taking over: stop writing at once.
         eprintln!("sluice server: stopping: cancelling every changefeed");
-        owner.lock().await.abort_all().await;
     } else {
         eprintln!("sluice server: stopping: flushing every changefeed");
-        owner.lock().await.shutdown().await;
     }
+    owner.shutdown(fatal_reason.is_some()).await;
+    let _ = owner_task.await;
     let _ = health_loop.await;
     let _ = grpc_server.await;
     let _ = http_server.await;
@@ -510,7 +389,7 @@ async fn warn_if_records_lost(
 /// Keeps the standard health service's answer in step with the server's health
 /// (the meta store answers), every second, until the server stops.
 async fn report_health(
-    ctx: Arc<Ctx>,
+    node: Arc<Node>,
     reporter: tonic_health::server::HealthReporter,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -522,7 +401,7 @@ async fn report_health(
         "sluice.v1.PluginService",
     ];
     loop {
-        let (healthy, _) = grpc::health(&ctx).await;
+        let (healthy, _) = node.health().await;
         let status = if healthy {
             ServingStatus::Serving
         } else {
@@ -609,13 +488,13 @@ async fn register(
 
 /// Keeps the capture's lease alive; once it is lost (the keys are gone, so another
 /// capture may take over), the server stops.
-async fn keep_alive(ctx: Arc<Ctx>, lease: LeaseId, ttl: Duration) {
+async fn keep_alive(store: Arc<dyn MetaStore>, give_up: GiveUp, lease: LeaseId, ttl: Duration) {
     loop {
         tokio::time::sleep(ttl / 3).await;
-        match ctx.store.keep_alive(lease).await {
+        match store.keep_alive(lease).await {
             Ok(_) => {}
             Err(sluice_meta::MetaError::LeaseNotFound { .. }) => {
-                ctx.give_up(
+                give_up(
                     "the capture's lease expired (was the meta store unreachable?); start it again"
                         .into(),
                 );

@@ -1,5 +1,6 @@
 //! The HTTP listener: `/metrics` (Prometheus text), `/healthz`, and JSON status
-//! under `/api/v1/`.
+//! under `/api/v1/`. Every endpoint reads the owner's snapshot: none waits for
+//! the owner.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -13,21 +14,18 @@ use prometheus::proto::{
     Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
 };
 use serde_json::{Value, json};
+use sluice_capture::PluginCounters;
 use sluice_core::CommitTs;
-use sluice_owner::{ChangefeedId, Clock, FeedState, SystemClock};
-use tokio::sync::Mutex;
+use sluice_owner::{ChangefeedId, Clock, FeedState, FeedView, SystemClock};
 
-use super::Ctx;
-use super::grpc;
-use super::owner::{FeedView, Owner};
+use crate::error::http_status;
+use crate::grpc;
+use crate::node::Node;
 
-#[derive(Clone)]
-pub struct State {
-    pub ctx: Arc<Ctx>,
-    pub owner: Arc<Mutex<Owner>>,
-}
+type State = Arc<Node>;
 
-pub fn router(state: State) -> axum::Router {
+/// The HTTP endpoints, answering from `node`.
+pub fn router(state: Arc<Node>) -> axum::Router {
     axum::Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
@@ -45,7 +43,7 @@ fn error(code: StatusCode, message: impl Into<String>) -> Response {
 }
 
 async fn healthz(axum::extract::State(s): S) -> Response {
-    let (healthy, detail) = grpc::health(&s.ctx).await;
+    let (healthy, detail) = s.health().await;
     let code = if healthy {
         StatusCode::OK
     } else {
@@ -59,8 +57,8 @@ async fn healthz(axum::extract::State(s): S) -> Response {
 }
 
 async fn status(axum::extract::State(s): S) -> Response {
-    let (healthy, detail) = grpc::health(&s.ctx).await;
-    let feeds = s.owner.lock().await.list("");
+    let (healthy, detail) = s.health().await;
+    let feeds = s.owner.snapshot().list("");
     let mut by_state = serde_json::Map::new();
     for v in &feeds {
         let n = by_state
@@ -70,12 +68,12 @@ async fn status(axum::extract::State(s): S) -> Response {
     }
     Json(json!({
         "version": env!("CARGO_PKG_VERSION"),
-        "capture": s.ctx.capture_id,
-        "address": s.ctx.addr.to_string(),
+        "capture": s.capture_id,
+        "address": s.addr.to_string(),
         "healthy": healthy,
         "detail": detail,
-        "started-at-ms": s.ctx.started_at_ms,
-        "uptime-s": s.ctx.started.elapsed().as_secs(),
+        "started-at-ms": s.started_at_ms,
+        "uptime-s": s.started.elapsed().as_secs(),
         "changefeeds": feeds.len(),
         "by-state": by_state,
         "tokio-tasks": tokio::runtime::Handle::current().metrics().num_alive_tasks(),
@@ -94,7 +92,7 @@ fn rss_bytes() -> u64 {
 }
 
 async fn captures(axum::extract::State(s): S) -> Response {
-    match grpc::captures(&s.ctx).await {
+    match grpc::captures(&s).await {
         Ok(list) => Json(
             list.iter()
                 .map(crate::json::capture_json)
@@ -113,15 +111,16 @@ struct ListQuery {
 
 /// A changefeed with its status, as JSON: the shape of `sluice cli changefeed
 /// query --output json`, without the file.
-pub fn view_json(v: &FeedView) -> Value {
+pub fn view_json(node: &Node, v: &FeedView) -> Value {
     let mut out = crate::json::changefeed_json(&grpc::changefeed_pb(v));
-    out["status"] = crate::json::status_json(&grpc::status_pb(v));
+    let dir = node.sink_data_dir(v);
+    out["status"] = crate::json::status_json(&grpc::status_pb(v, dir.as_deref()));
     out
 }
 
 async fn changefeeds(axum::extract::State(s): S, Query(q): Query<ListQuery>) -> Response {
-    let feeds = s.owner.lock().await.list(&q.tenant);
-    Json(feeds.iter().map(view_json).collect::<Vec<_>>()).into_response()
+    let feeds = s.owner.snapshot().list(&q.tenant);
+    Json(feeds.iter().map(|v| view_json(&s, v)).collect::<Vec<_>>()).into_response()
 }
 
 async fn changefeed(
@@ -132,9 +131,9 @@ async fn changefeed(
         Ok(id) => id,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    match s.owner.lock().await.get(&id) {
-        Ok(v) => Json(view_json(&v)).into_response(),
-        Err(e) => error(StatusCode::NOT_FOUND, e.message()),
+    match s.owner.snapshot().get(&id) {
+        Ok(v) => Json(view_json(&s, &v)).into_response(),
+        Err(e) => error(http_status(&e), e.to_string()),
     }
 }
 
@@ -188,8 +187,9 @@ impl Families {
     }
 }
 
-/// Every metric, computed from the owner's view at scrape time.
-pub fn render_metrics(feeds: &[FeedView], healthy: bool) -> String {
+/// Every metric, computed at scrape time from the owner's snapshot and the
+/// counters of each changefeed's plugins.
+pub fn render_metrics(feeds: &[(FeedView, PluginCounters)], healthy: bool) -> String {
     let mut f = Families(Vec::new());
     let now = SystemClock.now_ms();
     f.gauge(
@@ -198,7 +198,7 @@ pub fn render_metrics(feeds: &[FeedView], healthy: bool) -> String {
         &[],
         if healthy { 1.0 } else { 0.0 },
     );
-    for v in feeds {
+    for (v, plugins) in feeds {
         let info = &v.changefeed.info;
         let (tenant, name) = (info.id.tenant(), info.id.name());
         let l = [("tenant", tenant), ("changefeed", name)];
@@ -287,7 +287,7 @@ pub fn render_metrics(feeds: &[FeedView], healthy: bool) -> String {
             &l,
             info.error_count as f64,
         );
-        for (role, plugin, stats) in &v.plugins {
+        for (role, plugin, stats) in plugins {
             let pl = [
                 ("tenant", tenant),
                 ("changefeed", name),
@@ -378,8 +378,17 @@ pub fn render_metrics(feeds: &[FeedView], healthy: bool) -> String {
 }
 
 async fn metrics(axum::extract::State(s): S) -> Response {
-    let (healthy, _) = grpc::health(&s.ctx).await;
-    let feeds = s.owner.lock().await.list("");
+    let (healthy, _) = s.health().await;
+    let feeds: Vec<_> = s
+        .owner
+        .snapshot()
+        .list("")
+        .into_iter()
+        .map(|v| {
+            let plugins = s.capture.plugin_counters(v.changefeed.id());
+            (v, plugins)
+        })
+        .collect();
     (
         [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
         render_metrics(&feeds, healthy),
@@ -393,12 +402,12 @@ mod tests {
     use sluice_runtime::PluginStats;
 
     use super::*;
-    use crate::server::owner::Totals;
+    use sluice_owner::Totals;
 
     /// `shop/orders` with its checkpoint at 1700000000.250 s, resolved at
     /// 1700000001.500 s, `errors` errors recorded, and a sink that reported a
     /// counter and a gauge.
-    fn view(errors: u64) -> FeedView {
+    fn view(errors: u64) -> (FeedView, PluginCounters) {
         let id = ChangefeedId::new("shop", "orders").unwrap();
         let info = ChangefeedInfo::new(
             id,
@@ -418,15 +427,14 @@ mod tests {
         let stats = Arc::new(PluginStats::default());
         assert!(stats.add_counter("rows", 12));
         assert!(stats.set_gauge("depth", 2.5));
-        FeedView {
+        let view = FeedView {
             changefeed,
             resolved_ts: CommitTs::compose(1_700_000_001_500, 0),
             progress: None,
             totals: Totals::default(),
-            plugins: vec![("sink".into(), "sink-file@0.1.0".into(), stats)],
-            sink_data_dir: None,
             last_advance_ms: 0,
-        }
+        };
+        (view, vec![("sink".into(), "sink-file@0.1.0".into(), stats)])
     }
 
     /// The value of the one sample whose line starts with `series`.

@@ -15,11 +15,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use super::Ctx;
-use crate::config::SourceConfig;
+use crate::Ctx;
 use crate::progress::{Claim, MetaProgressStore};
-use crate::registry::RegistryError;
-use crate::spec;
+use sluice_config::file::SourceConfig;
+use sluice_config::spec;
+use sluice_registry::RegistryError;
 
 /// How a processor ended.
 #[derive(Debug)]

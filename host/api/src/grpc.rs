@@ -1,60 +1,84 @@
-//! The gRPC admin API (`sluice.v1`): changefeeds, cluster, plugins.
+//! The gRPC admin API (`sluice.v1`): changefeeds, cluster, plugins. Commands go
+//! to the owner; queries read its snapshot.
 
 use std::sync::Arc;
 
-use sluice_api::v1 as pb;
-use sluice_api::v1::changefeed_service_server::{ChangefeedService, ChangefeedServiceServer};
-use sluice_api::v1::cluster_service_server::{ClusterService, ClusterServiceServer};
-use sluice_api::v1::plugin_service_server::{PluginService, PluginServiceServer};
+use crate::v1 as pb;
+use crate::v1::changefeed_service_server::{ChangefeedService, ChangefeedServiceServer};
+use crate::v1::cluster_service_server::{ClusterService, ClusterServiceServer};
+use crate::v1::plugin_service_server::{PluginService, PluginServiceServer};
+use sluice_capture::CaptureInfo;
 use sluice_core::{CheckpointTs, CommitTs};
 use sluice_meta::keys::{self, MetaKey};
-use sluice_owner::{AdminJob, ChangefeedId, Clock, FeedState, PluginId, SystemClock};
+use sluice_owner::{
+    ChangefeedId, ChangefeedInfo, Clock, FeedState, FeedView, PluginId, SystemClock,
+};
+use sluice_registry::{PluginRecord, RegistryError};
 use sluice_runtime::PluginKind;
-use tokio::sync::Mutex;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::owner::{FeedView, Owner, describe};
-use super::{CaptureInfo, Ctx};
-use crate::registry::{PluginRecord, RegistryError};
+use crate::error::{registry_status, status};
+use crate::node::{MAX_GRPC_MESSAGE_BYTES, Node, SYNCED_QUIET_MS};
 
+/// The three gRPC services of the admin API.
 #[derive(Clone)]
 pub struct Api {
-    pub ctx: Arc<Ctx>,
-    pub owner: Arc<Mutex<Owner>>,
+    node: Arc<Node>,
 }
 
 impl Api {
-    /// After an admin job: waits until the changefeed's old processor (if the job
-    /// stopped or replaced one) has ended and been taken in, so that the answer
-    /// shows where it stopped, without holding the owner meanwhile (a struggling
-    /// sink's stop must not stall other requests). Bounded by the stop timeout.
-    async fn settle(&self, id: &ChangefeedId) -> Result<FeedView, Status> {
-        let deadline =
-            tokio::time::Instant::now() + self.ctx.stop_timeout + std::time::Duration::from_secs(2);
-        loop {
-            {
-                let owner = self.owner.lock().await;
-                if owner.settled(id) || tokio::time::Instant::now() >= deadline {
-                    return owner
-                        .view(id)
-                        .ok_or_else(|| Status::not_found(format!("no changefeed {id}")));
-                }
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+    /// The services, answering from `node`.
+    pub fn new(node: Arc<Node>) -> Self {
+        Self { node }
     }
 
+    /// After an admin job: waits, reading the owner's snapshot, until the
+    /// changefeed's old work (if the job stopped or replaced it) has ended and
+    /// been taken in, so that the answer shows where it stopped. Holds nothing
+    /// meanwhile (a struggling sink's stop must not stall other requests);
+    /// bounded by the stop timeout.
+    async fn settle(&self, id: &ChangefeedId) -> Result<FeedView, Status> {
+        self.node
+            .owner
+            .settle(id, self.node.settle_within())
+            .await
+            .map_err(status)
+    }
+
+    /// `sluice.v1.ChangefeedService`.
     pub fn changefeeds(&self) -> ChangefeedServiceServer<Api> {
-        ChangefeedServiceServer::new(self.clone())
+        ChangefeedServiceServer::new(self.clone()).max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
     }
+    /// `sluice.v1.ClusterService`.
     pub fn cluster(&self) -> ClusterServiceServer<Api> {
-        ClusterServiceServer::new(self.clone())
+        ClusterServiceServer::new(self.clone()).max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
     }
+    /// `sluice.v1.PluginService`.
     pub fn plugins(&self) -> PluginServiceServer<Api> {
         // Chunks are small; the whole upload is bounded by the registry's limit.
-        PluginServiceServer::new(self.clone())
+        PluginServiceServer::new(self.clone()).max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
     }
+}
+
+/// Checks a changefeed file (pure: no plugin is loaded here) and turns it into
+/// a description; the owner checks the plugins.
+fn describe(
+    node: &Node,
+    id: &ChangefeedId,
+    text: &str,
+    start_ts: CommitTs,
+    target_ts: Option<CommitTs>,
+) -> Result<ChangefeedInfo, Status> {
+    let spec = sluice_config::spec::FeedSpec::parse(text)
+        .map_err(|e| Status::invalid_argument(format!("invalid changefeed file: {e:#}")))?;
+    let info = spec
+        .to_info(text, id.clone(), start_ts, target_ts)
+        .map_err(|e| Status::invalid_argument(format!("{e:#}")))?;
+    info.validate()
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    node.limits.check(&info).map_err(Status::invalid_argument)?;
+    Ok(info)
 }
 
 fn changefeed_id(r: Option<&pb::ChangefeedRef>) -> Result<ChangefeedId, Status> {
@@ -144,7 +168,8 @@ fn lag_ms(ts: u64, now_ms: u64) -> u64 {
     now_ms.saturating_sub(CommitTs::new(ts).physical_millis())
 }
 
-pub fn status_pb(v: &FeedView) -> pb::ChangefeedStatus {
+/// The status of `v`; `sink_data_dir` is where its sink keeps its data.
+pub fn status_pb(v: &FeedView, sink_data_dir: Option<&std::path::Path>) -> pb::ChangefeedStatus {
     let info = &v.changefeed.info;
     let now = SystemClock.now_ms();
     let checkpoint = v.changefeed.checkpoint().get();
@@ -179,9 +204,7 @@ pub fn status_pb(v: &FeedView) -> pb::ChangefeedStatus {
         rows_read: counters.rows_read,
         rows_written: counters.rows_written,
         retries: counters.retries,
-        sink_data_dir: v
-            .sink_data_dir
-            .as_ref()
+        sink_data_dir: sink_data_dir
             .map(|p| p.display().to_string())
             .unwrap_or_default(),
         failure: info
@@ -250,25 +273,6 @@ fn plugin_pb(r: &PluginRecord, used_by: Vec<String>) -> pb::Plugin {
     }
 }
 
-pub fn registry_status(e: RegistryError) -> Status {
-    let message = crate::error_chain(&e);
-    match e {
-        RegistryError::InvalidId(_) | RegistryError::NotAPlugin { .. } => {
-            Status::invalid_argument(message)
-        }
-        RegistryError::TooLarge { .. } => Status::resource_exhausted(message),
-        RegistryError::Conflict { .. } | RegistryError::WorldConflict { .. } => {
-            Status::already_exists(message)
-        }
-        RegistryError::NotFound { .. } => Status::not_found(message),
-        RegistryError::InUse { .. } => Status::failed_precondition(message),
-        RegistryError::Damaged { .. } => Status::data_loss(message),
-        RegistryError::Store(_) | RegistryError::Io { .. } | RegistryError::NotOwner => {
-            Status::unavailable(message)
-        }
-    }
-}
-
 #[tonic::async_trait]
 impl ChangefeedService for Api {
     async fn create_changefeed(
@@ -279,10 +283,8 @@ impl ChangefeedService for Api {
         let id = changefeed_id(r.id.as_ref())?;
         let start_ts = CommitTs::new(r.start_ts);
         not_future("start-ts", start_ts)?;
-        // Checking the plugins takes a while: not under the owner's lock.
-        self.owner.lock().await.check_new(&id)?;
-        let info = describe(&self.ctx, &id, &r.config_toml, start_ts, ts(r.target_ts)).await?;
-        let view = self.owner.lock().await.create(info).await?;
+        let info = describe(&self.node, &id, &r.config_toml, start_ts, ts(r.target_ts))?;
+        let view = self.node.owner.create(info).await.map_err(status)?;
         Ok(Response::new(changefeed_pb(&view)))
     }
 
@@ -291,7 +293,7 @@ impl ChangefeedService for Api {
         request: Request<pb::ChangefeedRef>,
     ) -> Result<Response<pb::Changefeed>, Status> {
         let id = changefeed_id(Some(request.get_ref()))?;
-        let view = self.owner.lock().await.get(&id)?;
+        let view = self.node.owner.snapshot().get(&id).map_err(status)?;
         Ok(Response::new(changefeed_pb(&view)))
     }
 
@@ -304,7 +306,7 @@ impl ChangefeedService for Api {
         if !tenant.is_empty() {
             tenant_name(&tenant)?;
         }
-        let views = self.owner.lock().await.list(&tenant);
+        let views = self.node.owner.snapshot().list(&tenant);
         Ok(Response::new(pb::ListChangefeedsResponse {
             changefeeds: views.iter().map(changefeed_pb).collect(),
         }))
@@ -316,16 +318,18 @@ impl ChangefeedService for Api {
     ) -> Result<Response<pb::Changefeed>, Status> {
         let r = request.into_inner();
         let id = changefeed_id(r.id.as_ref())?;
-        let (start_ts, target_ts) = self.owner.lock().await.update_base(&id)?;
+        // The start ts never changes; the target ts stays unless the request sets it.
+        let current = self.node.owner.snapshot().get(&id).map_err(status)?;
+        let (start_ts, target_ts) = (
+            current.changefeed.info.start_ts,
+            current.changefeed.info.target_ts,
+        );
         let target_ts = match r.target_ts {
             None => target_ts,
             Some(t) => ts(t),
         };
-        let info = describe(&self.ctx, &id, &r.config_toml, start_ts, target_ts).await?;
-        let mut owner = self.owner.lock().await;
-        owner.plugins_present(&info).await?;
-        owner.admin(&id, AdminJob::Update(Box::new(info))).await?;
-        drop(owner);
+        let info = describe(&self.node, &id, &r.config_toml, start_ts, target_ts)?;
+        self.node.owner.update(info).await.map_err(status)?;
         let view = self.settle(&id).await?;
         Ok(Response::new(changefeed_pb(&view)))
     }
@@ -335,7 +339,7 @@ impl ChangefeedService for Api {
         request: Request<pb::ChangefeedRef>,
     ) -> Result<Response<pb::Changefeed>, Status> {
         let id = changefeed_id(Some(request.get_ref()))?;
-        self.owner.lock().await.admin(&id, AdminJob::Pause).await?;
+        self.node.owner.pause(&id).await.map_err(status)?;
         let view = self.settle(&id).await?;
         Ok(Response::new(changefeed_pb(&view)))
     }
@@ -349,10 +353,12 @@ impl ChangefeedService for Api {
         if let Some(ts) = r.overwrite_checkpoint_ts {
             not_future("overwrite-checkpoint-ts", CommitTs::new(ts))?;
         }
-        let job = AdminJob::Resume {
-            overwrite_checkpoint: r.overwrite_checkpoint_ts.map(CheckpointTs::new),
-        };
-        self.owner.lock().await.admin(&id, job).await?;
+        let overwrite = r.overwrite_checkpoint_ts.map(CheckpointTs::new);
+        self.node
+            .owner
+            .resume(&id, overwrite)
+            .await
+            .map_err(status)?;
         let view = self.settle(&id).await?;
         Ok(Response::new(changefeed_pb(&view)))
     }
@@ -362,7 +368,7 @@ impl ChangefeedService for Api {
         request: Request<pb::ChangefeedRef>,
     ) -> Result<Response<pb::Changefeed>, Status> {
         let id = changefeed_id(Some(request.get_ref()))?;
-        self.owner.lock().await.admin(&id, AdminJob::Remove).await?;
+        self.node.owner.remove(&id).await.map_err(status)?;
         let view = self.settle(&id).await?;
         Ok(Response::new(changefeed_pb(&view)))
     }
@@ -372,8 +378,9 @@ impl ChangefeedService for Api {
         request: Request<pb::ChangefeedRef>,
     ) -> Result<Response<pb::ChangefeedStatus>, Status> {
         let id = changefeed_id(Some(request.get_ref()))?;
-        let view = self.owner.lock().await.get(&id)?;
-        Ok(Response::new(status_pb(&view)))
+        let view = self.node.owner.snapshot().get(&id).map_err(status)?;
+        let dir = self.node.sink_data_dir(&view);
+        Ok(Response::new(status_pb(&view, dir.as_deref())))
     }
 
     async fn get_synced_status(
@@ -381,16 +388,14 @@ impl ChangefeedService for Api {
         request: Request<pb::ChangefeedRef>,
     ) -> Result<Response<pb::SyncedStatus>, Status> {
         let id = changefeed_id(Some(request.get_ref()))?;
-        let view = self.owner.lock().await.get(&id)?;
+        let view = self.node.owner.snapshot().get(&id).map_err(status)?;
         Ok(Response::new(synced_pb(&view, SYNCED_QUIET_MS)))
     }
 }
 
-/// How long a caught-up changefeed must see no new data to count as synced.
-pub const SYNCED_QUIET_MS: u64 = 5_000;
-
-pub async fn captures(ctx: &Ctx) -> Result<Vec<pb::Capture>, Status> {
-    let store = &ctx.store;
+/// Every live capture, the owner marked.
+pub async fn captures(node: &Node) -> Result<Vec<pb::Capture>, Status> {
+    let store = &node.store;
     let listing = store
         .list(&keys::capture_prefix())
         .await
@@ -431,7 +436,7 @@ impl ClusterService for Api {
         _: Request<pb::ListCapturesRequest>,
     ) -> Result<Response<pb::ListCapturesResponse>, Status> {
         Ok(Response::new(pb::ListCapturesResponse {
-            captures: captures(&self.ctx).await?,
+            captures: captures(&self.node).await?,
         }))
     }
 
@@ -443,13 +448,13 @@ impl ClusterService for Api {
         if !tenant.is_empty() {
             tenant_name(&tenant)?;
         }
-        let views = self.owner.lock().await.list(&tenant);
+        let views = self.node.owner.snapshot().list(&tenant);
         let processors = views
             .iter()
             .filter(|v| v.progress.is_some())
             .map(|v| pb::Processor {
                 changefeed: Some(id_pb(v.changefeed.id())),
-                capture_id: self.ctx.capture_id.clone(),
+                capture_id: self.node.capture_id.clone(),
                 checkpoint_ts: v.changefeed.checkpoint().get(),
                 resolved_ts: v.resolved_ts.get(),
             })
@@ -461,7 +466,7 @@ impl ClusterService for Api {
         &self,
         _: Request<pb::GetOwnerRequest>,
     ) -> Result<Response<pb::Capture>, Status> {
-        captures(&self.ctx)
+        captures(&self.node)
             .await?
             .into_iter()
             .find(|c| c.is_owner)
@@ -473,23 +478,8 @@ impl ClusterService for Api {
         &self,
         _: Request<pb::HealthRequest>,
     ) -> Result<Response<pb::HealthResponse>, Status> {
-        let (healthy, detail) = health(&self.ctx).await;
+        let (healthy, detail) = self.node.health().await;
         Ok(Response::new(pb::HealthResponse { healthy, detail }))
-    }
-}
-
-/// Whether the server can do its work: the meta store answers.
-pub async fn health(ctx: &Ctx) -> (bool, String) {
-    match ctx.store.revision().await {
-        Ok(rev) => (
-            true,
-            format!(
-                "meta store at revision {}, up {} s",
-                rev.get(),
-                ctx.started.elapsed().as_secs()
-            ),
-        ),
-        Err(e) => (false, format!("meta store unavailable: {e}")),
     }
 }
 
@@ -500,7 +490,7 @@ impl PluginService for Api {
         request: Request<Streaming<pb::UploadPluginRequest>>,
     ) -> Result<Response<pb::Plugin>, Status> {
         let mut stream = request.into_inner();
-        let limit = self.ctx.registry.max_bytes();
+        let limit = self.node.registry.max_bytes();
         let header = match stream.next().await {
             Some(Ok(pb::UploadPluginRequest {
                 part: Some(pb::upload_plugin_request::Part::Header(h)),
@@ -536,11 +526,11 @@ impl PluginService for Api {
                     }
                     let permit = u32::try_from(chunk.len())
                         .ok()
-                        .and_then(|n| self.ctx.uploads.clone().try_acquire_many_owned(n).ok())
+                        .and_then(|n| self.node.uploads.clone().try_acquire_many_owned(n).ok())
                         .ok_or_else(|| {
                             Status::resource_exhausted(format!(
                                 "the server holds its limit of {} MiB of uploads in flight; retry in a moment",
-                                self.ctx.upload_budget_mib
+                                self.node.upload_budget_mib
                             ))
                         })?;
                     match &mut held {
@@ -557,7 +547,7 @@ impl PluginService for Api {
             }
         }
         if !header.sha256.is_empty() {
-            let got = crate::registry::hex_sha256(&bytes);
+            let got = sluice_registry::hex_sha256(&bytes);
             if !got.eq_ignore_ascii_case(&header.sha256) {
                 return Err(Status::invalid_argument(format!(
                     "the upload arrived with sha256 {got}, not {} as announced; upload again",
@@ -566,12 +556,12 @@ impl PluginService for Api {
             }
         }
         let record = self
-            .ctx
+            .node
             .registry
             .upload(&tenant, &id, kind, &bytes)
             .await
             .map_err(registry_status)?;
-        let used_by = self.owner.lock().await.users_of(&tenant, &id);
+        let used_by = self.node.owner.snapshot().users_of(&tenant, &id);
         Ok(Response::new(plugin_pb(&record, used_by)))
     }
 
@@ -585,12 +575,12 @@ impl PluginService for Api {
         }
         tenant_name(&tenant)?;
         let records = self
-            .ctx
+            .node
             .registry
             .list(&tenant)
             .await
             .map_err(registry_status)?;
-        let owner = self.owner.lock().await;
+        let owner = self.node.owner.snapshot();
         let plugins = records
             .iter()
             .map(|r| {
@@ -609,7 +599,7 @@ impl PluginService for Api {
     ) -> Result<Response<pb::Plugin>, Status> {
         let (tenant, id) = plugin_id(Some(request.get_ref()))?;
         let record = self
-            .ctx
+            .node
             .registry
             .get(&tenant, &id)
             .await
@@ -620,7 +610,7 @@ impl PluginService for Api {
                     id: id.to_string(),
                 })
             })?;
-        let used_by = self.owner.lock().await.users_of(&tenant, &id);
+        let used_by = self.node.owner.snapshot().users_of(&tenant, &id);
         Ok(Response::new(plugin_pb(&record, used_by)))
     }
 
@@ -629,16 +619,25 @@ impl PluginService for Api {
         request: Request<pb::PluginRef>,
     ) -> Result<Response<pb::Plugin>, Status> {
         let (tenant, id) = plugin_id(Some(request.get_ref()))?;
-        // Holding the owner's lock: creates and updates re-check their plugins
-        // under it, so none starts using this one meanwhile.
-        let owner = self.owner.lock().await;
-        let used_by = owner.users_of(&tenant, &id);
         let record = self
-            .ctx
+            .node
             .registry
-            .delete(&tenant, &id, &used_by)
+            .get(&tenant, &id)
             .await
-            .map_err(registry_status)?;
+            .map_err(registry_status)?
+            .ok_or_else(|| {
+                registry_status(RegistryError::NotFound {
+                    tenant: tenant.clone(),
+                    id: id.to_string(),
+                })
+            })?;
+        // The owner deletes it, so that no create or update starts using it
+        // meanwhile.
+        self.node
+            .owner
+            .delete_plugin(&tenant, &id)
+            .await
+            .map_err(status)?;
         Ok(Response::new(plugin_pb(&record, Vec::new())))
     }
 }
@@ -663,8 +662,8 @@ pub fn remap_codec_errors<B>(mut response: http::Response<B>) -> http::Response<
                 tonic::Code::ResourceExhausted,
                 format!(
                     "the request is over the server's limit of {} bytes per message; a changefeed file may be at most {} bytes, and uploads go in chunks (the CLI sends 1 MiB)",
-                    super::MAX_GRPC_MESSAGE_BYTES,
-                    crate::config::bounds::MAX_FILE_BYTES
+                    MAX_GRPC_MESSAGE_BYTES,
+                    sluice_config::file::bounds::MAX_FILE_BYTES
                 ),
             ))
         }

@@ -5,15 +5,15 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use crate::v1 as pb;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
-use sluice_api::v1 as pb;
 
 use crate::json::{capture_json, changefeed_json, plugin_json, status_json};
-use sluice_api::v1::changefeed_service_client::ChangefeedServiceClient;
-use sluice_api::v1::cluster_service_client::ClusterServiceClient;
-use sluice_api::v1::plugin_service_client::PluginServiceClient;
+use crate::v1::changefeed_service_client::ChangefeedServiceClient;
+use crate::v1::cluster_service_client::ClusterServiceClient;
+use crate::v1::plugin_service_client::PluginServiceClient;
 use tonic::transport::Channel;
 
 #[derive(Debug, Args)]
@@ -233,7 +233,7 @@ fn read(path: &PathBuf) -> Result<String, tonic::Status> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         tonic::Status::invalid_argument(format!("cannot read {}: {e}", path.display()))
     })?;
-    crate::config::check_file_size(&text)
+    sluice_config::file::check_file_size(&text)
         .map_err(|e| tonic::Status::invalid_argument(format!("{}: {e}", path.display())))?;
     Ok(text)
 }
@@ -342,7 +342,7 @@ async fn execute(args: &CliArgs, channel: Channel) -> Result<Out, tonic::Status>
                 let bytes = std::fs::read(file).map_err(|e| {
                     tonic::Status::invalid_argument(format!("cannot read {}: {e}", file.display()))
                 })?;
-                let sha256 = crate::registry::hex_sha256(&bytes);
+                let sha256 = sluice_registry::hex_sha256(&bytes);
                 let world = if kind == "sink" {
                     pb::PluginWorld::Sink
                 } else {

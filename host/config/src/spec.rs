@@ -11,7 +11,7 @@ use serde::Deserialize;
 use sluice_core::CommitTs;
 use sluice_owner::{Capabilities, ChangefeedId, ChangefeedInfo, Limits, PluginId, PluginRef};
 
-use crate::config::{
+use crate::file::{
     LimitsSection, PipelineSection, SourceConfig, check_file_size, check_filters, check_grants,
     check_plugin_config,
 };

@@ -2,8 +2,8 @@
 //! `sluice cli --output json` and the server's `/api/v1/` so that both say the
 //! same thing the same way.
 
+use crate::v1 as pb;
 use serde_json::{Value, json};
-use sluice_api::v1 as pb;
 
 pub fn state_name(s: i32) -> &'static str {
     match pb::FeedState::try_from(s) {

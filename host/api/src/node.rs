@@ -1,0 +1,80 @@
+//! What the API serves from: the owner's handle, the plugin registry, the
+//! capture, the meta store (for captures and health), and the server's limits.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice_capture::Capture;
+use sluice_config::ServerLimits;
+use sluice_meta::MetaStore;
+use sluice_owner::{FeedView, Owner};
+use sluice_registry::PluginRegistry;
+use tokio::sync::Semaphore;
+
+/// Largest gRPC message the server decodes: a changefeed file (128 KiB) or an
+/// upload chunk (the CLI sends 1 MiB), with room to spare.
+pub const MAX_GRPC_MESSAGE_BYTES: usize = 4 << 20;
+
+/// How long a caught-up changefeed must see no new data to count as synced.
+pub const SYNCED_QUIET_MS: u64 = 5_000;
+
+/// Everything the gRPC services and the HTTP endpoints answer from.
+pub struct Node {
+    /// The owner (commands) and its snapshot (queries).
+    pub owner: Owner,
+    /// The meta store: the captures' registrations and the server's health.
+    pub store: Arc<dyn MetaStore>,
+    /// Uploaded plugins.
+    pub registry: Arc<PluginRegistry>,
+    /// The work this capture runs (its plugins' counters and directories).
+    pub capture: Arc<Capture>,
+    /// This capture's id.
+    pub capture_id: String,
+    /// The gRPC address.
+    pub addr: SocketAddr,
+    /// When the server started.
+    pub started: Instant,
+    /// When the server started, in ms since the Unix epoch.
+    pub started_at_ms: u64,
+    /// Bytes of uploads in flight, one permit a byte (`--max-uploads-mib`).
+    pub uploads: Arc<Semaphore>,
+    /// `--max-uploads-mib`.
+    pub upload_budget_mib: u64,
+    /// What a changefeed may ask for.
+    pub limits: ServerLimits,
+    /// How long a stopping processor may take (`--stop-timeout-ms`).
+    pub stop_timeout: Duration,
+}
+
+impl Node {
+    /// Whether the server can do its work: the meta store answers.
+    pub async fn health(&self) -> (bool, String) {
+        match self.store.revision().await {
+            Ok(rev) => (
+                true,
+                format!(
+                    "meta store at revision {}, up {} s",
+                    rev.get(),
+                    self.started.elapsed().as_secs()
+                ),
+            ),
+            Err(e) => (false, format!("meta store unavailable: {e}")),
+        }
+    }
+
+    /// Where the sink of `v` keeps its data, if it was granted a directory.
+    pub fn sink_data_dir(&self, v: &FeedView) -> Option<PathBuf> {
+        let info = &v.changefeed.info;
+        info.sink
+            .capabilities
+            .data_dir
+            .then(|| self.capture.plugin_data_dir(&info.id, "sink"))
+    }
+
+    /// How long an admin job waits for stopped work to be taken in.
+    pub fn settle_within(&self) -> Duration {
+        self.stop_timeout + Duration::from_secs(2)
+    }
+}

@@ -1,0 +1,76 @@
+//! `sluice-capture`: what a capture runs, i.e. starting and stopping work. A
+//! [`Processor`] is one changefeed's pipeline at one epoch on this capture; it
+//! keeps its task position in the meta store ([`MetaProgressStore`]). The owner
+//! reaches the capture through [`Capture`]: start work for a changefeed at an
+//! epoch from a checkpoint, ask it to stop, observe its progress and outcome
+//! (`sluice_owner::Work`).
+
+mod processor;
+pub mod progress;
+mod work;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sluice_config::ServerLimits;
+use sluice_meta::{Compare, MetaStore};
+use sluice_owner::ChangefeedId;
+use sluice_registry::PluginRegistry;
+use tokio::sync::mpsc;
+
+pub use processor::{Live, Outcome, PluginCounters, Processor, plugin_roles};
+pub use progress::{Claim, MetaProgressStore, TaskPosition};
+pub use work::{Capture, registry_error};
+
+/// What the processors of a capture share.
+pub struct Ctx {
+    /// The meta store (task positions).
+    pub store: Arc<dyn MetaStore>,
+    /// Where processors load their plugins from.
+    pub registry: Arc<PluginRegistry>,
+    /// The server's data dir (the plugins' private directories are under it).
+    pub data_dir: PathBuf,
+    /// This capture's id (task positions are saved under it).
+    pub capture_id: String,
+    /// Processors send their changefeed here when they end.
+    pub wake: mpsc::UnboundedSender<ChangefeedId>,
+    /// Holds while this capture is the owner: checked in every task position claim.
+    pub owner_guard: Compare,
+    /// What a changefeed may ask for (stored ones are clamped to it).
+    pub limits: ServerLimits,
+    /// `--stop-timeout-ms`.
+    pub stop_timeout: Duration,
+}
+
+/// What a capture registers under `/sluice/v1/capture/{id}` (with its lease).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CaptureInfo {
+    /// Version of this stored form.
+    pub version: u32,
+    /// The capture's id.
+    pub id: String,
+    /// Its gRPC address.
+    pub address: String,
+    /// The `sluice` version it runs.
+    pub sluice_version: String,
+    /// When it started, in ms since the Unix epoch.
+    pub started_at_ms: u64,
+}
+
+/// An error with its causes, on one line (`outer: cause: cause`).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}

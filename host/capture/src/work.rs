@@ -1,0 +1,231 @@
+//! The capture as the owner sees it: [`Capture`] starts a changefeed's work (a
+//! [`Processor`]) at an epoch from a checkpoint, keeps each changefeed's plugin
+//! counters across its processors, and checks the plugins a changefeed names
+//! before it is stored.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use sluice_core::CheckpointTs;
+use sluice_owner::{
+    ChangefeedId, ChangefeedInfo, Epoch, LiveProgress, OwnerError, Work, WorkProgress,
+};
+use sluice_registry::RegistryError;
+use sluice_runtime::{PluginKind, WasmFilter, WasmSink};
+
+use crate::processor::{Live, Outcome, PluginCounters, Processor, plugin_roles};
+use crate::{Ctx, error_chain};
+
+/// What this capture runs, one processor per changefeed at most.
+pub struct Capture {
+    ctx: Arc<Ctx>,
+    /// Each changefeed's plugin counters, handed from processor to processor so
+    /// that plugin series neither vanish nor go backwards; dropped when the
+    /// changefeed is removed.
+    counters: Mutex<BTreeMap<ChangefeedId, PluginCounters>>,
+}
+
+impl Capture {
+    /// A capture whose processors share `ctx`.
+    pub fn new(ctx: Arc<Ctx>) -> Self {
+        Self {
+            ctx,
+            counters: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// What the processors share.
+    pub fn ctx(&self) -> &Arc<Ctx> {
+        &self.ctx
+    }
+
+    /// Starts `info`'s pipeline under `epoch`, replicating after `checkpoint`.
+    pub fn start(
+        &self,
+        info: &ChangefeedInfo,
+        epoch: Epoch,
+        checkpoint: CheckpointTs,
+    ) -> Processor {
+        let plugins = {
+            let mut counters = self.counters.lock().expect("not poisoned");
+            let entry = counters.entry(info.id.clone()).or_default();
+            *entry = carry_over(entry, info);
+            entry.clone()
+        };
+        Processor::start(self.ctx.clone(), info.clone(), epoch, checkpoint, plugins)
+    }
+
+    /// Drops a removed changefeed's counters.
+    pub fn forget(&self, id: &ChangefeedId) {
+        self.counters.lock().expect("not poisoned").remove(id);
+    }
+
+    /// The counters of `id`'s plugins (of its latest processor, running or not).
+    pub fn plugin_counters(&self, id: &ChangefeedId) -> PluginCounters {
+        self.counters
+            .lock()
+            .expect("not poisoned")
+            .get(id)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Where this capture keeps the private directory of one plugin of a
+    /// changefeed (`role` is `sink` or `filter-<i>`).
+    pub fn plugin_data_dir(&self, id: &ChangefeedId, role: &str) -> PathBuf {
+        sluice_config::spec::plugin_data_dir(&self.ctx.data_dir, id, role)
+    }
+
+    /// Checks every plugin `info` names: uploaded in its tenant, of the right
+    /// world, and its options accepted by its own `validate-config` (on the
+    /// plugin's own thread). Each plugin is loaded once.
+    pub async fn check_plugins(&self, info: &ChangefeedInfo) -> Result<(), OwnerError> {
+        let tenant = info.id.tenant();
+        let plugins = info
+            .filters
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (format!("filters[{i}]"), f, PluginKind::Filter))
+            .chain([("sink".to_string(), &info.sink, PluginKind::Sink)]);
+        let plugins: Vec<_> = plugins.collect();
+        let registry = &self.ctx.registry;
+        for (at, plugin, kind) in &plugins {
+            let record = registry
+                .get(tenant, &plugin.plugin)
+                .await
+                .map_err(registry_error)?
+                .ok_or_else(|| {
+                    OwnerError::NotFound(format!(
+                        "{at}.plugin: no plugin {} in tenant {tenant}; upload it first (sluice cli plugin upload)",
+                        plugin.plugin
+                    ))
+                })?;
+            if record.world != kind.world() {
+                return Err(OwnerError::Invalid(format!(
+                    "{at}.plugin: {} is a {} plugin; {at} needs a {}",
+                    plugin.plugin,
+                    record.world,
+                    kind.world()
+                )));
+            }
+        }
+        for (at, plugin, kind) in &plugins {
+            let component = registry
+                .load(tenant, &plugin.plugin)
+                .await
+                .map_err(registry_error)?;
+            let settings = sluice_config::spec::settings_of(plugin, None);
+            let invalid = |e: &dyn std::fmt::Display| OwnerError::Invalid(e.to_string());
+            let rejected = |e: &dyn std::fmt::Display| {
+                OwnerError::Invalid(format!(
+                    "{at}.config was rejected by `{}`: {e}",
+                    plugin.plugin
+                ))
+            };
+            match kind {
+                PluginKind::Filter => {
+                    let mut filter =
+                        WasmFilter::new(component, settings).map_err(|e| invalid(&e))?;
+                    filter.validate_config().await.map_err(|e| rejected(&e))?;
+                }
+                PluginKind::Sink => {
+                    let mut sink = WasmSink::new(component, settings).map_err(|e| invalid(&e))?;
+                    sink.validate_config().await.map_err(|e| rejected(&e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A registry error as the owner's error: what the caller does next.
+pub fn registry_error(e: RegistryError) -> OwnerError {
+    let message = error_chain(&e);
+    match e {
+        RegistryError::InvalidId(_) | RegistryError::NotAPlugin { .. } => {
+            OwnerError::Invalid(message)
+        }
+        RegistryError::TooLarge { .. } => OwnerError::Exhausted(message),
+        RegistryError::Conflict { .. } | RegistryError::WorldConflict { .. } => {
+            OwnerError::AlreadyExists(message)
+        }
+        RegistryError::NotFound { .. } => OwnerError::NotFound(message),
+        RegistryError::InUse { .. } => OwnerError::Precondition(message),
+        RegistryError::Damaged { .. } => OwnerError::DataLoss(message),
+        RegistryError::Store(_) | RegistryError::Io { .. } | RegistryError::NotOwner => {
+            OwnerError::Unavailable(message)
+        }
+    }
+}
+
+/// The counters for a processor of `info`: those of the previous processor where
+/// the role still runs the same plugin (they carry on), fresh ones elsewhere
+/// (an update that changed a plugin starts its series anew; the old ones go).
+fn carry_over(previous: &PluginCounters, info: &ChangefeedInfo) -> PluginCounters {
+    plugin_roles(info)
+        .into_iter()
+        .map(|(role, plugin)| {
+            let stats = previous
+                .iter()
+                .find(|(r, p, _)| *r == role && *p == plugin)
+                .map(|(_, _, s)| s.clone())
+                .unwrap_or_default();
+            (role, plugin, stats)
+        })
+        .collect()
+}
+
+impl LiveProgress for Live {
+    fn progress(&self) -> Option<WorkProgress> {
+        Live::progress(self).map(|p| WorkProgress {
+            checkpoint_ts: p.checkpoint_ts,
+            resolved_ts: p.resolved_ts.into(),
+            rows_read: p.rows_read,
+            rows_written: p.rows_written,
+            bytes_written: p.bytes_written,
+            retries: p.retries,
+        })
+    }
+}
+
+impl From<Outcome> for sluice_owner::Outcome {
+    fn from(outcome: Outcome) -> Self {
+        match outcome {
+            Outcome::Finished => Self::Finished,
+            Outcome::Stopped => Self::Stopped,
+            Outcome::Failed { kind, message } => Self::Failed { kind, message },
+            Outcome::Fenced => Self::Fenced,
+        }
+    }
+}
+
+impl Work for Processor {
+    fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    fn live(&self) -> Arc<dyn LiveProgress> {
+        self.live.clone()
+    }
+
+    fn signal_stop(&mut self) {
+        Processor::signal_stop(self);
+    }
+
+    fn is_stopping(&self) -> bool {
+        Processor::is_stopping(self)
+    }
+
+    fn is_finished(&self) -> bool {
+        Processor::is_finished(self)
+    }
+
+    async fn join(self) -> sluice_owner::Outcome {
+        Processor::join(self).await.into()
+    }
+
+    async fn abort(self) {
+        Processor::abort(self).await
+    }
+}

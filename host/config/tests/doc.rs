@@ -1,0 +1,125 @@
+//! `docs/configuration.md` and the schema stay in step: every key of every table
+//! of the schema has a row in the doc's table for it and every row names a key the
+//! schema takes (serde itself lists the keys, in its unknown-field error), and the
+//! doc's example parses.
+
+use std::collections::BTreeSet;
+
+use sluice_config::file::ChangefeedFile;
+
+const DOC: &str = include_str!("../../../docs/configuration.md");
+
+/// The smallest valid file; `extra` is added to the table named `at`.
+fn file_with(at: &str, extra: &str) -> String {
+    let mut sections = vec![
+        ("", String::new()),
+        ("changefeed", "id = \"doc\"\n".to_string()),
+        ("source", "type = \"datagen\"\n".to_string()),
+        (
+            "source.mix",
+            "insert = 1\nupdate = 1\ndelete = 1\n".to_string(),
+        ),
+        ("sink", "plugin = \"sink-file\"\n".to_string()),
+        ("sink.limits", String::new()),
+        ("sink.capabilities", String::new()),
+        ("pipeline", String::new()),
+    ];
+    for (name, body) in &mut sections {
+        if *name == at {
+            body.push_str(extra);
+        }
+    }
+    sections
+        .iter()
+        .map(|(name, body)| {
+            if name.is_empty() {
+                body.clone()
+            } else {
+                format!("[{name}]\n{body}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The keys the schema takes in the table `at`, from serde's own error.
+fn schema_keys(at: &str) -> BTreeSet<String> {
+    let text = file_with(at, "zz-not-a-key = 1\n");
+    let err = format!("{:#}", ChangefeedFile::parse(&text).unwrap_err());
+    let expected = err
+        .split("expected one of ")
+        .nth(1)
+        .or_else(|| err.split("expected ").nth(1))
+        .unwrap_or_else(|| panic!("no key list for [{at}] in: {err}"));
+    let expected = expected
+        .split('\n')
+        .next()
+        .unwrap()
+        .replace("` or `", "`, `");
+    expected
+        .split(", ")
+        .map(|k| k.trim().trim_matches('`').to_string())
+        .filter(|k| !k.is_empty())
+        .collect()
+}
+
+/// The keys in the first column of the table under the heading that starts with
+/// `heading`, with `[`, `]` and a `prefix.` taken off.
+fn doc_keys(heading: &str, prefix: &str) -> BTreeSet<String> {
+    let start = DOC
+        .find(&format!("\n{heading}"))
+        .unwrap_or_else(|| panic!("no heading {heading}"));
+    let rest = &DOC[start + 1..];
+    let end = rest[1..].find("\n#").map_or(rest.len(), |i| i + 1);
+    rest[..end]
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .filter_map(|l| l.split('`').nth(1))
+        .map(|k| k.trim_matches(|c| c == '[' || c == ']'))
+        .map(|k| k.strip_prefix(prefix).unwrap_or(k).to_string())
+        .filter(|k| !k.contains('.'))
+        .collect()
+}
+
+#[test]
+fn every_table_of_the_schema_is_documented_key_for_key() {
+    let tables = [
+        ("", "## Top level", ""),
+        ("changefeed", "## `[changefeed]`", ""),
+        ("source", "### `type = \"datagen\"`", "source."),
+        ("source.mix", "### `type = \"datagen\"`", "mix."),
+        ("sink", "## Plugin tables", ""),
+        ("sink.limits", "### `[sink.limits]`", ""),
+        ("sink.capabilities", "### `[sink.capabilities]`", ""),
+        ("pipeline", "## `[pipeline]`", ""),
+    ];
+    for (table, heading, prefix) in tables {
+        let mut documented = doc_keys(heading, prefix);
+        if table == "source.mix" {
+            // The mix's keys are written `mix.insert`, ...
+            documented = DOC
+                .lines()
+                .filter_map(|l| l.strip_prefix("| `mix."))
+                .filter_map(|l| l.split('`').next())
+                .map(str::to_string)
+                .collect();
+        }
+        let mut schema = schema_keys(table);
+        // The datagen table's tag.
+        if table == "source" {
+            schema.insert("type".into());
+            documented.insert("type".into());
+        }
+        assert_eq!(
+            documented, schema,
+            "docs/configuration.md ({heading}) and the schema of [{table}] differ"
+        );
+    }
+}
+
+#[test]
+fn the_documented_example_parses() {
+    let start = DOC.find("```toml\n").expect("an example") + "```toml\n".len();
+    let end = start + DOC[start..].find("```").unwrap();
+    ChangefeedFile::parse(&DOC[start..end]).unwrap();
+}

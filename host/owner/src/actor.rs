@@ -1,0 +1,427 @@
+//! The owner as an actor: one task owns every changefeed's state ([`Runtime`]);
+//! callers hold an [`Owner`] handle that sends it commands (each answered on its
+//! own reply channel), and read what it last published ([`Snapshot`], through a
+//! `tokio::sync::watch`). Queries, metrics and health read the snapshot and never
+//! wait for the task, so a struggling sink's stop or a slow meta-store write
+//! holds up no reader. The task checks a create's or update's plugins outside
+//! itself, and never waits for work to stop.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_core::{CheckpointTs, CommitTs};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use crate::admin::AdminJob;
+use crate::context::{LiveProgress, OwnerContext, WorkProgress};
+use crate::epoch::Epoch;
+use crate::error::OwnerError;
+use crate::id::ChangefeedId;
+use crate::info::{Changefeed, ChangefeedInfo};
+use crate::plugin::PluginId;
+use crate::runtime::{OwnerConfig, Runtime, Totals};
+use crate::state::FeedState;
+
+/// How often the owner looks at every changefeed without being woken.
+const TICK: Duration = Duration::from_millis(200);
+
+/// A changefeed as the owner last published it.
+#[derive(Clone)]
+pub(crate) struct Entry {
+    pub(crate) changefeed: Changefeed,
+    pub(crate) totals: Totals,
+    pub(crate) resolved: CommitTs,
+    pub(crate) last_advance_ms: u64,
+    /// The epoch and progress of its current work, if any.
+    pub(crate) work: Option<(Epoch, Arc<dyn LiveProgress>)>,
+    /// Whether its work was asked to stop and has not been taken in yet.
+    pub(crate) stopping: bool,
+}
+
+/// A changefeed as the API shows it.
+#[derive(Debug, Clone)]
+pub struct FeedView {
+    /// Its record, with the running work's checkpoint if that is newer.
+    pub changefeed: Changefeed,
+    /// The highest ts the source resolved (at least the checkpoint).
+    pub resolved_ts: CommitTs,
+    /// Its running work's progress.
+    pub progress: Option<WorkProgress>,
+    /// Counters of its earlier work.
+    pub totals: Totals,
+    /// When its checkpoint last moved (ms since the Unix epoch).
+    pub last_advance_ms: u64,
+}
+
+impl FeedView {
+    /// Counters including the running work's.
+    pub fn counters(&self) -> Totals {
+        let mut t = self.totals;
+        if let Some(p) = &self.progress {
+            t.add(p);
+        }
+        t
+    }
+}
+
+/// What the owner last published: every changefeed.
+#[derive(Clone, Default)]
+pub struct Snapshot {
+    pub(crate) feeds: BTreeMap<ChangefeedId, Entry>,
+    pub(crate) closing: bool,
+}
+
+impl Snapshot {
+    /// `id` as the API shows it (removed ones too). Running work's progress is
+    /// read now: it is newer than the owner's last round and durable already.
+    pub fn view(&self, id: &ChangefeedId) -> Option<FeedView> {
+        let e = self.feeds.get(id)?;
+        let progress = e.work.as_ref().and_then(|(_, live)| live.progress());
+        let mut cf = e.changefeed.clone();
+        let mut resolved = e.resolved;
+        if let (Some(p), Some((epoch, _))) = (&progress, &e.work)
+            && *epoch == cf.epoch()
+            && cf.state().is_running()
+        {
+            cf.status.checkpoint_ts = cf.status.checkpoint_ts.max(p.checkpoint_ts);
+            resolved = resolved.max(p.resolved_ts);
+        }
+        Some(FeedView {
+            resolved_ts: resolved.max(CommitTs::from(cf.checkpoint())),
+            changefeed: cf,
+            progress,
+            totals: e.totals,
+            last_advance_ms: e.last_advance_ms,
+        })
+    }
+
+    /// `id`, unless it does not exist or was removed.
+    pub fn get(&self, id: &ChangefeedId) -> Result<FeedView, OwnerError> {
+        match self.feeds.get(id) {
+            Some(e) if e.changefeed.state() != FeedState::Removed => {
+                Ok(self.view(id).expect("present"))
+            }
+            _ => Err(OwnerError::no_changefeed(id)),
+        }
+    }
+
+    /// Changefeeds of `tenant` (all tenants when empty), removed ones left out.
+    pub fn list(&self, tenant: &str) -> Vec<FeedView> {
+        self.feeds
+            .iter()
+            .filter(|(id, e)| {
+                (tenant.is_empty() || id.tenant() == tenant)
+                    && e.changefeed.state() != FeedState::Removed
+            })
+            .filter_map(|(id, _)| self.view(id))
+            .collect()
+    }
+
+    /// Changefeeds of `tenant` that use `plugin` (removed ones do not count).
+    pub fn users_of(&self, tenant: &str, plugin: &PluginId) -> Vec<String> {
+        self.feeds
+            .iter()
+            .filter(|(id, e)| {
+                let info = &e.changefeed.info;
+                id.tenant() == tenant
+                    && info.state != FeedState::Removed
+                    && info
+                        .filters
+                        .iter()
+                        .chain([&info.sink])
+                        .any(|p| &p.plugin == plugin)
+            })
+            .map(|(id, _)| id.to_string())
+            .collect()
+    }
+
+    /// Whether `id`'s work is where its state wants it: none is stopping.
+    pub fn settled(&self, id: &ChangefeedId) -> bool {
+        self.feeds.get(id).is_none_or(|e| !e.stopping)
+    }
+
+    /// Whether the owner refuses admin jobs (the server is stopping).
+    pub fn closing(&self) -> bool {
+        self.closing
+    }
+}
+
+type Reply<T> = oneshot::Sender<Result<T, OwnerError>>;
+
+enum Command {
+    Begin {
+        info: Box<ChangefeedInfo>,
+        create: bool,
+        reply: Reply<FeedView>,
+    },
+    Checked {
+        token: u64,
+        info: Box<ChangefeedInfo>,
+        checked: Result<(), OwnerError>,
+        reply: Reply<FeedView>,
+    },
+    Admin {
+        id: ChangefeedId,
+        job: AdminJob,
+        reply: Reply<FeedView>,
+    },
+    DeletePlugin {
+        tenant: String,
+        plugin: PluginId,
+        reply: Reply<()>,
+    },
+    Close {
+        reply: Reply<()>,
+    },
+    Shutdown {
+        abort: bool,
+        reply: Reply<()>,
+    },
+}
+
+/// A handle on the owner task: commands go to it, queries read its snapshot.
+#[derive(Clone)]
+pub struct Owner {
+    commands: mpsc::UnboundedSender<Command>,
+    snapshot: watch::Receiver<Arc<Snapshot>>,
+}
+
+fn gone() -> OwnerError {
+    OwnerError::Unavailable("the server is stopping; retry once it is back".into())
+}
+
+impl Owner {
+    /// Loads every changefeed through `ctx`, starts the ones that run, and
+    /// spawns the owner task. `wake` carries changefeeds whose work ended (the
+    /// owner takes them in at once rather than at its next round).
+    pub async fn start<C: OwnerContext>(
+        ctx: Arc<C>,
+        config: OwnerConfig,
+        wake: mpsc::UnboundedReceiver<ChangefeedId>,
+    ) -> Result<(Self, JoinHandle<()>), OwnerError> {
+        let runtime = Runtime::load(ctx, config).await?;
+        let (publish, snapshot) = watch::channel(Arc::new(runtime.snapshot()));
+        let (commands, inbox) = mpsc::unbounded_channel();
+        let task = tokio::spawn(
+            run(runtime, inbox, commands.clone(), wake, publish)
+                .instrument(tracing::info_span!("owner")),
+        );
+        Ok((Self { commands, snapshot }, task))
+    }
+
+    /// What the owner last published.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.borrow().clone()
+    }
+
+    async fn ask<T>(&self, command: impl FnOnce(Reply<T>) -> Command) -> Result<T, OwnerError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands.send(command(reply)).map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
+    }
+
+    /// Creates a changefeed from a checked description and starts it. Its id is
+    /// checked once, and its plugins once, outside the owner task.
+    pub async fn create(&self, info: ChangefeedInfo) -> Result<FeedView, OwnerError> {
+        self.ask(|reply| Command::Begin {
+            info: Box::new(info),
+            create: true,
+            reply,
+        })
+        .await
+    }
+
+    /// Replaces the description of a stopped or failed changefeed.
+    pub async fn update(&self, info: ChangefeedInfo) -> Result<FeedView, OwnerError> {
+        self.ask(|reply| Command::Begin {
+            info: Box::new(info),
+            create: false,
+            reply,
+        })
+        .await
+    }
+
+    /// Applies pause, resume or remove to `id`. Returns once the job is stored
+    /// and its effect started; [`Owner::settle`] waits for stopped work.
+    pub async fn admin(&self, id: &ChangefeedId, job: AdminJob) -> Result<FeedView, OwnerError> {
+        let id = id.clone();
+        self.ask(|reply| Command::Admin { id, job, reply }).await
+    }
+
+    /// Pauses `id`.
+    pub async fn pause(&self, id: &ChangefeedId) -> Result<FeedView, OwnerError> {
+        self.admin(id, AdminJob::Pause).await
+    }
+
+    /// Resumes `id`, from its checkpoint or from `overwrite_checkpoint`.
+    pub async fn resume(
+        &self,
+        id: &ChangefeedId,
+        overwrite_checkpoint: Option<CheckpointTs>,
+    ) -> Result<FeedView, OwnerError> {
+        self.admin(
+            id,
+            AdminJob::Resume {
+                overwrite_checkpoint,
+            },
+        )
+        .await
+    }
+
+    /// Removes `id`.
+    pub async fn remove(&self, id: &ChangefeedId) -> Result<FeedView, OwnerError> {
+        self.admin(id, AdminJob::Remove).await
+    }
+
+    /// Removes an uploaded plugin unless a changefeed uses it (checked by the
+    /// owner task, so that no create starts using it meanwhile).
+    pub async fn delete_plugin(&self, tenant: &str, plugin: &PluginId) -> Result<(), OwnerError> {
+        let (tenant, plugin) = (tenant.to_string(), plugin.clone());
+        self.ask(|reply| Command::DeletePlugin {
+            tenant,
+            plugin,
+            reply,
+        })
+        .await
+    }
+
+    /// Waits, reading the snapshot, until `id`'s work is where its state wants
+    /// it (stopped work was taken in) or `within` has passed, and returns `id`
+    /// as it then stands. Holds nothing while it waits.
+    pub async fn settle(
+        &self,
+        id: &ChangefeedId,
+        within: Duration,
+    ) -> Result<FeedView, OwnerError> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut snapshot = self.snapshot.clone();
+        loop {
+            let now = snapshot.borrow_and_update().clone();
+            if now.settled(id) || tokio::time::Instant::now() >= deadline {
+                return now
+                    .view(id)
+                    .ok_or_else(|| OwnerError::NotFound(format!("no changefeed {id}")));
+            }
+            match tokio::time::timeout_at(deadline, snapshot.changed()).await {
+                Ok(Ok(())) | Err(_) => {}
+                // The owner task is gone: nothing will change any more.
+                Ok(Err(_)) => {
+                    return now
+                        .view(id)
+                        .ok_or_else(|| OwnerError::NotFound(format!("no changefeed {id}")));
+                }
+            }
+        }
+    }
+
+    /// Refuses admin jobs and new work from now on (the server is stopping).
+    pub async fn close(&self) {
+        let _ = self.ask(|reply| Command::Close { reply }).await;
+    }
+
+    /// Stops every changefeed's work (cleanly, or at once with `abort`), saves
+    /// every status and ends the owner task.
+    pub async fn shutdown(&self, abort: bool) {
+        let _ = self.ask(|reply| Command::Shutdown { abort, reply }).await;
+    }
+}
+
+async fn run<C: OwnerContext>(
+    mut runtime: Runtime<C>,
+    mut inbox: mpsc::UnboundedReceiver<Command>,
+    outbox: mpsc::UnboundedSender<Command>,
+    mut wake: mpsc::UnboundedReceiver<ChangefeedId>,
+    publish: watch::Sender<Arc<Snapshot>>,
+) {
+    let mut ticks = tokio::time::interval(TICK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let command = tokio::select! {
+            command = inbox.recv() => match command {
+                Some(command) => Some(command),
+                None => break,
+            },
+            Some(_) = wake.recv() => None,
+            _ = ticks.tick() => None,
+        };
+        let Some(command) = command else {
+            runtime.tick().await;
+            publish.send_replace(Arc::new(runtime.snapshot()));
+            continue;
+        };
+        // Every answer is sent after the snapshot that shows its effect.
+        let answer = |runtime: &Runtime<C>, id: &ChangefeedId| {
+            let snapshot = Arc::new(runtime.snapshot());
+            publish.send_replace(snapshot.clone());
+            snapshot
+                .view(id)
+                .ok_or_else(|| OwnerError::no_changefeed(id))
+        };
+        match command {
+            Command::Begin {
+                info,
+                create,
+                reply,
+            } => match runtime.begin(&info, create) {
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+                Ok(token) => {
+                    // Loading and validating plugins takes a while: not here.
+                    let ctx = runtime.context();
+                    let outbox = outbox.clone();
+                    tokio::spawn(
+                        async move {
+                            let checked = ctx.check_plugins(&info).await;
+                            let _ = outbox.send(Command::Checked {
+                                token,
+                                info,
+                                checked,
+                                reply,
+                            });
+                        }
+                        .in_current_span(),
+                    );
+                }
+            },
+            Command::Checked {
+                token,
+                info,
+                checked,
+                reply,
+            } => {
+                let id = info.id.clone();
+                let result = runtime.finish(token, *info, checked).await;
+                let _ = reply.send(result.and_then(|()| answer(&runtime, &id)));
+            }
+            Command::Admin { id, job, reply } => {
+                let result = runtime.admin(&id, job).await;
+                let _ = reply.send(result.and_then(|()| answer(&runtime, &id)));
+            }
+            Command::DeletePlugin {
+                tenant,
+                plugin,
+                reply,
+            } => {
+                let _ = reply.send(runtime.delete_plugin(&tenant, &plugin).await);
+            }
+            Command::Close { reply } => {
+                runtime.close();
+                publish.send_replace(Arc::new(runtime.snapshot()));
+                let _ = reply.send(Ok(()));
+            }
+            Command::Shutdown { abort, reply } => {
+                runtime.shutdown(abort).await;
+                publish.send_replace(Arc::new(runtime.snapshot()));
+                let _ = reply.send(Ok(()));
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

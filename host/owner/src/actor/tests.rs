@@ -1,0 +1,342 @@
+//! The owner runtime, step by step, against a fake context: no process, no
+//! meta store, no plugin.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use sluice_core::{CheckpointTs, CommitTs};
+use sluice_meta::Revision;
+use tokio::sync::{Notify, mpsc};
+
+use super::*;
+use crate::backoff::BackoffConfig;
+use crate::context::{InfoWrite, Outcome, SaveError, Stored, Work};
+use crate::info::ChangefeedStatus;
+use crate::plugin::PluginRef;
+
+/// One piece of fake work; the test decides when and how it ends.
+#[derive(Default)]
+struct FakeWorkState {
+    stopping: AtomicBool,
+    outcome: Mutex<Option<Outcome>>,
+    ended: Notify,
+    progress: Mutex<Option<WorkProgress>>,
+}
+
+impl FakeWorkState {
+    fn end(&self, outcome: Outcome) {
+        *self.outcome.lock().unwrap() = Some(outcome);
+        self.ended.notify_waiters();
+    }
+}
+
+impl LiveProgress for FakeWorkState {
+    fn progress(&self) -> Option<WorkProgress> {
+        *self.progress.lock().unwrap()
+    }
+}
+
+struct FakeWork {
+    epoch: Epoch,
+    state: Arc<FakeWorkState>,
+}
+
+impl Work for FakeWork {
+    fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+    fn live(&self) -> Arc<dyn LiveProgress> {
+        self.state.clone()
+    }
+    fn signal_stop(&mut self) {
+        self.state.stopping.store(true, Ordering::SeqCst);
+    }
+    fn is_stopping(&self) -> bool {
+        self.state.stopping.load(Ordering::SeqCst)
+    }
+    fn is_finished(&self) -> bool {
+        self.state.outcome.lock().unwrap().is_some()
+    }
+    async fn join(self) -> Outcome {
+        loop {
+            let ended = self.state.ended.notified();
+            if let Some(outcome) = self.state.outcome.lock().unwrap().clone() {
+                return outcome;
+            }
+            ended.await;
+        }
+    }
+    async fn abort(self) {}
+}
+
+/// A write: (changefeed, info written, status written).
+type Write = (
+    ChangefeedId,
+    Option<ChangefeedInfo>,
+    Option<ChangefeedStatus>,
+);
+/// A start: (changefeed, epoch, checkpoint, its fake work).
+type Start = (ChangefeedId, Epoch, CheckpointTs, Arc<FakeWorkState>);
+
+#[derive(Default)]
+struct FakeContext {
+    stored: Mutex<Option<Stored>>,
+    /// (changefeed, info written, status written), in order.
+    writes: Mutex<Vec<Write>>,
+    revision: AtomicU64,
+    fail_writes: AtomicBool,
+    plugin_checks: AtomicUsize,
+    /// When set, plugin checks wait for it.
+    gate: Option<Arc<Notify>>,
+    /// (changefeed, epoch, checkpoint) of every start, and its state.
+    started: Mutex<Vec<Start>>,
+}
+
+impl OwnerContext for FakeContext {
+    type Work = FakeWork;
+
+    async fn load(&self) -> Result<Stored, OwnerError> {
+        Ok(self.stored.lock().unwrap().take().unwrap_or_default())
+    }
+
+    async fn save(
+        &self,
+        id: &ChangefeedId,
+        info: Option<InfoWrite<'_>>,
+        status: Option<&ChangefeedStatus>,
+    ) -> Result<Revision, SaveError> {
+        if self.fail_writes.load(Ordering::SeqCst) {
+            return Err(SaveError::Unavailable("the store is down".into()));
+        }
+        self.writes.lock().unwrap().push((
+            id.clone(),
+            info.map(|w| w.info.clone()),
+            status.cloned(),
+        ));
+        Ok(Revision(self.revision.fetch_add(1, Ordering::SeqCst) + 1))
+    }
+
+    async fn forget(&self, _: &ChangefeedId) -> Result<(), SaveError> {
+        Ok(())
+    }
+
+    async fn check_plugins(&self, _: &ChangefeedInfo) -> Result<(), OwnerError> {
+        self.plugin_checks.fetch_add(1, Ordering::SeqCst);
+        if let Some(gate) = &self.gate {
+            gate.notified().await;
+        }
+        Ok(())
+    }
+
+    async fn delete_plugin(
+        &self,
+        _: &str,
+        p: &PluginId,
+        used_by: &[String],
+    ) -> Result<(), OwnerError> {
+        if used_by.is_empty() {
+            Ok(())
+        } else {
+            Err(OwnerError::Precondition(format!(
+                "{p} is used by {}",
+                used_by.join(", ")
+            )))
+        }
+    }
+
+    fn start_work(
+        &self,
+        info: &ChangefeedInfo,
+        epoch: Epoch,
+        checkpoint: CheckpointTs,
+    ) -> FakeWork {
+        let state = Arc::new(FakeWorkState::default());
+        self.started
+            .lock()
+            .unwrap()
+            .push((info.id.clone(), epoch, checkpoint, state.clone()));
+        FakeWork { epoch, state }
+    }
+
+    fn forget_work(&self, _: &ChangefeedId) {}
+}
+
+fn id(name: &str) -> ChangefeedId {
+    ChangefeedId::new("acme", name).unwrap()
+}
+
+fn info(name: &str) -> ChangefeedInfo {
+    ChangefeedInfo::new(
+        id(name),
+        serde_json::json!({"type": "datagen"}),
+        PluginRef::new("sink-file@0.1.0".parse().unwrap()),
+        CommitTs::new(1),
+    )
+}
+
+fn config() -> OwnerConfig {
+    OwnerConfig {
+        backoff: BackoffConfig::default(),
+        max_tenant_instances: 64,
+    }
+}
+
+async fn owner(ctx: FakeContext) -> (Owner, Arc<FakeContext>) {
+    let ctx = Arc::new(ctx);
+    let (_wake, woken) = mpsc::unbounded_channel();
+    let (owner, _task) = Owner::start(ctx.clone(), config(), woken).await.unwrap();
+    (owner, ctx)
+}
+
+fn work_of(ctx: &FakeContext, name: &str) -> Arc<FakeWorkState> {
+    let started = ctx.started.lock().unwrap();
+    let (.., state) = started.iter().rev().find(|(i, ..)| *i == id(name)).unwrap();
+    state.clone()
+}
+
+#[tokio::test]
+async fn a_create_checks_its_plugins_once_and_persists_before_it_starts() {
+    let (owner, ctx) = owner(FakeContext::default()).await;
+    let view = owner.create(info("orders")).await.unwrap();
+    assert_eq!(view.changefeed.state(), FeedState::Normal);
+    assert_eq!(view.changefeed.epoch(), Epoch(1));
+    assert_eq!(ctx.plugin_checks.load(Ordering::SeqCst), 1);
+    let writes = ctx.writes.lock().unwrap().clone();
+    assert_eq!(writes.len(), 1);
+    assert_eq!(writes[0].1.as_ref().unwrap().epoch, Epoch(1));
+    assert_eq!(
+        ctx.started.lock().unwrap()[0].1,
+        Epoch(1),
+        "started at the stored epoch"
+    );
+    // A second create of the name is refused by the owner, before any plugin
+    // is looked at.
+    let err = owner.create(info("orders")).await.unwrap_err();
+    assert!(matches!(err, OwnerError::AlreadyExists(_)), "{err:?}");
+    assert_eq!(ctx.plugin_checks.load(Ordering::SeqCst), 1);
+    assert_eq!(owner.snapshot().list("acme").len(), 1);
+}
+
+#[tokio::test]
+async fn a_name_stays_taken_while_its_create_checks_plugins() {
+    let gate = Arc::new(Notify::new());
+    let (owner, ctx) = owner(FakeContext {
+        gate: Some(gate.clone()),
+        ..FakeContext::default()
+    })
+    .await;
+    let first = tokio::spawn({
+        let owner = owner.clone();
+        async move { owner.create(info("orders")).await }
+    });
+    while ctx.plugin_checks.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let err = owner.create(info("orders")).await.unwrap_err();
+    assert!(matches!(err, OwnerError::AlreadyExists(_)), "{err:?}");
+    // The plugin it uses cannot be deleted meanwhile.
+    let plugin: PluginId = "sink-file@0.1.0".parse().unwrap();
+    let err = owner.delete_plugin("acme", &plugin).await.unwrap_err();
+    assert!(err.to_string().contains("acme/orders"), "{err}");
+    gate.notify_waiters();
+    first.await.unwrap().unwrap();
+    assert_eq!(ctx.started.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_stop_that_never_ends_holds_up_no_command_and_no_query() {
+    let (owner, ctx) = owner(FakeContext::default()).await;
+    owner.create(info("stuck")).await.unwrap();
+    owner.create(info("healthy")).await.unwrap();
+    // The pause is stored and the work asked to stop; the work never ends.
+    let paused = tokio::time::timeout(Duration::from_secs(1), owner.pause(&id("stuck")))
+        .await
+        .expect("the pause does not wait for the stop")
+        .unwrap();
+    assert_eq!(paused.changefeed.state(), FeedState::Stopped);
+    assert!(work_of(&ctx, "stuck").stopping.load(Ordering::SeqCst));
+    assert!(!owner.snapshot().settled(&id("stuck")));
+    // Meanwhile every other request is answered.
+    let snapshot = owner.snapshot();
+    assert_eq!(
+        snapshot.get(&id("healthy")).unwrap().changefeed.state(),
+        FeedState::Normal
+    );
+    let view = tokio::time::timeout(Duration::from_secs(1), owner.pause(&id("healthy")))
+        .await
+        .expect("another changefeed's job is not held up")
+        .unwrap();
+    assert_eq!(view.changefeed.state(), FeedState::Stopped);
+    // Settling gives up at its deadline, and succeeds once the work has ended.
+    let view = owner
+        .settle(&id("stuck"), Duration::from_millis(50))
+        .await
+        .unwrap();
+    assert_eq!(view.changefeed.state(), FeedState::Stopped);
+    *work_of(&ctx, "stuck").progress.lock().unwrap() = Some(WorkProgress {
+        checkpoint_ts: CheckpointTs::new(7),
+        rows_read: 3,
+        ..WorkProgress::default()
+    });
+    work_of(&ctx, "stuck").end(Outcome::Stopped);
+    let view = owner
+        .settle(&id("stuck"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(owner.snapshot().settled(&id("stuck")));
+    assert_eq!(
+        view.counters().rows_read,
+        3,
+        "the ended work's counters are kept"
+    );
+}
+
+#[tokio::test]
+async fn a_job_whose_write_fails_changes_nothing() {
+    let (owner, ctx) = owner(FakeContext::default()).await;
+    owner.create(info("orders")).await.unwrap();
+    ctx.fail_writes.store(true, Ordering::SeqCst);
+    let err = owner.pause(&id("orders")).await.unwrap_err();
+    assert!(matches!(err, OwnerError::Unavailable(_)), "{err:?}");
+    assert!(err.to_string().contains("retry"), "{err}");
+    let view = owner.snapshot().get(&id("orders")).unwrap();
+    assert_eq!(view.changefeed.state(), FeedState::Normal);
+    assert!(!work_of(&ctx, "orders").stopping.load(Ordering::SeqCst));
+}
+
+#[tokio::test]
+async fn a_restart_takes_the_checkpoint_of_the_current_epoch_under_a_new_epoch() {
+    let mut stored_info = info("orders");
+    stored_info.epoch = Epoch(3);
+    stored_info.created_at_ms = 1;
+    let stored = Stored {
+        infos: vec![(stored_info, Revision(5))],
+        statuses: vec![(
+            id("orders"),
+            ChangefeedStatus {
+                checkpoint_ts: CheckpointTs::new(100),
+                ..ChangefeedStatus::at_start(CommitTs::new(1))
+            },
+        )],
+        positions: vec![
+            (id("orders"), Epoch(3), CheckpointTs::new(150)),
+            // An older epoch's position may predate an overwritten checkpoint.
+            (id("orders"), Epoch(2), CheckpointTs::new(900)),
+        ],
+        unreadable: vec![id("broken")],
+    };
+    let (owner, ctx) = owner(FakeContext {
+        stored: Mutex::new(Some(stored)),
+        ..FakeContext::default()
+    })
+    .await;
+    let view = owner.snapshot().get(&id("orders")).unwrap();
+    assert_eq!(view.changefeed.epoch(), Epoch(4));
+    assert_eq!(view.changefeed.checkpoint(), CheckpointTs::new(150));
+    let (_, epoch, checkpoint, _) = ctx.started.lock().unwrap()[0].clone();
+    assert_eq!((epoch, checkpoint), (Epoch(4), CheckpointTs::new(150)));
+    // A changefeed with records this build cannot read is left alone.
+    let err = owner.create(info("broken")).await.unwrap_err();
+    assert!(matches!(err, OwnerError::Precondition(_)), "{err:?}");
+}

@@ -1,0 +1,172 @@
+//! What the owner runtime needs from the world, as one trait ([`OwnerContext`]):
+//! the stored records of every changefeed, the plugins a changefeed names, and
+//! the work a capture does for a changefeed. The server implements it with the
+//! meta store ([`crate::MetaRecords`]), the plugin registry and the capture; the
+//! runtime's tests implement it with a fake, step by step, without a process.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use sluice_core::{CheckpointTs, CommitTs};
+use sluice_meta::Revision;
+
+use crate::epoch::Epoch;
+use crate::error::OwnerError;
+use crate::id::ChangefeedId;
+use crate::info::{ChangefeedInfo, ChangefeedStatus, ErrorKind};
+use crate::plugin::PluginId;
+
+/// Where a capture's work for one changefeed stands, as the owner sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkProgress {
+    /// Every row with commit ts <= this is durable downstream.
+    pub checkpoint_ts: CheckpointTs,
+    /// The highest ts the source resolved.
+    pub resolved_ts: CommitTs,
+    /// Row changes read from the source.
+    pub rows_read: u64,
+    /// Row changes handed to the sink.
+    pub rows_written: u64,
+    /// Bytes of row data handed to the sink.
+    pub bytes_written: u64,
+    /// Plugin calls that failed and were retried.
+    pub retries: u64,
+}
+
+/// How a capture's work for a changefeed ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The source ended (a bounded source, or the target ts): everything read is
+    /// downstream.
+    Finished,
+    /// Stopped on request after writing, flushing and closing (or cancelled past
+    /// the stop timeout: its unflushed rows are replayed, flagged, next time).
+    Stopped,
+    /// Failed; the owner classifies and reacts.
+    Failed {
+        /// What the owner does next.
+        kind: ErrorKind,
+        /// What went wrong, for the operator.
+        message: String,
+    },
+    /// A newer epoch took over the task position; this one wrote nothing more.
+    Fenced,
+}
+
+/// The latest progress of running work, read at any time by anyone (queries
+/// read it through the owner's snapshot, without asking the owner).
+pub trait LiveProgress: Send + Sync {
+    /// The latest progress; none before the work has started its pipeline.
+    fn progress(&self) -> Option<WorkProgress>;
+}
+
+/// Work a capture runs for one changefeed at one epoch: the owner starts it from
+/// a checkpoint, may ask it to stop, and observes its progress and outcome.
+pub trait Work: Send + Sync + 'static {
+    /// The changefeed epoch it runs under.
+    fn epoch(&self) -> Epoch;
+    /// Its progress, shared.
+    fn live(&self) -> Arc<dyn LiveProgress>;
+    /// Asks it to write what it read, flush and close; returns at once. Idempotent.
+    fn signal_stop(&mut self);
+    /// Whether it was asked to stop.
+    fn is_stopping(&self) -> bool;
+    /// Whether it has ended (its outcome is ready).
+    fn is_finished(&self) -> bool;
+    /// Waits for its outcome (it must have ended or been asked to stop).
+    fn join(self) -> impl Future<Output = Outcome> + Send;
+    /// Cancels it without flushing and waits until no write of it can land.
+    fn abort(self) -> impl Future<Output = ()> + Send;
+}
+
+/// What the meta store holds about every changefeed, as read at start.
+#[derive(Debug, Default)]
+pub struct Stored {
+    /// Readable infos with the revision they were stored at.
+    pub infos: Vec<(ChangefeedInfo, Revision)>,
+    /// Readable statuses.
+    pub statuses: Vec<(ChangefeedId, ChangefeedStatus)>,
+    /// Checkpoints the changefeeds' task positions saved: (changefeed, the
+    /// changefeed epoch of the run that saved it, checkpoint).
+    pub positions: Vec<(ChangefeedId, Epoch, CheckpointTs)>,
+    /// Changefeeds with a record this build cannot read: left alone.
+    pub unreadable: Vec<ChangefeedId>,
+}
+
+/// An info to write, compare-and-swap on the revision it was stored at
+/// ([`Revision::ZERO`]: the key must be absent).
+#[derive(Debug, Clone, Copy)]
+pub struct InfoWrite<'a> {
+    /// The new info.
+    pub info: &'a ChangefeedInfo,
+    /// The revision of the stored info this replaces.
+    pub revision: Revision,
+}
+
+/// Why a write of a changefeed's records failed, by what the owner does next.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SaveError {
+    /// The store did not answer or refused for now: keep the old state; retry.
+    #[error("meta store: {0}")]
+    Unavailable(String),
+    /// The store refuses the record itself (too large): reject the request.
+    #[error("the changefeed cannot be stored: {0}")]
+    Refused(String),
+    /// A new changefeed's key holds a record this build cannot read.
+    #[error(
+        "changefeed {0} has a stored record this server cannot read; remove it with a matching version first"
+    )]
+    Unreadable(ChangefeedId),
+    /// This capture lost its ownership, or someone else changed the record:
+    /// the context has stopped the server; nothing more may be written.
+    #[error("{0}")]
+    Lost(String),
+}
+
+/// Everything the owner runtime does outside its own memory.
+pub trait OwnerContext: Send + Sync + 'static {
+    /// The work a capture runs for a changefeed.
+    type Work: Work;
+
+    /// Reads every changefeed's records (once, at start).
+    fn load(&self) -> impl Future<Output = Result<Stored, OwnerError>> + Send;
+
+    /// Writes a changefeed's info and/or status in one transaction, under this
+    /// capture's ownership. Returns the revision the write landed at.
+    fn save(
+        &self,
+        id: &ChangefeedId,
+        info: Option<InfoWrite<'_>>,
+        status: Option<&ChangefeedStatus>,
+    ) -> impl Future<Output = Result<Revision, SaveError>> + Send;
+
+    /// Deletes what a removed changefeed kept besides its info (status, task
+    /// positions); the info stays as a tombstone.
+    fn forget(&self, id: &ChangefeedId) -> impl Future<Output = Result<(), SaveError>> + Send;
+
+    /// Checks every plugin `info` names: uploaded, of the right world, and its
+    /// options accepted by its own `validate-config` (each plugin loaded once).
+    fn check_plugins(
+        &self,
+        info: &ChangefeedInfo,
+    ) -> impl Future<Output = Result<(), OwnerError>> + Send;
+
+    /// Removes an uploaded plugin unless `used_by` names changefeeds using it.
+    fn delete_plugin(
+        &self,
+        tenant: &str,
+        plugin: &PluginId,
+        used_by: &[String],
+    ) -> impl Future<Output = Result<(), OwnerError>> + Send;
+
+    /// Starts `info`'s work under `epoch`, replicating after `checkpoint`.
+    fn start_work(
+        &self,
+        info: &ChangefeedInfo,
+        epoch: Epoch,
+        checkpoint: CheckpointTs,
+    ) -> Self::Work;
+
+    /// A removed changefeed's work-side leftovers (counters) may go.
+    fn forget_work(&self, id: &ChangefeedId);
+}

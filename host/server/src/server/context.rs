@@ -1,0 +1,71 @@
+//! The owner's context in this server: its records in the meta store, plugin
+//! checks and deletes through the registry, and work on this capture.
+
+use std::sync::Arc;
+
+use sluice_capture::{Capture, Processor, registry_error};
+use sluice_core::CheckpointTs;
+use sluice_meta::Revision;
+use sluice_owner::{
+    ChangefeedId, ChangefeedInfo, ChangefeedStatus, Epoch, InfoWrite, MetaRecords, OwnerContext,
+    OwnerError, PluginId, SaveError, Stored,
+};
+
+/// The owner's I/O, wired to this process.
+pub struct ServerContext {
+    pub records: MetaRecords,
+    pub capture: Arc<Capture>,
+}
+
+impl OwnerContext for ServerContext {
+    type Work = Processor;
+
+    async fn load(&self) -> Result<Stored, OwnerError> {
+        self.records.load().await
+    }
+
+    async fn save(
+        &self,
+        id: &ChangefeedId,
+        info: Option<InfoWrite<'_>>,
+        status: Option<&ChangefeedStatus>,
+    ) -> Result<Revision, SaveError> {
+        self.records.save(id, info, status).await
+    }
+
+    async fn forget(&self, id: &ChangefeedId) -> Result<(), SaveError> {
+        self.records.forget(id).await
+    }
+
+    async fn check_plugins(&self, info: &ChangefeedInfo) -> Result<(), OwnerError> {
+        self.capture.check_plugins(info).await
+    }
+
+    async fn delete_plugin(
+        &self,
+        tenant: &str,
+        plugin: &PluginId,
+        used_by: &[String],
+    ) -> Result<(), OwnerError> {
+        self.capture
+            .ctx()
+            .registry
+            .delete(tenant, plugin, used_by)
+            .await
+            .map(drop)
+            .map_err(registry_error)
+    }
+
+    fn start_work(
+        &self,
+        info: &ChangefeedInfo,
+        epoch: Epoch,
+        checkpoint: CheckpointTs,
+    ) -> Processor {
+        self.capture.start(info, epoch, checkpoint)
+    }
+
+    fn forget_work(&self, id: &ChangefeedId) {
+        self.capture.forget(id);
+    }
+}
