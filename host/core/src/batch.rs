@@ -197,6 +197,20 @@ impl ColumnData {
         }
     }
 
+    /// Reserve room for as many values (and bytes) as `other` holds.
+    pub fn reserve_like(&mut self, other: &ColumnData) {
+        match (&mut self.values, &other.values) {
+            (ColumnValues::Int64(a), ColumnValues::Int64(b)) => a.reserve(b.len()),
+            (ColumnValues::Uint64(a), ColumnValues::Uint64(b)) => a.reserve(b.len()),
+            (ColumnValues::Float64(a), ColumnValues::Float64(b)) => a.reserve(b.len()),
+            (ColumnValues::Bytes(a), ColumnValues::Bytes(b)) => {
+                a.offsets.reserve(b.offsets.len());
+                a.data.reserve(b.data.len());
+            }
+            _ => {}
+        }
+    }
+
     /// Remove every value, keeping the buffers.
     pub fn clear(&mut self) {
         match &mut self.values {
@@ -468,6 +482,26 @@ impl TableBatch {
             before: ColumnData::empty_image(schema),
             after: ColumnData::empty_image(schema),
         }
+    }
+
+    /// An empty batch for `schema` with room for as many rows and bytes per
+    /// column as `like` holds, so that filling it up to that size copies nothing
+    /// twice.
+    pub fn with_capacity_of(schema: &TableSchema, like: &TableBatch) -> Self {
+        let mut batch = Self::new(schema);
+        let rows = like.len();
+        batch.ops.reserve(rows);
+        batch.commit_ts.reserve(rows);
+        batch.flags.reserve(rows);
+        for (mine, theirs) in batch
+            .before
+            .iter_mut()
+            .zip(&like.before)
+            .chain(batch.after.iter_mut().zip(&like.after))
+        {
+            mine.reserve_like(theirs);
+        }
+        batch
     }
 
     /// A batch made of one transaction's changes of a table, moved (not copied).

@@ -33,6 +33,8 @@ pub(crate) struct Dispatcher {
     pub(crate) blocked_by: Option<CommitTs>,
     /// Rows received.
     pub(crate) rows_in: u64,
+    /// An empty batch sized like the last full one, to build the next in.
+    pub(crate) spare: Option<TableBatch>,
 }
 
 impl Dispatcher {
@@ -46,6 +48,7 @@ impl Dispatcher {
             held: VecDeque::new(),
             blocked_by,
             rows_in: 0,
+            spare: None,
         }
     }
 

@@ -500,6 +500,8 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         };
         d.batch_bytes = 0;
         d.first_unwritten = None;
+        // The next batch of this table gets room for as much as this full one.
+        d.spare = Some(TableBatch::with_capacity_of(&d.schema, &table));
         let schemas = vec![d.schema.clone()];
         self.write(
             schemas,
@@ -774,7 +776,7 @@ fn append(
     flags: u8,
     bytes: usize,
 ) {
-    if d.batch.is_none() {
+    if d.batch.is_none() && d.spare.is_none() {
         d.batch = Some(TableBatch::from_changes(changes, commit_ts, flags));
         d.batch_bytes = bytes;
         d.first_unwritten = Some(commit_ts);
@@ -791,8 +793,13 @@ fn append_range(
     flags: u8,
     bytes: usize,
 ) {
-    let schema = &d.schema;
-    let batch = d.batch.get_or_insert_with(|| TableBatch::new(schema));
+    let (schema, spare) = (&d.schema, &mut d.spare);
+    let batch = d.batch.get_or_insert_with(|| {
+        spare
+            .take()
+            .filter(|b| b.table_id == schema.table_id && b.schema_version == schema.version)
+            .unwrap_or_else(|| TableBatch::new(schema))
+    });
     batch.extend_from_changes(changes, rows, commit_ts, flags);
     d.batch_bytes += bytes;
     d.first_unwritten.get_or_insert(commit_ts);
