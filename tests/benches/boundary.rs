@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sink_blackhole::Blackhole;
-use sluice_core::{Batch, Column, ColumnType, CommitTs, Op, RowChange, Sink, TableSchema, Value};
+use sluice_core::{Batch, Column, ColumnType, CommitTs, Op, Sink, TableSchema, Value};
 use sluice_runtime::{PluginKind, PluginRuntime, PluginSettings, RuntimeConfig, WasmSink};
 use sluice_sdk::testing::SinkHarness;
 use sluice_tests::{plugin_path, sdk_schema, sdk_table};
@@ -79,13 +79,14 @@ fn batches(schema: &Arc<TableSchema>, rows: usize, batch_rows: usize) -> Vec<Bat
             9 => (Op::Delete, Some(image(i - 2)), None),
             _ => (Op::Insert, None, Some(image(i))),
         };
-        let row = RowChange {
-            table: schema.clone(),
+        b.push_values(
+            schema,
+            CommitTs::new(1000 + i as u64),
+            0,
             op,
-            before,
-            after,
-        };
-        b.push(CommitTs::new(1000 + i as u64), 0, &row);
+            before.as_deref(),
+            after.as_deref(),
+        );
         if b.rows() == batch_rows {
             out.push(std::mem::take(&mut b).finish().1);
         }

@@ -52,9 +52,7 @@ pub fn transactions(seed: u64, rows: u64) -> Vec<core::Transaction> {
 pub fn batch_of(txns: &[core::Transaction]) -> (Vec<Arc<core::TableSchema>>, core::Batch) {
     let mut b = core::BatchBuilder::new();
     for t in txns {
-        for r in &t.rows {
-            b.push(t.commit_ts, 0, r);
-        }
+        b.push_transaction(t, 0);
     }
     b.finish()
 }
@@ -100,7 +98,13 @@ pub fn sdk_table(t: &core::TableBatch) -> sdk::TableBatch {
             core::ColumnValues::Uint64(v) => sdk::ColumnValues::Uint64(v.clone()),
             core::ColumnValues::Float64(v) => sdk::ColumnValues::Float64(v.clone()),
             core::ColumnValues::Bytes(b) => sdk::ColumnValues::Bytes(sdk::ByteValues {
-                offsets: b.offsets.clone(),
+                // The host leaves the offsets of a column without values empty;
+                // the wire always has the leading 0.
+                offsets: if b.offsets.is_empty() {
+                    vec![0]
+                } else {
+                    b.offsets.clone()
+                },
                 data: b.data.clone(),
             }),
         },

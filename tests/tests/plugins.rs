@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use sluice_core::{
-    Batch, BatchBuilder, Column, ColumnType, CommitTs, DdlEvent, FLAG_REPLAY, Filter, Op,
-    RowChange, Sink, TableSchema, Value,
+    Batch, BatchBuilder, Column, ColumnType, CommitTs, DdlEvent, FLAG_REPLAY, Filter, Op, Sink,
+    TableSchema, Value,
 };
 use sluice_runtime::{
     PluginKind, PluginRuntime, PluginSettings, RuntimeConfig, WasmFilter, WasmSink,
@@ -46,17 +46,19 @@ fn text(s: &str) -> Value {
 fn sample() -> (Vec<Arc<TableSchema>>, Batch) {
     let t = users();
     let seen = Value::Int(1_700_000_000_123_456);
-    let row = |op, before: Option<Vec<Value>>, after: Option<Vec<Value>>| RowChange {
-        table: t.clone(),
-        op,
-        before,
-        after,
-    };
+    let row = |op, before: Option<Vec<Value>>, after: Option<Vec<Value>>| (op, before, after);
     let mut b = BatchBuilder::new();
-    b.push(
+    let push = |b: &mut BatchBuilder,
+                ts: CommitTs,
+                flags: u8,
+                (op, before, after): (Op, Option<Vec<Value>>, Option<Vec<Value>>)| {
+        b.push_values(&t, ts, flags, op, before.as_deref(), after.as_deref());
+    };
+    push(
+        &mut b,
         CommitTs::new(TS),
         0,
-        &row(
+        row(
             Op::Insert,
             None,
             Some(vec![
@@ -68,10 +70,11 @@ fn sample() -> (Vec<Arc<TableSchema>>, Batch) {
             ]),
         ),
     );
-    b.push(
+    push(
+        &mut b,
         CommitTs::new(TS + 1),
         FLAG_REPLAY,
-        &row(
+        row(
             Op::Update,
             Some(vec![
                 Value::Int(7),
@@ -89,10 +92,11 @@ fn sample() -> (Vec<Arc<TableSchema>>, Batch) {
             ]),
         ),
     );
-    b.push(
+    push(
+        &mut b,
         CommitTs::new(TS + 2),
         0,
-        &row(
+        row(
             Op::Delete,
             Some(vec![
                 Value::Int(7),

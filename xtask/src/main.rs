@@ -14,6 +14,12 @@
 //! - `bench-isolation`: build the plugins and run the neighbour-isolation
 //!   benchmark (release build): a healthy changefeed's throughput next to 1, 2
 //!   and 4 spinning sinks against alone.
+//! - `bench-e2e [--runs N] [--against PATH]`: build the plugins and the release
+//!   `sluice`, and time `sluice run` end to end on `examples/bench-blackhole.toml`
+//!   and `examples/bench-mask-file.toml` with 200 k and 1 M rows: rows per second
+//!   and the 1 M / 200 k time ratio. With `--against`, another `sluice` binary
+//!   (say, a build of an older commit) runs the same files in turn, and the ratio
+//!   of the two is printed.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -85,9 +91,10 @@ fn main() -> Result<()> {
             build_plugins(&root)?;
             cargo(&["bench", "-p", "sluice-server", "--bench", "isolation"])
         }
+        Some("bench-e2e") => bench_e2e(&root, &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server | bench-isolation>"
+                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server | bench-isolation | bench-e2e>"
             );
             bail!("unknown or missing command")
         }
@@ -217,4 +224,95 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     let mut args = vec!["test", "--workspace"];
     args.extend(extra.iter().map(String::as_str));
     cargo(&args)
+}
+
+/// `cargo xtask bench-e2e`: see the module docs.
+fn bench_e2e(root: &Path, args: &[String]) -> Result<()> {
+    let mut runs = 3usize;
+    let mut against: Option<PathBuf> = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--runs" => runs = it.next().context("--runs N")?.parse()?,
+            "--against" => against = Some(PathBuf::from(it.next().context("--against PATH")?)),
+            other => bail!("bench-e2e: unknown argument {other}"),
+        }
+    }
+    build_plugins(root)?;
+    cargo(&["build", "--release", "-p", "sluice-server"])?;
+    let ours = target_dir(root).join("release/sluice");
+    let work = root.join("target/bench-e2e");
+    std::fs::create_dir_all(&work)?;
+    let mut binaries = vec![("this build", ours)];
+    if let Some(other) = against {
+        binaries.push(("--against", other));
+    }
+    println!(
+        "{:<18} {:>9} {:<12} {:>9} {:>12}",
+        "workload", "rows", "binary", "median s", "rows/s"
+    );
+    for example in ["bench-blackhole", "bench-mask-file"] {
+        let text = std::fs::read_to_string(root.join(format!("examples/{example}.toml")))?;
+        let mut medians: Vec<Vec<f64>> = vec![Vec::new(); binaries.len()];
+        for rows in [200_000u64, 1_000_000] {
+            let file = work.join(format!("{example}-{rows}.toml"));
+            std::fs::write(
+                &file,
+                text.replace("total-rows = 1000000", &format!("total-rows = {rows}")),
+            )?;
+            let mut times: Vec<Vec<f64>> = vec![Vec::new(); binaries.len()];
+            // Alternate the binaries so that drift of a shared machine hits both.
+            for _ in 0..runs {
+                for (i, (_, binary)) in binaries.iter().enumerate() {
+                    let _ = std::fs::remove_dir_all(work.join("out"));
+                    let _ = std::fs::remove_dir_all(work.join("state"));
+                    let started = std::time::Instant::now();
+                    let out = Command::new(binary)
+                        .args(["run", "--quiet", "--config"])
+                        .arg(&file)
+                        .env_remove("RUST_BACKTRACE")
+                        .output()
+                        .with_context(|| format!("cannot start {}", binary.display()))?;
+                    let secs = started.elapsed().as_secs_f64();
+                    if !out.status.success() {
+                        bail!(
+                            "{} failed on {}: {}",
+                            binary.display(),
+                            file.display(),
+                            String::from_utf8_lossy(&out.stderr)
+                        );
+                    }
+                    times[i].push(secs);
+                }
+            }
+            for (i, (name, _)) in binaries.iter().enumerate() {
+                let median = median(&mut times[i]);
+                medians[i].push(median);
+                println!(
+                    "{example:<18} {rows:>9} {name:<12} {median:>9.3} {:>12.0}",
+                    rows as f64 / median
+                );
+            }
+        }
+        for (i, (name, _)) in binaries.iter().enumerate() {
+            println!(
+                "{example:<18} {name}: 1 M rows took {:.2} times as long as 200 k",
+                medians[i][1] / medians[i][0]
+            );
+        }
+        if binaries.len() == 2 {
+            for (k, rows) in ["200 k", "1 M"].iter().enumerate() {
+                println!(
+                    "{example:<18} {rows} rows: this build is {:.2} times as fast as --against",
+                    medians[1][k] / medians[0][k]
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }

@@ -6,7 +6,9 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use sluice_core::{CheckpointTs, CommitTs, ResolvedTs, Source, SourceEvent};
+use sluice_core::{
+    Checkpoint, CheckpointTs, CommitTs, ResolvedTs, ResumeError, Source, SourceEvent,
+};
 use sluice_owner::{ChangefeedInfo, Epoch, ErrorKind};
 use sluice_processor::{Pipeline, PipelineError, Progress, ProgressStoreError};
 use sluice_runtime::{PluginKind, PluginStats, WasmFilter, WasmSink};
@@ -333,8 +335,9 @@ async fn run(
         target: info.target_ts,
         reached: false,
     };
+    let start = previous.resume_point(checkpoint);
     let mut pipeline =
-        Pipeline::new(config, filters, sink, checkpoint).with_progress_store(Box::new(store));
+        Pipeline::new(config, filters, sink, start).with_progress_store(Box::new(store));
     *live.progress.lock().expect("not poisoned") = Some(pipeline.progress());
     let stop = async {
         shutdown.await;
@@ -388,7 +391,7 @@ impl<S: Source> Source for UpTo<S> {
         Ok(event)
     }
 
-    fn start_after(&mut self, ts: CommitTs) {
-        self.inner.start_after(ts);
+    fn resume(&mut self, from: &Checkpoint) -> Result<(), ResumeError> {
+        self.inner.resume(from)
     }
 }

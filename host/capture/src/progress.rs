@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
-use sluice_core::{CheckpointTs, CommitTs, ResolvedTs};
+use sluice_core::{Checkpoint, CheckpointTs, CommitTs, ResolvedTs, SourcePosition};
 use sluice_meta::{Compare, MetaStore, Op, Revision, Txn, keys};
 use sluice_processor::{ProgressStore, ProgressStoreError, StoreFuture};
 
@@ -32,6 +32,26 @@ pub struct TaskPosition {
     pub resolved_ts: u64,
     /// Rows above this never reached the sink.
     pub fence_ts: u64,
+    /// The source position of the last transaction at or below `checkpoint-ts`,
+    /// saved with it (absent in records of older versions, and for sources
+    /// without positions): valid only together with that checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_position: Option<SourcePosition>,
+}
+
+impl TaskPosition {
+    /// Where a run resumes when it starts at `checkpoint`: with the saved source
+    /// position if it was saved with this very checkpoint (an overwritten
+    /// checkpoint resumes by ts alone).
+    pub fn resume_point(&self, checkpoint: CheckpointTs) -> Checkpoint {
+        Checkpoint {
+            ts: checkpoint,
+            position: self
+                .source_position
+                .clone()
+                .filter(|_| self.checkpoint_ts == checkpoint.get()),
+        }
+    }
 }
 
 /// Which task position a run claims.
@@ -104,11 +124,17 @@ impl MetaProgressStore {
             }
         }
         previous.fence_ts = previous.fence_ts.max(highest_fence);
+        let checkpoint_ts = start.map_or(previous.checkpoint_ts, CheckpointTs::get);
         let record = TaskPosition {
             version: 1,
             epoch: previous.epoch + 1,
             changefeed_epoch: key.changefeed_epoch,
-            checkpoint_ts: start.map_or(previous.checkpoint_ts, CheckpointTs::get),
+            checkpoint_ts,
+            // A position is valid only with the checkpoint it was saved with.
+            source_position: previous
+                .source_position
+                .clone()
+                .filter(|_| checkpoint_ts == previous.checkpoint_ts),
             ..previous.clone()
         };
         let result = store
@@ -171,12 +197,13 @@ impl ProgressStore for MetaProgressStore {
 
     fn save_checkpoint(
         &mut self,
-        checkpoint: CheckpointTs,
+        checkpoint: &Checkpoint,
         resolved: ResolvedTs,
     ) -> StoreFuture<'_> {
         let record = TaskPosition {
-            checkpoint_ts: checkpoint.get(),
+            checkpoint_ts: checkpoint.ts.get(),
             resolved_ts: resolved.get(),
+            source_position: checkpoint.position.clone(),
             ..self.record.clone()
         };
         Box::pin(self.save(record))
@@ -199,8 +226,18 @@ mod tests {
                 .unwrap();
         assert_eq!(previous.epoch, 0);
         first.save_fence(CommitTs::new(500)).await.unwrap();
+        let position = SourcePosition {
+            version: 1,
+            bytes: vec![9, 9],
+        };
         first
-            .save_checkpoint(CheckpointTs::new(300), ResolvedTs::new(400))
+            .save_checkpoint(
+                &Checkpoint {
+                    ts: CheckpointTs::new(300),
+                    position: Some(position.clone()),
+                },
+                ResolvedTs::new(400),
+            )
             .await
             .unwrap();
 
@@ -216,16 +253,22 @@ mod tests {
                 changefeed_epoch: 0,
                 checkpoint_ts: 300,
                 resolved_ts: 400,
-                fence_ts: 500
+                fence_ts: 500,
+                source_position: Some(position.clone()),
             }
         );
+        assert_eq!(
+            previous.resume_point(CheckpointTs::new(300)).position,
+            Some(position)
+        );
+        assert_eq!(previous.resume_point(CheckpointTs::new(299)).position, None);
         let err = first
-            .save_checkpoint(CheckpointTs::new(350), ResolvedTs::new(400))
+            .save_checkpoint(&CheckpointTs::new(350).into(), ResolvedTs::new(400))
             .await
             .unwrap_err();
         assert!(matches!(err, ProgressStoreError::Fenced(_)), "{err:?}");
         second
-            .save_checkpoint(CheckpointTs::new(360), ResolvedTs::new(400))
+            .save_checkpoint(&CheckpointTs::new(360).into(), ResolvedTs::new(400))
             .await
             .unwrap();
         drop((first, second, store));
@@ -240,5 +283,13 @@ mod tests {
             (previous.epoch, previous.checkpoint_ts, previous.fence_ts),
             (2, 360, 500)
         );
+        assert_eq!(previous.source_position, None);
+    }
+
+    #[test]
+    fn records_without_a_source_position_still_decode() {
+        let old = r#"{"version":1,"epoch":3,"checkpoint-ts":10,"resolved-ts":11,"fence-ts":12}"#;
+        let p: TaskPosition = serde_json::from_str(old).unwrap();
+        assert_eq!((p.epoch, p.checkpoint_ts, p.source_position), (3, 10, None));
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::error::BatchError;
-use crate::event::{RowChange, Value};
+use crate::event::{Op, TableChanges, Transaction, Value};
 use crate::ts::CommitTs;
 
 /// Row flag bit: delivered again after a restart, swap or retry.
@@ -48,10 +48,7 @@ impl ColumnType {
         match self {
             ColumnType::Uint => ColumnValues::Uint64(Vec::new()),
             ColumnType::Float => ColumnValues::Float64(Vec::new()),
-            t if t.is_bytes() => ColumnValues::Bytes(ByteValues {
-                offsets: vec![0],
-                data: Vec::new(),
-            }),
+            t if t.is_bytes() => ColumnValues::Bytes(ByteValues::default()),
             _ => ColumnValues::Int64(Vec::new()),
         }
     }
@@ -85,29 +82,62 @@ impl TableSchema {
 }
 
 /// Offsets plus one data buffer; value `i` is `data[offsets[i]..offsets[i+1]]`.
+/// `offsets` is empty (no values yet: nothing allocated) or holds one entry more
+/// than there are values, the first being 0.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ByteValues {
+    /// Where each value starts, and the end of the last.
     pub offsets: Vec<u32>,
+    /// The values, back to back.
     pub data: Vec<u8>,
 }
 
 /// The values of one column.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ColumnValues {
+    /// Int, datetime, date and boolean columns.
     Int64(Vec<i64>),
+    /// Uint columns.
     Uint64(Vec<u64>),
+    /// Float columns.
     Float64(Vec<f64>),
+    /// Decimal, text, blob and JSON columns.
     Bytes(ByteValues),
 }
 
-/// One column of an image with its NULL bitmap (empty when nothing is NULL).
+/// One column of an image with its NULL bitmap (empty, or shorter than the
+/// values, when the rest is not NULL).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ColumnData {
+    /// The values (a NULL holds a zero or an empty value).
     pub values: ColumnValues,
+    /// Bit `i % 8` of byte `i / 8` set: value `i` is NULL.
     pub nulls: Vec<u8>,
 }
 
+/// Appends formatted text to a byte buffer.
+struct Appender<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for Appender<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
 impl ColumnData {
+    /// One empty column per column of `schema` (nothing allocated per column).
+    pub fn empty_image(schema: &TableSchema) -> Vec<ColumnData> {
+        schema
+            .columns
+            .iter()
+            .map(|c| ColumnData {
+                values: c.ty.empty_values(),
+                nulls: Vec::new(),
+            })
+            .collect()
+    }
+
     /// Number of values.
     pub fn len(&self) -> usize {
         match &self.values {
@@ -141,6 +171,17 @@ impl ColumnData {
             }
     }
 
+    /// The bytes of value `i` of a bytes column (empty for NULL), `None` for
+    /// other columns.
+    pub fn bytes_at(&self, i: usize) -> Option<&[u8]> {
+        match &self.values {
+            ColumnValues::Bytes(b) => {
+                Some(&b.data[b.offsets[i] as usize..b.offsets[i + 1] as usize])
+            }
+            _ => None,
+        }
+    }
+
     /// Value `i` as an owned [`Value`].
     pub fn value(&self, i: usize) -> Value {
         if self.is_null(i) {
@@ -156,35 +197,265 @@ impl ColumnData {
         }
     }
 
-    fn push(&mut self, value: &Value) {
+    /// Reserve room for as many values (and bytes) as `other` holds.
+    pub fn reserve_like(&mut self, other: &ColumnData) {
+        match (&mut self.values, &other.values) {
+            (ColumnValues::Int64(a), ColumnValues::Int64(b)) => a.reserve(b.len()),
+            (ColumnValues::Uint64(a), ColumnValues::Uint64(b)) => a.reserve(b.len()),
+            (ColumnValues::Float64(a), ColumnValues::Float64(b)) => a.reserve(b.len()),
+            (ColumnValues::Bytes(a), ColumnValues::Bytes(b)) => {
+                a.offsets.reserve(b.offsets.len());
+                a.data.reserve(b.data.len());
+            }
+            _ => {}
+        }
+    }
+
+    /// Remove every value, keeping the buffers.
+    pub fn clear(&mut self) {
+        match &mut self.values {
+            ColumnValues::Int64(v) => v.clear(),
+            ColumnValues::Uint64(v) => v.clear(),
+            ColumnValues::Float64(v) => v.clear(),
+            ColumnValues::Bytes(b) => {
+                b.offsets.clear();
+                b.data.clear();
+            }
+        }
+        self.nulls.clear();
+    }
+
+    fn set_null(&mut self, i: usize) {
+        if self.nulls.len() <= i / 8 {
+            self.nulls.resize(i / 8 + 1, 0);
+        }
+        self.nulls[i / 8] |= 1 << (i % 8);
+    }
+
+    /// Append a NULL.
+    pub fn push_null(&mut self) {
         let i = self.len();
-        let mut null = matches!(value, Value::Null);
-        match (&mut self.values, value) {
-            (ColumnValues::Int64(v), Value::Int(x)) => v.push(*x),
-            (ColumnValues::Uint64(v), Value::UInt(x)) => v.push(*x),
-            (ColumnValues::Float64(v), Value::Float(x)) => v.push(*x),
-            (ColumnValues::Bytes(b), Value::Bytes(x)) => {
+        match &mut self.values {
+            ColumnValues::Int64(v) => v.push(0),
+            ColumnValues::Uint64(v) => v.push(0),
+            ColumnValues::Float64(v) => v.push(0.0),
+            ColumnValues::Bytes(b) => {
+                if b.offsets.is_empty() {
+                    b.offsets.push(0);
+                }
+                b.offsets.push(b.data.len() as u32)
+            }
+        }
+        self.set_null(i);
+    }
+
+    /// Append a signed integer (NULL if this is not an int-like column).
+    pub fn push_int(&mut self, x: i64) {
+        match &mut self.values {
+            ColumnValues::Int64(v) => v.push(x),
+            _ => self.push_null(),
+        }
+    }
+
+    /// Append an unsigned integer (NULL if this is not a uint column).
+    pub fn push_uint(&mut self, x: u64) {
+        match &mut self.values {
+            ColumnValues::Uint64(v) => v.push(x),
+            _ => self.push_null(),
+        }
+    }
+
+    /// Append a float (NULL if this is not a float column).
+    pub fn push_float(&mut self, x: f64) {
+        match &mut self.values {
+            ColumnValues::Float64(v) => v.push(x),
+            _ => self.push_null(),
+        }
+    }
+
+    /// Append bytes; returns false (and stores NULL) if this is not a bytes column.
+    pub fn push_bytes(&mut self, x: &[u8]) -> bool {
+        match &mut self.values {
+            ColumnValues::Bytes(b) => {
+                if b.offsets.is_empty() {
+                    b.offsets.push(0);
+                }
                 b.data.extend_from_slice(x);
                 b.offsets.push(b.data.len() as u32);
+                true
             }
-            (values, _) => {
-                // NULL, or a value of the wrong kind (a source bug): store NULL.
-                null = true;
-                match values {
-                    ColumnValues::Int64(v) => v.push(0),
-                    ColumnValues::Uint64(v) => v.push(0),
-                    ColumnValues::Float64(v) => v.push(0.0),
-                    ColumnValues::Bytes(b) => b.offsets.push(b.data.len() as u32),
+            _ => {
+                self.push_null();
+                false
+            }
+        }
+    }
+
+    /// Append formatted text; returns its length, or `None` (and stores NULL) if
+    /// this is not a bytes column.
+    pub fn push_fmt(&mut self, args: std::fmt::Arguments<'_>) -> Option<usize> {
+        match &mut self.values {
+            ColumnValues::Bytes(b) => {
+                if b.offsets.is_empty() {
+                    b.offsets.push(0);
+                }
+                let start = b.data.len();
+                match args.as_str() {
+                    Some(s) => b.data.extend_from_slice(s.as_bytes()),
+                    None => {
+                        let _ = std::fmt::Write::write_fmt(&mut Appender(&mut b.data), args);
+                    }
+                }
+                b.offsets.push(b.data.len() as u32);
+                Some(b.data.len() - start)
+            }
+            _ => {
+                self.push_null();
+                None
+            }
+        }
+    }
+
+    /// Append an owned value (NULL if it has the wrong kind for this column).
+    pub fn push(&mut self, value: &Value) {
+        match value {
+            Value::Null => self.push_null(),
+            Value::Int(x) => self.push_int(*x),
+            Value::UInt(x) => self.push_uint(*x),
+            Value::Float(x) => self.push_float(*x),
+            Value::Bytes(x) => {
+                self.push_bytes(x);
+            }
+        }
+    }
+
+    /// Append values `range` of `other` (a column of the same kind): one copy
+    /// per buffer, no per-value work unless `other` has NULLs.
+    pub fn extend_from(&mut self, other: &ColumnData, range: std::ops::Range<usize>) {
+        if range.is_empty() {
+            return;
+        }
+        let base = self.len();
+        match (&mut self.values, &other.values) {
+            (ColumnValues::Int64(a), ColumnValues::Int64(b)) => {
+                a.extend_from_slice(&b[range.clone()])
+            }
+            (ColumnValues::Uint64(a), ColumnValues::Uint64(b)) => {
+                a.extend_from_slice(&b[range.clone()])
+            }
+            (ColumnValues::Float64(a), ColumnValues::Float64(b)) => {
+                a.extend_from_slice(&b[range.clone()])
+            }
+            (ColumnValues::Bytes(a), ColumnValues::Bytes(b)) => {
+                if a.offsets.is_empty() {
+                    a.offsets.push(0);
+                }
+                let from = b.offsets[range.start] as usize;
+                let to = b.offsets[range.end] as usize;
+                let shift = a.data.len() as i64 - from as i64;
+                a.data.extend_from_slice(&b.data[from..to]);
+                a.offsets.extend(
+                    b.offsets[range.start + 1..=range.end]
+                        .iter()
+                        .map(|&o| (o as i64 + shift) as u32),
+                );
+            }
+            _ => {
+                // Columns of different kinds (a caller bug): NULLs keep the image dense.
+                for _ in range {
+                    self.push_null();
+                }
+                return;
+            }
+        }
+        if !other.nulls.is_empty() {
+            for (k, i) in range.enumerate() {
+                if other.is_null(i) {
+                    self.set_null(base + k);
                 }
             }
         }
-        if null {
-            if self.nulls.len() <= i / 8 {
-                self.nulls.resize(i / 8 + 1, 0);
-            }
-            self.nulls[i / 8] |= 1 << (i % 8);
+    }
+}
+
+/// One row of a table batch (or of a transaction's table changes): its op and
+/// where its images are.
+#[derive(Debug, Clone, Copy)]
+pub struct Row<'a> {
+    /// Index of the row (into ops, commit ts and flags).
+    pub index: usize,
+    /// The op.
+    pub op: Op,
+    before_at: Option<usize>,
+    after_at: Option<usize>,
+    before: &'a [ColumnData],
+    after: &'a [ColumnData],
+}
+
+impl<'a> Row<'a> {
+    /// Index of the before image in the before columns.
+    pub fn before_index(&self) -> Option<usize> {
+        self.before_at
+    }
+
+    /// Index of the after image in the after columns.
+    pub fn after_index(&self) -> Option<usize> {
+        self.after_at
+    }
+
+    /// The before image as owned values.
+    pub fn before(&self) -> Option<Vec<Value>> {
+        self.before_at
+            .map(|i| self.before.iter().map(|c| c.value(i)).collect())
+    }
+
+    /// The after image as owned values.
+    pub fn after(&self) -> Option<Vec<Value>> {
+        self.after_at
+            .map(|i| self.after.iter().map(|c| c.value(i)).collect())
+    }
+
+    /// The after image of an insert or update, the before image of a delete.
+    pub fn image(&self) -> Vec<Value> {
+        self.after().or_else(|| self.before()).unwrap_or_default()
+    }
+
+    /// Value `column` of the after image (or of the before image, for a delete).
+    pub fn value(&self, column: usize) -> Value {
+        match (self.after_at, self.before_at) {
+            (Some(i), _) => self.after[column].value(i),
+            (None, Some(i)) => self.before[column].value(i),
+            (None, None) => Value::Null,
         }
     }
+}
+
+/// The rows of dense images `before`/`after` with `ops`.
+pub(crate) fn rows_of<'a>(
+    ops: &'a [u8],
+    before: &'a [ColumnData],
+    after: &'a [ColumnData],
+) -> impl Iterator<Item = Row<'a>> + 'a {
+    let (mut b, mut a) = (0, 0);
+    ops.iter().enumerate().map(move |(index, &code)| {
+        let op = Op::from_code(code).unwrap_or(Op::Insert);
+        let before_at = op.has_before().then(|| {
+            b += 1;
+            b - 1
+        });
+        let after_at = op.has_after().then(|| {
+            a += 1;
+            a - 1
+        });
+        Row {
+            index,
+            op,
+            before_at,
+            after_at,
+            before,
+            after,
+        }
+    })
 }
 
 /// The rows of one table in commit-ts order; images are dense (see `wit/plugin.wit`).
@@ -202,24 +473,50 @@ pub struct TableBatch {
 impl TableBatch {
     /// An empty batch for `schema`.
     pub fn new(schema: &TableSchema) -> Self {
-        let empty = || {
-            schema
-                .columns
-                .iter()
-                .map(|c| ColumnData {
-                    values: c.ty.empty_values(),
-                    nulls: Vec::new(),
-                })
-                .collect()
-        };
         Self {
             table_id: schema.table_id,
             schema_version: schema.version,
             ops: Vec::new(),
             commit_ts: Vec::new(),
             flags: Vec::new(),
-            before: empty(),
-            after: empty(),
+            before: ColumnData::empty_image(schema),
+            after: ColumnData::empty_image(schema),
+        }
+    }
+
+    /// An empty batch for `schema` with room for as many rows and bytes per
+    /// column as `like` holds, so that filling it up to that size copies nothing
+    /// twice.
+    pub fn with_capacity_of(schema: &TableSchema, like: &TableBatch) -> Self {
+        let mut batch = Self::new(schema);
+        let rows = like.len();
+        batch.ops.reserve(rows);
+        batch.commit_ts.reserve(rows);
+        batch.flags.reserve(rows);
+        for (mine, theirs) in batch
+            .before
+            .iter_mut()
+            .zip(&like.before)
+            .chain(batch.after.iter_mut().zip(&like.after))
+        {
+            mine.reserve_like(theirs);
+        }
+        batch
+    }
+
+    /// A batch made of one transaction's changes of a table, moved (not copied).
+    pub fn from_changes(changes: TableChanges, commit_ts: CommitTs, flags: u8) -> Self {
+        let (table_id, schema_version) = (changes.schema().table_id, changes.schema().version);
+        let (ops, before, after) = changes.into_parts();
+        let n = ops.len();
+        Self {
+            table_id,
+            schema_version,
+            ops,
+            commit_ts: vec![commit_ts.get(); n],
+            flags: vec![flags; n],
+            before,
+            after,
         }
     }
 
@@ -233,21 +530,95 @@ impl TableBatch {
         self.ops.is_empty()
     }
 
-    /// Append a row change.
-    pub fn push(&mut self, commit_ts: CommitTs, flags: u8, row: &RowChange) {
-        self.ops.push(row.op.code());
+    /// Append rows `rows` of one transaction's `changes` (of this table and
+    /// schema version), with `commit_ts` and `flags`: one copy per column.
+    pub fn extend_from_changes(
+        &mut self,
+        changes: &TableChanges,
+        rows: std::ops::Range<usize>,
+        commit_ts: CommitTs,
+        flags: u8,
+    ) {
+        let ops = &changes.ops()[rows.clone()];
+        let count = |upto: usize, pred: fn(Op) -> bool| {
+            changes.ops()[..upto]
+                .iter()
+                .filter(|&&c| Op::from_code(c).is_some_and(pred))
+                .count()
+        };
+        let whole = rows.start == 0 && rows.end == changes.len();
+        let (b0, a0) = if rows.start == 0 {
+            (0, 0)
+        } else {
+            (
+                count(rows.start, Op::has_before),
+                count(rows.start, Op::has_after),
+            )
+        };
+        let (b1, a1) = if whole {
+            (
+                changes.before().first().map_or(0, ColumnData::len),
+                changes.after().first().map_or(0, ColumnData::len),
+            )
+        } else {
+            (
+                count(rows.end, Op::has_before),
+                count(rows.end, Op::has_after),
+            )
+        };
+        self.ops.extend_from_slice(ops);
+        self.commit_ts
+            .extend(std::iter::repeat_n(commit_ts.get(), ops.len()));
+        self.flags.extend(std::iter::repeat_n(flags, ops.len()));
+        for (mine, theirs) in self.before.iter_mut().zip(changes.before()) {
+            mine.extend_from(theirs, b0..b1);
+        }
+        for (mine, theirs) in self.after.iter_mut().zip(changes.after()) {
+            mine.extend_from(theirs, a0..a1);
+        }
+    }
+
+    /// Append a row from owned values (tests and slow paths).
+    pub fn push_values(
+        &mut self,
+        commit_ts: CommitTs,
+        flags: u8,
+        op: Op,
+        before: Option<&[Value]>,
+        after: Option<&[Value]>,
+    ) {
+        self.ops.push(op.code());
         self.commit_ts.push(commit_ts.get());
         self.flags.push(flags);
-        if let Some(before) = &row.before {
-            for (col, v) in self.before.iter_mut().zip(before) {
-                col.push(v);
+        for (image, values) in [(&mut self.before, before), (&mut self.after, after)] {
+            if let Some(values) = values {
+                for (i, col) in image.iter_mut().enumerate() {
+                    col.push(values.get(i).unwrap_or(&Value::Null));
+                }
             }
         }
-        if let Some(after) = &row.after {
-            for (col, v) in self.after.iter_mut().zip(after) {
-                col.push(v);
+    }
+
+    /// The rows, for reading them back (commit ts and flags by `Row::index`).
+    pub fn rows(&self) -> impl Iterator<Item = Row<'_>> {
+        rows_of(&self.ops, &self.before, &self.after)
+    }
+
+    /// The rows for which `keep` holds, in order, flags kept.
+    pub fn select(&self, schema: &TableSchema, keep: impl Fn(&Row<'_>) -> bool) -> TableBatch {
+        let mut out = TableBatch::new(schema);
+        for row in self.rows() {
+            if keep(&row) {
+                out.push_values(
+                    CommitTs::new(self.commit_ts[row.index]),
+                    self.flags[row.index],
+                    row.op,
+                    row.before().as_deref(),
+                    row.after().as_deref(),
+                );
             }
         }
+        out
     }
 
     /// Bytes the batch occupies on the wire (roughly what lowering allocates in the guest).
@@ -351,9 +722,11 @@ impl TableBatch {
                     )));
                 }
                 if let ColumnValues::Bytes(b) = &data.values {
-                    if b.offsets.first() != Some(&0)
-                        || b.offsets.windows(2).any(|w| w[0] > w[1])
-                        || *b.offsets.last().unwrap_or(&0) as usize != b.data.len()
+                    let empty = b.offsets.is_empty() && b.data.is_empty();
+                    if !empty
+                        && (b.offsets.first() != Some(&0)
+                            || b.offsets.windows(2).any(|w| w[0] > w[1])
+                            || *b.offsets.last().unwrap_or(&0) as usize != b.data.len())
                     {
                         return Err(fail(format!(
                             "{image} column `{}` has bad offsets",
@@ -415,8 +788,9 @@ impl Batch {
     }
 }
 
-/// Groups row changes into one [`TableBatch`] per table (first-seen order), keeping
-/// per-table commit-ts order.
+/// Groups rows into one [`TableBatch`] per table (first-seen order), keeping
+/// per-table commit-ts order. For tests, tools and benchmarks; the pipeline's
+/// dispatchers build batches per table themselves.
 #[derive(Debug, Default)]
 pub struct BatchBuilder {
     tables: Vec<(Arc<TableSchema>, TableBatch)>,
@@ -430,9 +804,8 @@ impl BatchBuilder {
         Self::default()
     }
 
-    /// Append a row change.
-    pub fn push(&mut self, commit_ts: CommitTs, flags: u8, row: &RowChange) {
-        let key = (row.table.table_id, row.table.version);
+    fn table(&mut self, schema: &Arc<TableSchema>) -> &mut TableBatch {
+        let key = (schema.table_id, schema.version);
         let pos = match self
             .tables
             .iter()
@@ -440,14 +813,43 @@ impl BatchBuilder {
         {
             Some(p) => p,
             None => {
-                self.tables
-                    .push((row.table.clone(), TableBatch::new(&row.table)));
+                self.tables.push((schema.clone(), TableBatch::new(schema)));
                 self.tables.len() - 1
             }
         };
-        self.tables[pos].1.push(commit_ts, flags, row);
+        &mut self.tables[pos].1
+    }
+
+    /// Append every row of a transaction.
+    pub fn push_transaction(&mut self, txn: &Transaction, flags: u8) {
+        for changes in &txn.tables {
+            self.table(changes.schema()).extend_from_changes(
+                changes,
+                0..changes.len(),
+                txn.commit_ts,
+                flags,
+            );
+            self.rows += changes.len();
+            self.bytes += changes.wire_bytes();
+        }
+    }
+
+    /// Append a row from owned values.
+    pub fn push_values(
+        &mut self,
+        schema: &Arc<TableSchema>,
+        commit_ts: CommitTs,
+        flags: u8,
+        op: Op,
+        before: Option<&[Value]>,
+        after: Option<&[Value]>,
+    ) {
+        let mut one = TableChanges::new(schema.clone());
+        one.push_values(op, before, after);
+        self.bytes += one.wire_bytes();
         self.rows += 1;
-        self.bytes += row.wire_bytes();
+        self.table(schema)
+            .extend_from_changes(&one, 0..1, commit_ts, flags);
     }
 
     /// Rows so far.
@@ -475,7 +877,6 @@ impl BatchBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Op;
 
     fn schema() -> Arc<TableSchema> {
         Arc::new(TableSchema {
@@ -506,20 +907,22 @@ mod tests {
     fn builder_keeps_images_dense_and_valid() {
         let s = schema();
         let mut b = BatchBuilder::new();
-        let ins = RowChange {
-            table: s.clone(),
-            op: Op::Insert,
-            before: None,
-            after: Some(vec![Value::Int(1), Value::Bytes(b"a".to_vec())]),
-        };
-        let del = RowChange {
-            table: s.clone(),
-            op: Op::Delete,
-            before: Some(vec![Value::Int(1), Value::Null]),
-            after: None,
-        };
-        b.push(CommitTs::new(5), 0, &ins);
-        b.push(CommitTs::new(6), 0, &del);
+        b.push_values(
+            &s,
+            CommitTs::new(5),
+            0,
+            Op::Insert,
+            None,
+            Some(&[Value::Int(1), Value::Bytes(b"a".to_vec())]),
+        );
+        b.push_values(
+            &s,
+            CommitTs::new(6),
+            0,
+            Op::Delete,
+            Some(&[Value::Int(1), Value::Null]),
+            None,
+        );
         let (schemas, batch) = b.finish();
         assert_eq!(schemas.len(), 1);
         let t = &batch.tables[0];
@@ -532,18 +935,58 @@ mod tests {
     }
 
     #[test]
+    fn row_writer_counts_bytes_and_fills_missing_columns_with_null() {
+        let s = schema();
+        let mut c = TableChanges::new(s.clone());
+        c.insert().int(1).text(format_args!("n{}", 7));
+        c.update().int(1).null().int(1).bytes(b"xy");
+        // Too few values: the rest is NULL; a wrong kind is NULL too.
+        c.delete().bytes(b"not an int");
+        assert_eq!(c.len(), 3);
+        assert_eq!(c.wire_bytes(), 3 * 10 + (8 + 6) + (8 + 8 + 8 + 6) + (8 + 8));
+        let rows: Vec<_> = c.rows().map(|r| (r.op, r.before(), r.after())).collect();
+        assert_eq!(
+            rows,
+            vec![
+                (
+                    Op::Insert,
+                    None,
+                    Some(vec![Value::Int(1), Value::Bytes(b"n7".to_vec())])
+                ),
+                (
+                    Op::Update,
+                    Some(vec![Value::Int(1), Value::Null]),
+                    Some(vec![Value::Int(1), Value::Bytes(b"xy".to_vec())])
+                ),
+                (Op::Delete, Some(vec![Value::Null, Value::Null]), None),
+            ]
+        );
+        let batch = TableBatch::from_changes(c.clone(), CommitTs::new(9), FLAG_SPLIT);
+        batch.validate(&s).unwrap();
+        // Appending in two ranges gives the same batch as moving it whole.
+        let mut appended = TableBatch::new(&s);
+        appended.extend_from_changes(&c, 0..1, CommitTs::new(9), FLAG_SPLIT);
+        appended.extend_from_changes(&c, 1..3, CommitTs::new(9), FLAG_SPLIT);
+        assert_eq!(appended, batch);
+        let mut twice = TableBatch::new(&s);
+        twice.extend_from_changes(&c, 0..3, CommitTs::new(9), 0);
+        twice.extend_from_changes(&c, 0..3, CommitTs::new(10), 0);
+        twice.validate(&s).unwrap();
+        assert_eq!(twice.after[1].value(3), Value::Bytes(b"xy".to_vec()));
+        assert!(twice.before[1].is_null(2) && twice.before[0].is_null(3));
+        assert!(!twice.before[0].is_null(2));
+    }
+
+    #[test]
     fn validate_rejects_inconsistent_batches() {
         let s = schema();
         let mut t = TableBatch::new(&s);
-        t.push(
+        t.push_values(
             CommitTs::new(1),
             0,
-            &RowChange {
-                table: s.clone(),
-                op: Op::Insert,
-                before: None,
-                after: Some(vec![Value::Int(1), Value::Bytes(vec![0xff])]),
-            },
+            Op::Insert,
+            None,
+            Some(&[Value::Int(1), Value::Bytes(vec![0xff])]),
         );
         let err = t.validate(&s).unwrap_err();
         assert!(err.reason.contains("not UTF-8"), "{err}");

@@ -1,15 +1,23 @@
-//! Row-oriented change events as sources produce them.
+//! Change events as sources produce them: column-oriented, one chunk per table per
+//! transaction, in the same column shapes a batch carries, so that the pipeline
+//! appends them to a table's batch with per-column copies (or moves them whole)
+//! and no value is ever its own heap object.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use crate::batch::TableSchema;
-use crate::ts::CommitTs;
+use serde::{Deserialize, Serialize};
+
+use crate::batch::{ColumnData, Row, TableSchema, rows_of};
+use crate::ts::{CheckpointTs, CommitTs};
 
 /// The kind of a row change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
+    /// A new row: an after image.
     Insert,
+    /// A changed row: a before and an after image.
     Update,
+    /// A removed row: a before image.
     Delete,
 }
 
@@ -20,6 +28,16 @@ impl Op {
             Op::Insert => 0,
             Op::Update => 1,
             Op::Delete => 2,
+        }
+    }
+
+    /// The op of a wire code, if it is one.
+    pub const fn from_code(code: u8) -> Option<Op> {
+        match code {
+            0 => Some(Op::Insert),
+            1 => Some(Op::Update),
+            2 => Some(Op::Delete),
+            _ => None,
         }
     }
 
@@ -34,59 +52,454 @@ impl Op {
     }
 }
 
-/// One value of one column, owned.
+/// One value of one column, owned: for tests and for reading rows back, not on
+/// the row path (which writes into columns directly).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
+    /// SQL NULL.
     Null,
     /// Signed integers, datetimes (µs since epoch), dates (days), booleans (0/1).
     Int(i64),
+    /// Unsigned integers.
     UInt(u64),
+    /// Floating point.
     Float(f64),
     /// Text, decimal text, JSON text and blobs.
     Bytes(Vec<u8>),
 }
 
-/// One row change of one table.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RowChange {
-    pub table: Arc<TableSchema>,
-    pub op: Op,
-    /// One value per schema column, for updates and deletes.
-    pub before: Option<Vec<Value>>,
-    /// One value per schema column, for inserts and updates.
-    pub after: Option<Vec<Value>>,
+/// Where a source is, after an event: opaque to everything but the source that
+/// wrote it (datagen: transactions generated so far; a binlog: a GTID set or a
+/// file and offset). `version` says how `bytes` is laid out, so that a source can
+/// refuse a position it cannot read with a clear error instead of misreading it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SourcePosition {
+    /// Layout version of `bytes`, defined by the source.
+    pub version: u32,
+    /// The position, in the source's own encoding.
+    pub bytes: Vec<u8>,
 }
 
-impl RowChange {
-    /// Approximate bytes the row occupies in a batch on the wire (what
-    /// `BatchBuilder::bytes` counts): 10 per row, 8 per fixed-size value, length
-    /// plus 4 per byte-like value.
-    pub fn wire_bytes(&self) -> usize {
-        let image = |vals: &Option<Vec<Value>>| -> usize {
-            vals.iter()
-                .flatten()
-                .map(|x| match x {
-                    Value::Bytes(b) => b.len() + 4,
-                    _ => 8,
-                })
-                .sum()
-        };
-        10 + image(&self.before) + image(&self.after)
+/// Where a changefeed resumes: every event with commit ts <= `ts` is downstream;
+/// `position`, when known, is the source position after the last transaction at
+/// or below `ts` (saved with the checkpoint, valid only together with it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The checkpoint ts.
+    pub ts: CheckpointTs,
+    /// The source position of the last transaction at or below `ts`.
+    pub position: Option<SourcePosition>,
+}
+
+impl From<CheckpointTs> for Checkpoint {
+    fn from(ts: CheckpointTs) -> Self {
+        Checkpoint { ts, position: None }
     }
 }
 
-/// The rows of one upstream transaction, all with the same commit ts.
+/// Approximate wire bytes of a row, besides its values (op, commit ts, flag).
+pub const ROW_OVERHEAD_BYTES: usize = 10;
+/// Approximate wire bytes of a fixed-size value (or a NULL).
+pub const FIXED_VALUE_BYTES: usize = 8;
+/// Approximate wire bytes of a byte-like value, besides its length (the offset).
+pub const BYTES_VALUE_OVERHEAD: usize = 4;
+
+/// The rows one transaction changed in one table: ops and dense before/after
+/// images, one [`ColumnData`] per schema column (the shapes of
+/// [`crate::TableBatch`]). Written through [`TableChanges::insert`],
+/// [`TableChanges::update`] and [`TableChanges::delete`]; the wire size is
+/// counted as values are pushed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableChanges {
+    schema: Arc<TableSchema>,
+    pub(crate) ops: Vec<u8>,
+    pub(crate) before: Vec<ColumnData>,
+    pub(crate) after: Vec<ColumnData>,
+    bytes: usize,
+    /// Where the buffers go back when dropped (see [`ChangesPool`]).
+    pool: Option<ChangesPool>,
+}
+
+/// Most spare [`TableChanges`] a pool keeps.
+const POOL_MAX: usize = 4096;
+
+/// Spare [`TableChanges`] buffers for a source to reuse. Changes taken from a
+/// pool go back to it when they are dropped (once the pipeline has copied them
+/// into a batch), emptied but keeping their capacity, so that a steady stream
+/// of small transactions allocates nothing per transaction. Changes moved whole
+/// into a batch leave nothing behind.
+#[derive(Clone, Default)]
+pub struct ChangesPool(Arc<Mutex<Vec<TableChanges>>>);
+
+impl std::fmt::Debug for ChangesPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ChangesPool")
+    }
+}
+
+impl PartialEq for ChangesPool {
+    /// Where buffers are recycled is not part of the data.
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
+}
+
+impl ChangesPool {
+    /// An empty pool.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Empty changes for `schema`, reusing spare buffers when there are some.
+    pub fn take(&self, schema: &Arc<TableSchema>) -> TableChanges {
+        let spare = self.0.lock().ok().and_then(|mut spare| {
+            spare
+                .iter()
+                .rposition(|c| Arc::ptr_eq(&c.schema, schema))
+                .map(|at| spare.swap_remove(at))
+        });
+        let mut changes = spare.unwrap_or_else(|| TableChanges::new(schema.clone()));
+        changes.pool = Some(self.clone());
+        changes
+    }
+}
+
+impl Drop for TableChanges {
+    fn drop(&mut self) {
+        let Some(pool) = self.pool.take() else {
+            return;
+        };
+        if self.ops.capacity() == 0 {
+            return;
+        }
+        let mut spare = TableChanges {
+            schema: self.schema.clone(),
+            ops: std::mem::take(&mut self.ops),
+            before: std::mem::take(&mut self.before),
+            after: std::mem::take(&mut self.after),
+            bytes: 0,
+            pool: None,
+        };
+        spare.ops.clear();
+        spare
+            .before
+            .iter_mut()
+            .chain(spare.after.iter_mut())
+            .for_each(ColumnData::clear);
+        if let Ok(mut spares) = pool.0.lock()
+            && spares.len() < POOL_MAX
+        {
+            spares.push(spare);
+        }
+    }
+}
+
+impl TableChanges {
+    /// No rows yet, for `schema`.
+    pub fn new(schema: Arc<TableSchema>) -> Self {
+        let before = ColumnData::empty_image(&schema);
+        let after = ColumnData::empty_image(&schema);
+        Self {
+            schema,
+            ops: Vec::new(),
+            before,
+            after,
+            bytes: 0,
+            pool: None,
+        }
+    }
+
+    /// The table's schema.
+    pub fn schema(&self) -> &Arc<TableSchema> {
+        &self.schema
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Approximate wire bytes (as a batch counts them), kept as values are pushed.
+    pub fn wire_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The op codes, one per row.
+    pub fn ops(&self) -> &[u8] {
+        &self.ops
+    }
+
+    /// Before images (rows with a before image only, in order).
+    pub fn before(&self) -> &[ColumnData] {
+        &self.before
+    }
+
+    /// After images (rows with an after image only, in order).
+    pub fn after(&self) -> &[ColumnData] {
+        &self.after
+    }
+
+    /// Start an insert; write its after image through the returned writer.
+    pub fn insert(&mut self) -> RowWriter<'_> {
+        self.begin(Op::Insert)
+    }
+
+    /// Start an update; write its before image, then its after image.
+    pub fn update(&mut self) -> RowWriter<'_> {
+        self.begin(Op::Update)
+    }
+
+    /// Start a delete; write its before image.
+    pub fn delete(&mut self) -> RowWriter<'_> {
+        self.begin(Op::Delete)
+    }
+
+    /// Append a row from owned values (tests and slow paths): `before` for
+    /// updates and deletes, `after` for inserts and updates.
+    pub fn push_values(&mut self, op: Op, before: Option<&[Value]>, after: Option<&[Value]>) {
+        let mut w = self.begin(op);
+        for v in before.into_iter().chain(after).flatten() {
+            w.value(v);
+        }
+    }
+
+    /// The rows, for reading them back.
+    pub fn rows(&self) -> impl Iterator<Item = Row<'_>> {
+        rows_of(&self.ops, &self.before, &self.after)
+    }
+
+    /// The parts, to move them into a batch.
+    pub(crate) fn into_parts(mut self) -> (Vec<u8>, Vec<ColumnData>, Vec<ColumnData>) {
+        (
+            std::mem::take(&mut self.ops),
+            std::mem::take(&mut self.before),
+            std::mem::take(&mut self.after),
+        )
+    }
+
+    fn begin(&mut self, op: Op) -> RowWriter<'_> {
+        self.ops.push(op.code());
+        self.bytes += ROW_OVERHEAD_BYTES;
+        RowWriter {
+            changes: self,
+            after: !op.has_before(),
+            column: 0,
+            both: op.has_before() && op.has_after(),
+        }
+    }
+}
+
+/// Writes one row's images, column by column, straight into the columns. A value
+/// of the wrong kind for its column is stored as NULL (a source bug must not make
+/// a malformed batch), and columns left unwritten are filled with NULL when the
+/// writer is dropped, so images stay dense.
+pub struct RowWriter<'a> {
+    changes: &'a mut TableChanges,
+    /// Writing the after image (else the before image).
+    after: bool,
+    /// Next column of the image being written.
+    column: usize,
+    /// An update: the after image follows the before image.
+    both: bool,
+}
+
+impl RowWriter<'_> {
+    fn column(&mut self) -> Option<&mut ColumnData> {
+        let width = self.changes.schema.columns.len();
+        if self.column == width && self.both && !self.after {
+            self.after = true;
+            self.column = 0;
+        }
+        if self.column >= width {
+            return None;
+        }
+        self.column += 1;
+        let image = if self.after {
+            &mut self.changes.after
+        } else {
+            &mut self.changes.before
+        };
+        Some(&mut image[self.column - 1])
+    }
+
+    /// A signed integer (or datetime, date, boolean) value.
+    pub fn int(&mut self, v: i64) -> &mut Self {
+        if let Some(c) = self.column() {
+            c.push_int(v);
+            self.changes.bytes += FIXED_VALUE_BYTES;
+        }
+        self
+    }
+
+    /// An unsigned integer value.
+    pub fn uint(&mut self, v: u64) -> &mut Self {
+        if let Some(c) = self.column() {
+            c.push_uint(v);
+            self.changes.bytes += FIXED_VALUE_BYTES;
+        }
+        self
+    }
+
+    /// A floating-point value.
+    pub fn float(&mut self, v: f64) -> &mut Self {
+        if let Some(c) = self.column() {
+            c.push_float(v);
+            self.changes.bytes += FIXED_VALUE_BYTES;
+        }
+        self
+    }
+
+    /// A byte-like value (text, decimal, JSON, blob).
+    pub fn bytes(&mut self, v: &[u8]) -> &mut Self {
+        if let Some(c) = self.column() {
+            let stored = c.push_bytes(v);
+            self.changes.bytes += if stored {
+                v.len() + BYTES_VALUE_OVERHEAD
+            } else {
+                FIXED_VALUE_BYTES
+            };
+        }
+        self
+    }
+
+    /// A text value formatted in place (`format_args!`), without a temporary string.
+    pub fn text(&mut self, args: std::fmt::Arguments<'_>) -> &mut Self {
+        if let Some(c) = self.column() {
+            let len = c.push_fmt(args);
+            self.changes.bytes += match len {
+                Some(n) => n + BYTES_VALUE_OVERHEAD,
+                None => FIXED_VALUE_BYTES,
+            };
+        }
+        self
+    }
+
+    /// A NULL.
+    pub fn null(&mut self) -> &mut Self {
+        if let Some(c) = self.column() {
+            c.push_null();
+            self.changes.bytes += FIXED_VALUE_BYTES;
+        }
+        self
+    }
+
+    /// An owned value.
+    pub fn value(&mut self, v: &Value) -> &mut Self {
+        match v {
+            Value::Null => self.null(),
+            Value::Int(x) => self.int(*x),
+            Value::UInt(x) => self.uint(*x),
+            Value::Float(x) => self.float(*x),
+            Value::Bytes(b) => self.bytes(b),
+        }
+    }
+}
+
+impl Drop for RowWriter<'_> {
+    fn drop(&mut self) {
+        let width = self.changes.schema.columns.len();
+        while self.column < width || (self.both && !self.after) {
+            self.null();
+        }
+    }
+}
+
+/// One upstream transaction: its commit ts, the source position after it, and
+/// its rows grouped per table (in first-touched order).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transaction {
+    /// The commit ts of every row.
     pub commit_ts: CommitTs,
-    pub rows: Vec<RowChange>,
+    /// Where the source is after this transaction (see [`SourcePosition`]).
+    pub position: Option<SourcePosition>,
+    /// The rows, per table.
+    pub tables: Vec<TableChanges>,
+}
+
+impl Transaction {
+    /// An empty transaction at `commit_ts`.
+    pub fn new(commit_ts: CommitTs) -> Self {
+        Self {
+            commit_ts,
+            position: None,
+            tables: Vec::new(),
+        }
+    }
+
+    /// The changes of `schema`'s table (same id and version), added if new.
+    pub fn table(&mut self, schema: &Arc<TableSchema>) -> &mut TableChanges {
+        let at = match self.tables.iter().position(|t| {
+            t.schema.table_id == schema.table_id && t.schema.version == schema.version
+        }) {
+            Some(at) => at,
+            None => {
+                self.tables.push(TableChanges::new(schema.clone()));
+                self.tables.len() - 1
+            }
+        };
+        &mut self.tables[at]
+    }
+
+    /// Like [`Transaction::table`], taking new changes from `pool`.
+    pub fn table_from(
+        &mut self,
+        schema: &Arc<TableSchema>,
+        pool: &ChangesPool,
+    ) -> &mut TableChanges {
+        let at = match self
+            .tables
+            .iter()
+            .position(|t| Arc::ptr_eq(&t.schema, schema))
+        {
+            Some(at) => at,
+            None => {
+                self.tables.push(pool.take(schema));
+                self.tables.len() - 1
+            }
+        };
+        &mut self.tables[at]
+    }
+
+    /// Rows in all tables.
+    pub fn row_count(&self) -> usize {
+        self.tables.iter().map(TableChanges::len).sum()
+    }
+
+    /// Approximate wire bytes of all rows.
+    pub fn wire_bytes(&self) -> usize {
+        self.tables.iter().map(TableChanges::wire_bytes).sum()
+    }
+
+    /// Every row with its table, table by table.
+    pub fn rows(&self) -> impl Iterator<Item = (&Arc<TableSchema>, Row<'_>)> {
+        self.tables
+            .iter()
+            .flat_map(|t| t.rows().map(move |r| (&t.schema, r)))
+    }
 }
 
 /// A schema change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DdlEvent {
+    /// Its commit ts.
     pub commit_ts: CommitTs,
+    /// The database it changes.
     pub schema_name: String,
+    /// The table it changes; empty: every table of `schema_name`.
     pub table_name: String,
+    /// The statement.
     pub query: String,
+}
+
+impl DdlEvent {
+    /// Whether the DDL affects table `schema.table`: a DDL with an empty table
+    /// name affects every table of its schema.
+    pub fn affects(&self, schema: &str, table: &str) -> bool {
+        self.schema_name == schema && (self.table_name.is_empty() || self.table_name == table)
+    }
 }

@@ -10,9 +10,12 @@ mod ts;
 
 pub use batch::{
     Batch, BatchBuilder, ByteValues, Column, ColumnData, ColumnType, ColumnValues, FLAG_REPLAY,
-    FLAG_SPLIT, TableBatch, TableSchema,
+    FLAG_SPLIT, Row, TableBatch, TableSchema,
 };
 pub use error::{BatchError, MAX_MESSAGE_BYTES, PluginError, bounded_text};
-pub use event::{DdlEvent, Op, RowChange, Transaction, Value};
-pub use traits::{Filter, Sink, Source, SourceEvent};
+pub use event::{
+    ChangesPool, Checkpoint, DdlEvent, Op, RowWriter, SourcePosition, TableChanges, Transaction,
+    Value,
+};
+pub use traits::{Filter, ResumeError, Sink, Source, SourceEvent};
 pub use ts::{CheckpointTs, CommitTs, ResolvedTs};

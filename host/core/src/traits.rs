@@ -6,8 +6,13 @@ use std::sync::Arc;
 
 use crate::batch::{Batch, TableSchema};
 use crate::error::PluginError;
-use crate::event::{DdlEvent, Transaction};
+use crate::event::{Checkpoint, DdlEvent, Transaction};
 use crate::ts::{CommitTs, ResolvedTs};
+
+/// A source cannot resume from a saved position.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot resume from the saved source position: {0}")]
+pub struct ResumeError(pub String);
 
 /// What a source yields.
 #[derive(Debug, Clone)]
@@ -30,8 +35,12 @@ pub trait Source: Send {
     /// The next event, in commit-ts order.
     fn next_event(&mut self) -> impl Future<Output = Result<SourceEvent, Self::Error>> + Send;
 
-    /// Resume after `ts`: events with commit ts <= `ts` are not produced again.
-    fn start_after(&mut self, ts: CommitTs);
+    /// Resume after `from`: events with commit ts <= `from.ts` are not produced
+    /// again. With a position, the source continues from it (it was saved with
+    /// that checkpoint ts); without one, it finds its place by commit ts. A
+    /// position the source cannot read (an unknown version, another workload)
+    /// is an error that says so; it is never guessed at.
+    fn resume(&mut self, from: &Checkpoint) -> Result<(), ResumeError>;
 }
 
 /// A destination for row changes. `flush(ts)` returning `Ok` is the only

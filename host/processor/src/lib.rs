@@ -1,16 +1,24 @@
 //! `sluice-processor`: runs one changefeed's pipeline on a capture.
 //!
-//! A source task feeds decoded transactions through a bounded channel (the event
-//! cache) to the pipeline, which batches them per table, runs the filter chain,
-//! writes to the sink and computes the checkpoint from the sink's flush
-//! acknowledgements: the checkpoint only ever passes a ts after `flush(ts)`
-//! returned `Ok`. Batches written since the last checkpoint are kept so that a
-//! failed sink can be replayed into a fresh instance (flagged as replay).
+//! The stages: a source task feeds transactions (column-oriented, per table)
+//! through the event cache, bounded by count and bytes (the reader blocks, never
+//! drops); each event passes the stage seam where the redo log will sit
+//! ([`EventStage`], [`PassThrough`] today); per-table dispatchers append rows to
+//! their table's batch, run the filter chain on full batches and write them to
+//! the one sink instance. The checkpoint only ever passes a ts after `flush(ts)`
+//! returned `Ok`, and is the minimum over the tables of what each has written.
+//! A DDL is a barrier for the tables it affects only: their rows above it wait
+//! until it is applied, other tables keep flowing. Batches written since the
+//! last flush are kept so that a failed sink can be replayed into a fresh
+//! instance (flagged as replay).
 
+mod cache;
 mod config;
+mod dispatcher;
 mod error;
 mod persist;
 mod pipeline;
+mod stage;
 #[cfg(test)]
 mod tests;
 
@@ -18,3 +26,4 @@ pub use config::PipelineConfig;
 pub use error::PipelineError;
 pub use persist::{ProgressStore, ProgressStoreError, StoreFuture};
 pub use pipeline::{Pipeline, Progress, Report};
+pub use stage::{EventStage, PassThrough, StageError};

@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use sluice_core::{CheckpointTs, CommitTs, ResolvedTs};
+use sluice_core::{Checkpoint, CommitTs, ResolvedTs};
 
 /// A boxed future, so that stores can be trait objects.
 pub type StoreFuture<'a> =
@@ -31,10 +31,9 @@ pub enum ProgressStoreError {
 pub trait ProgressStore: Send {
     /// Record durably that rows with commit ts <= `fence` may reach the sink.
     fn save_fence(&mut self, fence: CommitTs) -> StoreFuture<'_>;
-    /// Record durably that every row with commit ts <= `checkpoint` is downstream.
-    fn save_checkpoint(
-        &mut self,
-        checkpoint: CheckpointTs,
-        resolved: ResolvedTs,
-    ) -> StoreFuture<'_>;
+    /// Record durably that every row with commit ts <= `checkpoint.ts` is
+    /// downstream, with the source position of the last transaction at or below
+    /// it (when the source gives positions): a restart resumes from both.
+    fn save_checkpoint(&mut self, checkpoint: &Checkpoint, resolved: ResolvedTs)
+    -> StoreFuture<'_>;
 }

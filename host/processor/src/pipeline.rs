@@ -1,19 +1,23 @@
-//! The single-changefeed pipeline.
+//! The single-changefeed pipeline: source task → event cache → stage (the redo
+//! seam) → per-table dispatchers → filters → the one sink instance.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_core::{
-    Batch, BatchBuilder, CheckpointTs, CommitTs, DdlEvent, FLAG_REPLAY, FLAG_SPLIT, Filter,
-    PluginError, ResolvedTs, RowChange, Sink, Source, SourceEvent, TableSchema, Transaction,
+    Batch, Checkpoint, CheckpointTs, ColumnData, CommitTs, DdlEvent, FLAG_REPLAY, FLAG_SPLIT,
+    Filter, PluginError, ResolvedTs, Sink, Source, SourceEvent, SourcePosition, TableBatch,
+    TableChanges, TableSchema, Transaction,
 };
-use tokio::sync::{mpsc, watch};
-use tracing::Instrument;
+use tokio::sync::watch;
 
+use crate::cache::{CachePermit, EventCache};
 use crate::config::PipelineConfig;
+use crate::dispatcher::{Dispatcher, Held, changefeed_checkpoint};
 use crate::error::PipelineError;
 use crate::persist::ProgressStore;
+use crate::stage::{EventStage, PassThrough};
 
 /// Live progress, published after every batch and flush.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -39,6 +43,7 @@ pub struct Progress {
 /// What a finished (or interrupted) run did.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
+    /// Progress at the end.
     pub progress: Progress,
     /// Rows received per `schema.table`.
     pub rows_in: BTreeMap<String, u64>,
@@ -46,13 +51,9 @@ pub struct Report {
     pub rows_out: BTreeMap<String, u64>,
     /// Stopped by the shutdown signal rather than by the source ending.
     pub interrupted: bool,
+    /// How long the run took.
     pub elapsed: Duration,
 }
-
-/// Bytes an event holds in the event cache, given back when it is dropped.
-struct CachePermit(
-    #[expect(dead_code, reason = "held for its drop")] tokio::sync::OwnedSemaphorePermit,
-);
 
 /// A sink call that is retried until it succeeds (see `Pipeline::call_sink`).
 #[derive(Clone, Copy)]
@@ -72,14 +73,29 @@ pub struct Pipeline<K: Sink, F: Filter> {
     config: PipelineConfig,
     sink: K,
     filters: Vec<F>,
+    stage: Box<dyn EventStage>,
     progress: Progress,
     progress_tx: watch::Sender<Progress>,
     report: Report,
-    builder: BatchBuilder,
-    /// Every transaction with commit ts <= this has been written to the sink.
-    written_through: CommitTs,
-    /// Every transaction with commit ts <= this is in the builder or written.
-    pending_through: CommitTs,
+    /// Where the run starts (the checkpoint it resumes from).
+    start: Checkpoint,
+    dispatchers: Vec<Dispatcher>,
+    by_table: HashMap<u32, usize>,
+    /// Every event with commit ts <= this has been received and dispatched (or held).
+    read_through: CommitTs,
+    /// DDLs waiting for their tables to be flushed, in commit-ts order.
+    barriers: VecDeque<DdlEvent>,
+    /// Rows held behind barriers: count of held parts, and their wire bytes.
+    held_parts: usize,
+    held_bytes: usize,
+    /// Source positions of transactions above the checkpoint, in order.
+    positions: VecDeque<(CommitTs, SourcePosition)>,
+    /// The position of the last transaction at or below the checkpoint.
+    checkpoint_position: Option<SourcePosition>,
+    /// The ts of the last successful flush.
+    flushed: CommitTs,
+    /// Written since the last successful flush.
+    wrote_since_flush: bool,
     /// Batches written but not acknowledged yet, for replay.
     unacked: Vec<Pending>,
     unacked_bytes: usize,
@@ -98,31 +114,47 @@ pub struct Pipeline<K: Sink, F: Filter> {
 const MAX_FENCE_LEAD: u64 = 1024;
 
 impl<K: Sink, F: Filter> Pipeline<K, F> {
-    /// A pipeline into `sink` through `filters`; `start` is the checkpoint to
-    /// resume from.
-    pub fn new(config: PipelineConfig, filters: Vec<F>, sink: K, start: CheckpointTs) -> Self {
+    /// A pipeline into `sink` through `filters`; `start` is the checkpoint (and,
+    /// when saved, the source position) to resume from.
+    pub fn new(
+        config: PipelineConfig,
+        filters: Vec<F>,
+        sink: K,
+        start: impl Into<Checkpoint>,
+    ) -> Self {
+        let start = start.into();
         let progress = Progress {
-            checkpoint_ts: start,
-            resolved_ts: ResolvedTs::from(start),
+            checkpoint_ts: start.ts,
+            resolved_ts: ResolvedTs::from(start.ts),
             ..Progress::default()
         };
         let (progress_tx, _) = watch::channel(progress.clone());
-        let fence = CommitTs::from(start).max(config.replay_until);
+        let from = CommitTs::from(start.ts);
+        // A previous run may have saved a higher fence: never save a lower one.
+        let fence = from.max(config.replay_until);
         Self {
             config,
             sink,
             filters,
+            stage: Box::new(PassThrough),
             progress,
             progress_tx,
             report: Report::default(),
-            builder: BatchBuilder::new(),
-            written_through: CommitTs::from(start),
-            pending_through: CommitTs::from(start),
+            checkpoint_position: start.position.clone(),
+            start,
+            dispatchers: Vec::new(),
+            by_table: HashMap::new(),
+            read_through: from,
+            barriers: VecDeque::new(),
+            held_parts: 0,
+            held_bytes: 0,
+            positions: VecDeque::new(),
+            flushed: from,
+            wrote_since_flush: false,
             unacked: Vec::new(),
             unacked_bytes: 0,
             last_flush: Instant::now(),
             store: None,
-            // A previous run may have saved a higher fence: never save a lower one.
             fence,
             fence_lead: 1,
             last_fence_save: None,
@@ -131,9 +163,15 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
     }
 
     /// Save positions in `store`: a fence before rows reach the sink and the
-    /// checkpoint after acknowledged flushes.
+    /// checkpoint (with the source position) after acknowledged flushes.
     pub fn with_progress_store(mut self, store: Box<dyn ProgressStore>) -> Self {
         self.store = Some(store);
+        self
+    }
+
+    /// Put `stage` between the event cache and the dispatchers (the redo log's place).
+    pub fn with_stage(mut self, stage: Box<dyn EventStage>) -> Self {
+        self.stage = stage;
         self
     }
 
@@ -152,55 +190,34 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         &self.filters
     }
 
+    /// The checkpoint reached so far, with the source position saved with it.
+    pub fn checkpoint(&self) -> Checkpoint {
+        Checkpoint {
+            ts: self.progress.checkpoint_ts,
+            position: self.checkpoint_position.clone(),
+        }
+    }
+
     /// Run until the source ends or `shutdown` resolves; then write what is
     /// pending, flush, and close the sink.
     pub async fn run<S>(
         &mut self,
-        mut source: S,
+        source: S,
         shutdown: impl Future<Output = ()>,
     ) -> Result<Report, PipelineError>
     where
         S: Source + 'static,
     {
         let started = Instant::now();
-        source.start_after(CommitTs::from(self.progress.checkpoint_ts));
-        let (tx, mut rx) = mpsc::channel::<(Result<SourceEvent, PipelineError>, CachePermit)>(
-            self.config.event_cache_count.max(1),
-        );
-        // The cache's byte bound: the reader takes an event's bytes before it
-        // queues it (blocking while the cache is full, never dropping), and the
-        // pipeline gives them back when it takes the event out.
-        let budget = self.config.event_cache_bytes.clamp(1, u32::MAX as usize);
-        let bytes = Arc::new(tokio::sync::Semaphore::new(budget));
-        let cached_bytes = bytes.clone();
-        // The reader runs in the caller's span (the changefeed's), like the rest.
-        // It lives in a JoinSet so that it is aborted however this function ends:
-        // an error return, or the whole pipeline being cancelled (dropped).
-        let mut reader = tokio::task::JoinSet::new();
-        reader.spawn(
-            async move {
-                loop {
-                    let event = source
-                        .next_event()
-                        .await
-                        .map_err(|e| PipelineError::Source(Box::new(e)));
-                    let last = matches!(event, Ok(SourceEvent::End) | Err(_));
-                    let size = match &event {
-                        Ok(SourceEvent::Transaction(t)) => transaction_bytes(t),
-                        _ => 0,
-                    };
-                    // An event larger than the whole budget takes all of it.
-                    let want = size.min(budget) as u32;
-                    let Ok(permit) = cached_bytes.clone().acquire_many_owned(want).await else {
-                        break;
-                    };
-                    if tx.send((event, CachePermit(permit))).await.is_err() || last {
-                        break;
-                    }
-                }
-            }
-            .instrument(tracing::Span::current()),
-        );
+        // The reader runs in the caller's span (the changefeed's). It is aborted
+        // however this function ends: an error return, or the pipeline being
+        // cancelled (dropped).
+        let mut cache = EventCache::start(
+            source,
+            &self.start,
+            self.config.event_cache_count,
+            self.config.event_cache_bytes,
+        )?;
 
         self.open_all().await?;
         let mut ticker = tokio::time::interval(self.config.flush_interval);
@@ -213,50 +230,80 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
                     self.report.interrupted = true;
                     break Ok(());
                 }
-                event = rx.recv() => match event.map(|(event, permit)| {
-                    // Out of the cache: its bytes are free again.
-                    let held = (budget - bytes.available_permits()) as u64;
+                event = cache.rx.recv() => {
+                    let Some((event, permit)) = event else {
+                        // The reader stopped without saying End: it panicked (or was cancelled).
+                        break Err(PipelineError::Source("the source task stopped unexpectedly (it panicked); see the log".into()));
+                    };
+                    let held = cache.held_bytes();
                     self.progress.event_cache_peak_bytes = self.progress.event_cache_peak_bytes.max(held);
-                    drop(permit);
-                    event
-                }) {
-                    Some(Ok(SourceEvent::Transaction(txn))) => {
-                        if let Err(e) = self.on_transaction(txn).await { break Err(e); }
+                    let event = match event {
+                        Ok(SourceEvent::End) => break Ok(()),
+                        Ok(event) => event,
+                        Err(e) => break Err(e),
+                    };
+                    if let Err(e) = self.on_event(event, permit, &cache).await {
+                        break Err(e);
                     }
-                    Some(Ok(SourceEvent::Resolved(ts))) => {
-                        self.progress.resolved_ts = self.progress.resolved_ts.max(ts);
-                        if self.builder.is_empty() {
-                            self.written_through = self.written_through.max(CommitTs::from(ts));
-                        }
-                    }
-                    Some(Ok(SourceEvent::Ddl(ddl))) => {
-                        if let Err(e) = self.on_ddl(&ddl).await { break Err(e); }
-                    }
-                    Some(Ok(SourceEvent::End)) => break Ok(()),
-                    // The reader stopped without saying End: it panicked (or was cancelled).
-                    None => break Err(PipelineError::Source("the source task stopped unexpectedly (it panicked); see the log".into())),
-                    Some(Err(e)) => break Err(e),
                 },
                 _ = ticker.tick() => {
-                    let step = async {
-                        self.emit().await?;
-                        self.flush().await
-                    };
-                    if let Err(e) = step.await { break Err(e); }
+                    if let Err(e) = self.flush_point().await { break Err(e); }
                 }
             }
         };
-        reader.abort_all();
+        drop(cache);
         result?;
-        self.emit().await?;
-        self.flush().await?;
+        self.flush_point().await?;
         self.save_checkpoint().await?;
         if let Err(e) = self.sink.close().await {
             tracing::warn!(sink = self.sink.name(), error = %e, "Sink close failed after the final flush.");
         }
         self.report.progress = self.progress.clone();
         self.report.elapsed = started.elapsed();
+        for d in &self.dispatchers {
+            *self.report.rows_in.entry(d.name.clone()).or_default() += d.rows_in;
+        }
         Ok(self.report.clone())
+    }
+
+    async fn on_event(
+        &mut self,
+        event: SourceEvent,
+        permit: CachePermit,
+        cache: &EventCache,
+    ) -> Result<(), PipelineError> {
+        self.stage
+            .admit(&event)
+            .map_err(|e| PipelineError::Source(Box::new(e)))?;
+        match event {
+            SourceEvent::Transaction(txn) => {
+                if txn.commit_ts <= CommitTs::from(self.start.ts) {
+                    // Already downstream (a source that resumed coarsely).
+                    return Ok(());
+                }
+                self.on_transaction(txn, permit).await?;
+                let count_bound = self.config.event_cache_count.max(1);
+                if self.held_bytes * 2 > cache.budget() || self.held_parts * 2 > count_bound {
+                    // Rows held behind barriers fill half the cache: apply the DDLs now.
+                    self.flush_point().await?;
+                } else if self.unacked_bytes > self.config.max_pending_bytes
+                    || self.last_flush.elapsed() >= self.config.flush_interval
+                {
+                    self.flush_point().await?;
+                }
+            }
+            SourceEvent::Resolved(ts) => {
+                self.progress.resolved_ts = self.progress.resolved_ts.max(ts);
+                self.read_through = self.read_through.max(CommitTs::from(ts));
+            }
+            SourceEvent::Ddl(ddl) => {
+                if ddl.commit_ts > CommitTs::from(self.start.ts) {
+                    self.on_ddl(ddl);
+                }
+            }
+            SourceEvent::End => {}
+        }
+        Ok(())
     }
 
     async fn open_all(&mut self) -> Result<(), PipelineError> {
@@ -270,70 +317,239 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         self.retry_sink(result).await
     }
 
-    async fn on_transaction(&mut self, txn: Transaction) -> Result<(), PipelineError> {
+    fn dispatcher(&mut self, schema: &Arc<TableSchema>) -> usize {
+        if let Some(&at) = self.by_table.get(&schema.table_id) {
+            return at;
+        }
+        let blocked_by = self
+            .barriers
+            .iter()
+            .find(|d| d.affects(&schema.schema_name, &schema.table_name))
+            .map(|d| d.commit_ts);
+        self.dispatchers
+            .push(Dispatcher::new(schema.clone(), blocked_by));
+        let at = self.dispatchers.len() - 1;
+        self.by_table.insert(schema.table_id, at);
+        at
+    }
+
+    async fn on_transaction(
+        &mut self,
+        txn: Transaction,
+        permit: CachePermit,
+    ) -> Result<(), PipelineError> {
+        let Transaction {
+            commit_ts,
+            position,
+            tables,
+        } = txn;
         self.progress.transactions += 1;
-        self.progress.rows_read += txn.rows.len() as u64;
-        for row in &txn.rows {
-            *self
-                .report
-                .rows_in
-                .entry(row.table.qualified_name())
-                .or_default() += 1;
+        let mut permit = Some(permit);
+        for changes in tables {
+            self.progress.rows_read += changes.len() as u64;
+            let at = self.dispatcher(changes.schema());
+            let d = &mut self.dispatchers[at];
+            d.rows_in += changes.len() as u64;
+            if !d.held.is_empty() || d.blocked_by.is_some_and(|b| commit_ts > b) {
+                // Above a DDL of this table that is not applied yet: wait for it,
+                // keeping the cache bytes (the cache stays bounded).
+                self.held_parts += 1;
+                self.held_bytes += changes.wire_bytes();
+                d.held.push_back(Held {
+                    commit_ts,
+                    changes,
+                    _permit: permit.take(),
+                });
+                continue;
+            }
+            self.dispatch(at, commit_ts, changes).await?;
         }
-        let bytes_bound = self.config.max_batch_bytes;
+        // Every row of the transaction is in a batch, written, or held.
+        self.read_through = self.read_through.max(commit_ts);
+        if let Some(position) = position {
+            self.positions.push_back((commit_ts, position));
+        }
+        Ok(())
+    }
+
+    /// Append one transaction's rows of a table to the table's batch: whole
+    /// (moved, when the batch is empty) if they fit a batch, else spread over
+    /// several batches, flagged split.
+    async fn dispatch(
+        &mut self,
+        at: usize,
+        commit_ts: CommitTs,
+        changes: TableChanges,
+    ) -> Result<(), PipelineError> {
         let rows_bound = self.config.max_batch_rows.max(1);
-        let txn_bytes = transaction_bytes(&txn);
-        if self.builder.rows() + txn.rows.len() > rows_bound
-            || self.builder.bytes() + txn_bytes > bytes_bound
-        {
-            self.emit().await?;
-        }
-        // A transaction that does not fit an empty batch (by rows or by bytes) is
-        // spread over several; one that does fit is never cut by the checks below.
-        let split = txn.rows.len() > rows_bound || txn_bytes > bytes_bound;
-        for row in &txn.rows {
-            if self.builder.rows() >= rows_bound || self.builder.bytes() >= bytes_bound {
-                self.emit().await?;
-            }
-            let mut flags = if split { FLAG_SPLIT } else { 0 };
-            if txn.commit_ts <= self.config.replay_until {
-                flags |= FLAG_REPLAY;
-            }
-            self.builder.push(txn.commit_ts, flags, row);
-        }
-        // The whole transaction is now in the builder or written.
-        self.pending_through = self.pending_through.max(txn.commit_ts);
-        if self.builder.rows() >= rows_bound {
-            self.emit().await?;
-        }
-        if self.unacked_bytes > self.config.max_pending_bytes
-            || self.last_flush.elapsed() >= self.config.flush_interval
-        {
-            self.emit().await?;
-            self.flush().await?;
-        }
-        Ok(())
-    }
-
-    /// A DDL is a barrier: write and flush everything before it, apply it
-    /// (retrying into a fresh sink like any call), then let the checkpoint pass it.
-    async fn on_ddl(&mut self, ddl: &DdlEvent) -> Result<(), PipelineError> {
-        self.emit().await?;
-        self.flush().await?;
-        self.raise_fence(ddl.commit_ts).await?;
-        self.call_sink(SinkCall::ApplyDdl(ddl)).await?;
-        self.pending_through = self.pending_through.max(ddl.commit_ts);
-        self.written_through = self.written_through.max(ddl.commit_ts);
-        Ok(())
-    }
-
-    /// Filter and write what the builder holds.
-    async fn emit(&mut self) -> Result<(), PipelineError> {
-        if self.builder.is_empty() {
-            self.written_through = self.written_through.max(self.pending_through);
+        let bytes_bound = self.config.max_batch_bytes;
+        let (rows, bytes) = (changes.len(), changes.wire_bytes());
+        if rows == 0 {
             return Ok(());
         }
-        let (schemas, mut batch) = std::mem::take(&mut self.builder).finish();
+        let mut flags = 0;
+        if commit_ts <= self.config.replay_until {
+            flags |= FLAG_REPLAY;
+        }
+        let d = &self.dispatchers[at];
+        let new_version = d.batch.is_some() && d.schema.version != changes.schema().version;
+        if new_version || d.rows() + rows > rows_bound || d.batch_bytes + bytes > bytes_bound {
+            self.emit_table(at).await?;
+        }
+        let d = &mut self.dispatchers[at];
+        if !Arc::ptr_eq(&d.schema, changes.schema()) {
+            d.schema = changes.schema().clone();
+        }
+        if rows <= rows_bound && bytes <= bytes_bound {
+            append(d, changes, 0..rows, commit_ts, flags, bytes);
+        } else {
+            // Bigger than a batch: split, one batch after another, flagged.
+            flags |= FLAG_SPLIT;
+            let sizes = row_bytes(&changes);
+            let mut start = 0;
+            while start < rows {
+                let (mut end, mut taken) = (start, 0);
+                while end < rows
+                    && end - start < rows_bound
+                    && (end == start || taken + sizes[end] <= bytes_bound)
+                {
+                    taken += sizes[end];
+                    end += 1;
+                }
+                let d = &mut self.dispatchers[at];
+                append_range(d, &changes, start..end, commit_ts, flags, taken);
+                if end < rows {
+                    self.emit_table(at).await?;
+                }
+                start = end;
+            }
+        }
+        if self.dispatchers[at].rows() >= rows_bound {
+            self.emit_table(at).await?;
+        }
+        Ok(())
+    }
+
+    /// A DDL is a barrier for the tables it affects only: their rows above it are
+    /// held until it is applied; it is applied at the next flush point, after
+    /// their rows below it were written and flushed. Other tables keep flowing.
+    fn on_ddl(&mut self, ddl: DdlEvent) {
+        for d in &mut self.dispatchers {
+            if d.blocked_by.is_none() && ddl.affects(&d.schema.schema_name, &d.schema.table_name) {
+                d.blocked_by = Some(ddl.commit_ts);
+            }
+        }
+        self.read_through = self.read_through.max(ddl.commit_ts);
+        self.barriers.push_back(ddl);
+    }
+
+    /// Write every table's batch, flush, and apply the DDLs whose tables are
+    /// flushed (each one releases its tables' held rows, which may need another
+    /// round).
+    async fn flush_point(&mut self) -> Result<(), PipelineError> {
+        loop {
+            self.emit_all().await?;
+            self.flush().await?;
+            let Some(ddl) = self.barriers.pop_front() else {
+                return Ok(());
+            };
+            // Everything of its tables below it is written and flushed: apply it
+            // (retrying into a fresh sink like any call).
+            self.raise_fence(ddl.commit_ts).await?;
+            self.call_sink(SinkCall::ApplyDdl(&ddl)).await?;
+            self.release(&ddl).await?;
+        }
+    }
+
+    /// After `ddl` was applied: its tables wait for their next DDL, if any, and
+    /// their held rows below it go on.
+    async fn release(&mut self, ddl: &DdlEvent) -> Result<(), PipelineError> {
+        for at in 0..self.dispatchers.len() {
+            let d = &mut self.dispatchers[at];
+            if d.blocked_by != Some(ddl.commit_ts) {
+                continue;
+            }
+            d.blocked_by = self
+                .barriers
+                .iter()
+                .find(|b| b.affects(&d.schema.schema_name, &d.schema.table_name))
+                .map(|b| b.commit_ts);
+            loop {
+                let d = &mut self.dispatchers[at];
+                let free = d
+                    .held
+                    .front()
+                    .is_some_and(|h| d.blocked_by.is_none_or(|b| h.commit_ts < b));
+                if !free {
+                    break;
+                }
+                let held = d.held.pop_front().expect("checked");
+                self.held_parts -= 1;
+                self.held_bytes -= held.changes.wire_bytes();
+                self.dispatch(at, held.commit_ts, held.changes).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Filter and write one table's batch.
+    async fn emit_table(&mut self, at: usize) -> Result<(), PipelineError> {
+        let d = &mut self.dispatchers[at];
+        let Some(table) = d.batch.take() else {
+            return Ok(());
+        };
+        d.batch_bytes = 0;
+        d.first_unwritten = None;
+        // The next batch of this table gets room for as much as this full one.
+        d.spare = Some(TableBatch::with_capacity_of(&d.schema, &table));
+        let schemas = vec![d.schema.clone()];
+        self.write(
+            schemas,
+            Batch {
+                tables: vec![table],
+            },
+        )
+        .await
+    }
+
+    /// Filter and write every table's batch, several tables in one write while
+    /// they fit the batch bounds together.
+    async fn emit_all(&mut self) -> Result<(), PipelineError> {
+        let rows_bound = self.config.max_batch_rows.max(1);
+        let bytes_bound = self.config.max_batch_bytes;
+        let (mut schemas, mut batch, mut rows, mut bytes) = (Vec::new(), Batch::default(), 0, 0);
+        for at in 0..self.dispatchers.len() {
+            let d = &mut self.dispatchers[at];
+            let Some(table) = d.batch.take() else {
+                continue;
+            };
+            let (n, b) = (table.len(), d.batch_bytes);
+            d.batch_bytes = 0;
+            d.first_unwritten = None;
+            let schema = d.schema.clone();
+            if !batch.tables.is_empty() && (rows + n > rows_bound || bytes + b > bytes_bound) {
+                self.write(std::mem::take(&mut schemas), std::mem::take(&mut batch))
+                    .await?;
+                (rows, bytes) = (0, 0);
+            }
+            schemas.push(schema);
+            batch.tables.push(table);
+            rows += n;
+            bytes += b;
+        }
+        if !batch.tables.is_empty() {
+            self.write(schemas, batch).await?;
+        }
+        self.publish();
+        Ok(())
+    }
+
+    /// Run the filter chain on a batch and write it.
+    async fn write(
+        &mut self,
+        schemas: Vec<Arc<TableSchema>>,
+        mut batch: Batch,
+    ) -> Result<(), PipelineError> {
         for i in 0..self.filters.len() {
             let mut attempt = 0;
             loop {
@@ -358,44 +574,64 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             batch.tables.retain(|t| !t.is_empty());
         }
         let rows = batch.row_count() as u64;
-        if rows > 0 {
-            for t in &batch.tables {
-                if let Some(s) = schemas.iter().find(|s| s.table_id == t.table_id) {
-                    *self.report.rows_out.entry(s.qualified_name()).or_default() += t.len() as u64;
-                }
-            }
-            self.raise_fence(batch.max_commit_ts().unwrap_or_default())
-                .await?;
-            let bytes = batch.wire_bytes();
-            self.unacked_bytes += bytes;
-            self.unacked.push(Pending { schemas, batch });
-            let last = self.unacked.last_mut().expect("just pushed");
-            let result = self.sink.write(&last.schemas, &mut last.batch).await;
-            self.retry_sink(result).await?;
-            self.progress.rows_written += rows;
-            self.progress.bytes_written += bytes as u64;
+        if rows == 0 {
+            return Ok(());
         }
-        self.written_through = self.written_through.max(self.pending_through);
-        self.publish();
+        for t in &batch.tables {
+            let name = match self.by_table.get(&t.table_id) {
+                Some(&at) => self.dispatchers[at].name.clone(),
+                None => match schemas.iter().find(|s| s.table_id == t.table_id) {
+                    Some(s) => s.qualified_name(),
+                    None => continue,
+                },
+            };
+            *self.report.rows_out.entry(name).or_default() += t.len() as u64;
+        }
+        self.raise_fence(batch.max_commit_ts().unwrap_or_default())
+            .await?;
+        let bytes = batch.wire_bytes();
+        self.unacked_bytes += bytes;
+        self.unacked.push(Pending { schemas, batch });
+        let last = self.unacked.last_mut().expect("just pushed");
+        let result = self.sink.write(&last.schemas, &mut last.batch).await;
+        self.retry_sink(result).await?;
+        self.wrote_since_flush = true;
+        self.progress.rows_written += rows;
+        self.progress.bytes_written += bytes as u64;
         Ok(())
     }
 
     /// Ask the sink to make everything written durable; on success the checkpoint
-    /// moves to the written ts and the replay buffer is released.
+    /// moves to the minimum over the tables of what each has written, and the
+    /// replay buffer is released. Call it after `emit_all`.
     async fn flush(&mut self) -> Result<(), PipelineError> {
         self.last_flush = Instant::now();
-        let target = self.written_through;
-        if target.get() <= self.progress.checkpoint_ts.get() {
-            // Nothing new to flush, but a checkpoint reached earlier may not be saved yet.
-            if self.save_due() {
-                self.save_checkpoint().await?;
-            }
-            return Ok(());
+        let target = self.read_through;
+        if target > self.flushed || self.wrote_since_flush {
+            self.call_sink(SinkCall::Flush(target)).await?;
+            self.flushed = target;
+            self.wrote_since_flush = false;
+            self.unacked.clear();
+            self.unacked_bytes = 0;
         }
-        self.call_sink(SinkCall::Flush(target)).await?;
-        self.progress.checkpoint_ts = CheckpointTs::from(target);
-        self.unacked.clear();
-        self.unacked_bytes = 0;
+        let read_through = self.read_through;
+        let checkpoint = changefeed_checkpoint(
+            self.flushed,
+            self.dispatchers
+                .iter()
+                .map(|d| d.written_through(read_through)),
+            self.barriers.iter().map(|d| d.commit_ts),
+        );
+        if CheckpointTs::from(checkpoint) > self.progress.checkpoint_ts {
+            self.progress.checkpoint_ts = CheckpointTs::from(checkpoint);
+            while self
+                .positions
+                .front()
+                .is_some_and(|(ts, _)| *ts <= checkpoint)
+            {
+                self.checkpoint_position = self.positions.pop_front().map(|(_, p)| p);
+            }
+        }
         self.publish();
         if self.save_due() {
             self.save_checkpoint().await?;
@@ -449,10 +685,10 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
     }
 
     async fn save_checkpoint(&mut self) -> Result<(), PipelineError> {
-        let checkpoint = self.progress.checkpoint_ts;
+        let checkpoint = self.checkpoint();
         if self
             .last_saved
-            .is_some_and(|(saved, _)| saved == checkpoint)
+            .is_some_and(|(saved, _)| saved == checkpoint.ts)
         {
             return Ok(());
         }
@@ -460,10 +696,10 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             return Ok(());
         };
         store
-            .save_checkpoint(checkpoint, self.progress.resolved_ts)
+            .save_checkpoint(&checkpoint, self.progress.resolved_ts)
             .await
             .map_err(PipelineError::Persist)?;
-        self.last_saved = Some((checkpoint, Instant::now()));
+        self.last_saved = Some((checkpoint.ts, Instant::now()));
         Ok(())
     }
 
@@ -530,10 +766,64 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
     }
 }
 
-/// The bytes a transaction adds to a batch, counted as `BatchBuilder::bytes` counts
-/// them, so that deciding whether it fits (and is flagged split) is exact.
-fn transaction_bytes(txn: &Transaction) -> usize {
-    txn.rows.iter().map(RowChange::wire_bytes).sum()
+/// Append all of `changes` to the dispatcher's batch: moved whole when the batch
+/// is empty and no flag must be set, copied per column otherwise.
+fn append(
+    d: &mut Dispatcher,
+    changes: TableChanges,
+    rows: std::ops::Range<usize>,
+    commit_ts: CommitTs,
+    flags: u8,
+    bytes: usize,
+) {
+    if d.batch.is_none() && d.spare.is_none() {
+        d.batch = Some(TableBatch::from_changes(changes, commit_ts, flags));
+        d.batch_bytes = bytes;
+        d.first_unwritten = Some(commit_ts);
+        return;
+    }
+    append_range(d, &changes, rows, commit_ts, flags, bytes);
+}
+
+fn append_range(
+    d: &mut Dispatcher,
+    changes: &TableChanges,
+    rows: std::ops::Range<usize>,
+    commit_ts: CommitTs,
+    flags: u8,
+    bytes: usize,
+) {
+    let (schema, spare) = (&d.schema, &mut d.spare);
+    let batch = d.batch.get_or_insert_with(|| {
+        spare
+            .take()
+            .filter(|b| b.table_id == schema.table_id && b.schema_version == schema.version)
+            .unwrap_or_else(|| TableBatch::new(schema))
+    });
+    batch.extend_from_changes(changes, rows, commit_ts, flags);
+    d.batch_bytes += bytes;
+    d.first_unwritten.get_or_insert(commit_ts);
+}
+
+/// The wire bytes of each row of `changes`, counted as `TableChanges` counts them
+/// (for splitting a transaction bigger than a batch).
+fn row_bytes(changes: &TableChanges) -> Vec<usize> {
+    let size = |columns: &[ColumnData], i: usize| -> usize {
+        columns
+            .iter()
+            .map(|c| match c.bytes_at(i) {
+                Some(b) if !c.is_null(i) => b.len() + 4,
+                _ => 8,
+            })
+            .sum()
+    };
+    changes
+        .rows()
+        .map(|r| {
+            10 + r.before_index().map_or(0, |i| size(changes.before(), i))
+                + r.after_index().map_or(0, |i| size(changes.after(), i))
+        })
+        .collect()
 }
 
 fn backoff(config: &PipelineConfig, attempt: u32) -> Duration {

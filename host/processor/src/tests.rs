@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use sluice_core::{
-    Batch, CheckpointTs, ColumnData, CommitTs, DdlEvent, FLAG_REPLAY, FLAG_SPLIT, Filter, Op,
-    PluginError, RowChange, Sink, Source, SourceEvent, TableBatch, TableSchema, Transaction, Value,
+    Batch, Checkpoint, CheckpointTs, CommitTs, DdlEvent, FLAG_REPLAY, FLAG_SPLIT, Filter, Op,
+    PluginError, ResumeError, Row, Sink, Source, SourceEvent, TableBatch, TableSchema, Transaction,
+    Value,
 };
 use sluice_source::{DatagenConfig, DatagenSource};
 use tokio::sync::watch;
@@ -36,15 +37,11 @@ struct RowId {
 }
 
 impl RowId {
-    fn of(commit_ts: CommitTs, row: &RowChange) -> Self {
+    fn of(commit_ts: CommitTs, table: &TableSchema, row: &Row<'_>) -> Self {
         // Inserts and updates are identified by their after image, deletes by their before image.
-        let image = row
-            .after
-            .as_ref()
-            .or(row.before.as_ref())
-            .expect("a row change has an image");
+        let image = row.image();
         Self {
-            table_id: row.table.table_id,
+            table_id: table.table_id,
             key: int(&image[0]),
             version: int(image.last().expect("datagen images end with a version")),
             op: row.op.code(),
@@ -61,55 +58,15 @@ fn int(value: &Value) -> i64 {
     }
 }
 
-fn op_of(code: u8) -> Op {
-    match code {
-        0 => Op::Insert,
-        1 => Op::Update,
-        2 => Op::Delete,
-        other => panic!("unknown op code {other}"),
-    }
-}
-
-/// The rows of a table batch as (commit ts, flags, row change), decoding the dense images.
-fn row_changes(table: &TableBatch, schema: &Arc<TableSchema>) -> Vec<(CommitTs, u8, RowChange)> {
-    let image =
-        |columns: &[ColumnData], i: usize| columns.iter().map(|c| c.value(i)).collect::<Vec<_>>();
-    let (mut before_at, mut after_at) = (0, 0);
-    let mut rows = Vec::with_capacity(table.len());
-    for i in 0..table.len() {
-        let op = op_of(table.ops[i]);
-        let before = op.has_before().then(|| {
-            before_at += 1;
-            image(&table.before, before_at - 1)
-        });
-        let after = op.has_after().then(|| {
-            after_at += 1;
-            image(&table.after, after_at - 1)
-        });
-        let row = RowChange {
-            table: schema.clone(),
-            op,
-            before,
-            after,
-        };
-        rows.push((CommitTs::new(table.commit_ts[i]), table.flags[i], row));
-    }
-    rows
-}
-
-/// The rows of `table` for which `keep` holds, in order, flags kept.
-fn select(
-    table: &TableBatch,
-    schema: &Arc<TableSchema>,
-    keep: impl Fn(&RowChange) -> bool,
-) -> TableBatch {
-    let mut out = TableBatch::new(schema);
-    for (ts, flags, row) in row_changes(table, schema) {
-        if keep(&row) {
-            out.push(ts, flags, &row);
-        }
-    }
-    out
+/// The rows of a table batch as (commit ts, flags, row id).
+fn row_changes(table: &TableBatch, schema: &TableSchema) -> Vec<(CommitTs, u8, RowId)> {
+    table
+        .rows()
+        .map(|row| {
+            let ts = CommitTs::new(table.commit_ts[row.index]);
+            (ts, table.flags[row.index], RowId::of(ts, schema, &row))
+        })
+        .collect()
 }
 
 fn schema_of<'a>(
@@ -206,6 +163,8 @@ struct MemorySink {
     fail_next_ddl: Option<PluginError>,
     /// Applied DDL: (its ts, rows delivered so far, highest acknowledged ts).
     ddls: Vec<(u64, usize, u64)>,
+    /// `apply_ddl` takes this long.
+    ddl_delay: Option<Duration>,
     /// The progress store's log, to check fences against writes.
     store_log: Option<Arc<std::sync::Mutex<StoreLog>>>,
     /// Rows written above the fence saved at the time.
@@ -308,9 +267,9 @@ impl Sink for MemorySink {
             if let Err(e) = table.validate(schema) {
                 self.malformed.push(e.to_string());
             }
-            for (ts, flags, row) in row_changes(table, schema) {
+            for (_, flags, row) in row_changes(table, schema) {
                 let delivered = Delivered {
-                    row: RowId::of(ts, &row),
+                    row,
                     flags,
                     write_call: call,
                 };
@@ -344,6 +303,9 @@ impl Sink for MemorySink {
         if let Some(error) = self.fail_next_ddl.take() {
             self.buffered.clear();
             return Err(error);
+        }
+        if let Some(delay) = self.ddl_delay {
+            tokio::time::sleep(delay).await;
         }
         self.ddls.push((
             ddl.commit_ts.get(),
@@ -384,7 +346,7 @@ impl Filter for DropDeletes {
             let schema = schema_of(schemas, table).ok_or_else(|| {
                 PluginError::Fatal(format!("no schema for table {}", table.table_id))
             })?;
-            *table = select(table, schema, |row| row.op != Op::Delete);
+            *table = table.select(schema, |row| row.op != Op::Delete);
         }
         Ok(())
     }
@@ -444,7 +406,7 @@ fn transactions(source: &DatagenConfig) -> Vec<Transaction> {
 fn row_ids(txns: &[Transaction]) -> Vec<RowId> {
     let ids: Vec<RowId> = txns
         .iter()
-        .flat_map(|t| t.rows.iter().map(|r| RowId::of(t.commit_ts, r)))
+        .flat_map(|t| t.rows().map(|(s, r)| RowId::of(t.commit_ts, s, &r)))
         .collect();
     let unique: HashSet<_> = ids.iter().collect();
     assert_eq!(
@@ -465,13 +427,12 @@ fn per_table(rows: impl IntoIterator<Item = RowId>) -> BTreeMap<u32, Vec<RowId>>
 }
 
 /// Rows per `schema.table`.
-fn counts_by_name(
-    txns: &[Transaction],
-    keep: impl Fn(&RowChange) -> bool,
-) -> BTreeMap<String, u64> {
+fn counts_by_name(txns: &[Transaction], keep: impl Fn(&Row<'_>) -> bool) -> BTreeMap<String, u64> {
     let mut counts = BTreeMap::new();
-    for row in txns.iter().flat_map(|t| &t.rows).filter(|r| keep(r)) {
-        *counts.entry(row.table.qualified_name()).or_default() += 1;
+    for (schema, row) in txns.iter().flat_map(Transaction::rows) {
+        if keep(&row) {
+            *counts.entry(schema.qualified_name()).or_default() += 1;
+        }
     }
     counts
 }
@@ -810,7 +771,7 @@ async fn checkpoint_never_passes_an_unacknowledged_ts() {
     let sink = MemorySink {
         expected_ts: Some(
             txns.iter()
-                .flat_map(|t| t.rows.iter().map(|_| t.commit_ts.get()))
+                .flat_map(|t| std::iter::repeat_n(t.commit_ts.get(), t.row_count()))
                 .collect(),
         ),
         ..MemorySink::default()
@@ -884,10 +845,9 @@ async fn filter_drops_rows_before_the_sink() {
     let source = workload(1500);
     let txns = transactions(&source);
     let kept = txns.iter().flat_map(|t| {
-        t.rows
-            .iter()
-            .filter(|r| r.op != Op::Delete)
-            .map(|r| RowId::of(t.commit_ts, r))
+        t.rows()
+            .filter(|(_, r)| r.op != Op::Delete)
+            .map(|(s, r)| RowId::of(t.commit_ts, s, &r))
     });
     let config = PipelineConfig {
         max_batch_rows: 64,
@@ -975,9 +935,15 @@ async fn large_transaction_is_split_and_flagged() {
         ..workload(600)
     };
     let txns = transactions(&source);
-    let size: HashMap<u64, usize> = txns
+    // Per (transaction, table): a transaction's rows of one table travel in one
+    // batch unless they exceed the batch bound.
+    let size: HashMap<(u64, u32), usize> = txns
         .iter()
-        .map(|t| (t.commit_ts.get(), t.rows.len()))
+        .flat_map(|t| {
+            t.tables
+                .iter()
+                .map(|c| ((t.commit_ts.get(), c.schema().table_id), c.len()))
+        })
         .collect();
     assert!(size.values().any(|&n| n > 3) && size.values().any(|&n| n <= 3));
     let config = PipelineConfig {
@@ -1003,19 +969,23 @@ async fn large_transaction_is_split_and_flagged() {
         sink.batch_rows
     );
     for d in &sink.durable {
-        let n = size[&d.row.commit_ts];
-        assert_eq!(d.split(), n > 3, "a row of a {n}-row transaction: {d:?}");
+        let n = size[&(d.row.commit_ts, d.row.table_id)];
+        assert_eq!(d.split(), n > 3, "a row of a {n}-row table part: {d:?}");
         assert!(!d.replay());
     }
-    let mut calls: HashMap<u64, HashSet<usize>> = HashMap::new();
+    let mut calls: HashMap<(u64, u32), HashSet<usize>> = HashMap::new();
     for d in &sink.durable {
         calls
-            .entry(d.row.commit_ts)
+            .entry((d.row.commit_ts, d.row.table_id))
             .or_default()
             .insert(d.write_call);
     }
-    for (ts, n) in &size {
-        assert_eq!(calls[ts].len() > 1, *n > 3, "transaction {ts} of {n} rows");
+    for (key, n) in &size {
+        assert_eq!(
+            calls[key].len() > 1,
+            *n > 3,
+            "transaction part {key:?} of {n} rows"
+        );
     }
 }
 
@@ -1044,14 +1014,15 @@ async fn transaction_split_by_the_byte_bound_is_flagged() {
     let sink = pipeline.sink();
 
     assert_eq!(per_table(sink.durable_ids()), per_table(row_ids(&txns)));
-    let mut calls: HashMap<u64, HashSet<usize>> = HashMap::new();
+    // Per (transaction, table): one table's rows of a transaction in several writes.
+    let mut calls: HashMap<(u64, u32), HashSet<usize>> = HashMap::new();
     for d in &sink.durable {
         calls
-            .entry(d.row.commit_ts)
+            .entry((d.row.commit_ts, d.row.table_id))
             .or_default()
             .insert(d.write_call);
     }
-    let split: HashSet<u64> = calls
+    let split: HashSet<(u64, u32)> = calls
         .iter()
         .filter(|(_, c)| c.len() > 1)
         .map(|(ts, _)| *ts)
@@ -1060,7 +1031,7 @@ async fn transaction_split_by_the_byte_bound_is_flagged() {
     for d in sink
         .durable
         .iter()
-        .filter(|d| split.contains(&d.row.commit_ts))
+        .filter(|d| split.contains(&(d.row.commit_ts, d.row.table_id)))
     {
         assert!(
             d.split(),
@@ -1103,7 +1074,7 @@ async fn shutdown_flushes_what_was_read() {
     let mut rows = 0;
     while rows < read {
         let txn = generator.next_transaction().unwrap();
-        rows += txn.rows.len() as u64;
+        rows += txn.row_count() as u64;
         prefix.push(txn);
     }
     assert_eq!(rows, read, "whole transactions were read");
@@ -1182,6 +1153,8 @@ struct WithDdl {
     after: u64,
     seen: u64,
     pending: Option<DdlEvent>,
+    /// The DDL's table (empty: the whole schema).
+    table: String,
 }
 
 impl Source for WithDdl {
@@ -1198,7 +1171,7 @@ impl Source for WithDdl {
                 self.pending = Some(DdlEvent {
                     commit_ts: CommitTs::new(txn.commit_ts.get() + 1),
                     schema_name: "shop".into(),
-                    table_name: "users".into(),
+                    table_name: self.table.clone(),
                     query: "ALTER TABLE users ADD COLUMN note TEXT".into(),
                 });
             }
@@ -1206,8 +1179,18 @@ impl Source for WithDdl {
         Ok(event)
     }
 
-    fn start_after(&mut self, ts: CommitTs) {
-        self.inner.start_after(ts);
+    fn resume(&mut self, from: &Checkpoint) -> Result<(), ResumeError> {
+        self.inner.resume(from)
+    }
+}
+
+fn with_ddl(source: &DatagenConfig, after: u64, table: &str) -> WithDdl {
+    WithDdl {
+        inner: DatagenSource::new(source.clone()).unwrap(),
+        after,
+        seen: 0,
+        pending: None,
+        table: table.into(),
     }
 }
 
@@ -1217,39 +1200,138 @@ async fn ddl_is_a_barrier_and_is_retried_after_a_failure() {
     let txns = transactions(&source);
     let after = 40;
     let ddl_ts = txns[after - 1].commit_ts.get() + 1;
-    let rows_before: usize = txns[..after].iter().map(|t| t.rows.len()).sum();
+    let users = 1;
+    let users_before: Vec<RowId> = row_ids(&txns[..after])
+        .into_iter()
+        .filter(|r| r.table_id == users)
+        .collect();
     let sink = MemorySink {
         fail_next_ddl: Some(PluginError::Stopped("trap in apply-ddl".into())),
         ..MemorySink::default()
     };
     let mut pipeline = Pipeline::new(config(), no_filters(), sink, CheckpointTs::ZERO);
-    let source = WithDdl {
-        inner: DatagenSource::new(source.clone()).unwrap(),
-        after: after as u64,
-        seen: 0,
-        pending: None,
-    };
-    let report = pipeline.run(source, std::future::pending()).await.unwrap();
+    let report = pipeline
+        .run(
+            with_ddl(&source, after as u64, "users"),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
     let sink = pipeline.sink();
     // Applied exactly once, after the failed attempt was retried in a fresh sink.
     assert_eq!(sink.ddls.len(), 1, "{:?}", sink.ddls);
     let (ts, delivered, acked) = sink.ddls[0];
     assert_eq!(ts, ddl_ts);
-    // Every row below the DDL was written and acknowledged before it, none after it.
-    assert_eq!(delivered, rows_before);
-    assert_eq!(acked, txns[after - 1].commit_ts.get());
+    // Every row of the DDL's table below it was written and acknowledged before
+    // it, none after it.
+    let (before, after_ddl) = sink.delivered.split_at(delivered);
+    let users_then: Vec<RowId> = before
+        .iter()
+        .filter(|d| d.row.table_id == users)
+        .map(|d| d.row)
+        .collect();
+    assert_eq!(users_then, users_before);
+    assert!(acked >= users_before.last().unwrap().commit_ts);
     assert!(
-        sink.delivered[..delivered]
+        after_ddl
             .iter()
-            .all(|d| d.row.commit_ts < ddl_ts)
-    );
-    assert!(
-        sink.delivered[delivered..]
-            .iter()
+            .filter(|d| d.row.table_id == users)
             .all(|d| d.row.commit_ts > ddl_ts)
     );
     assert_eq!(per_table(sink.durable_ids()), per_table(row_ids(&txns)));
     assert_eq!(report.progress.retries, 1);
+}
+
+#[tokio::test]
+async fn other_tables_keep_flowing_while_a_slow_ddl_waits() {
+    // Two tables; a DDL on `users` whose apply is slow. The barrier waits for the
+    // next flush point, and `orders` keeps being written meanwhile.
+    let source = DatagenConfig {
+        tables: vec!["users".into(), "orders".into()],
+        ..workload(2_000)
+    };
+    let txns = transactions(&source);
+    let after = 100;
+    let ddl_ts = txns[after - 1].commit_ts.get() + 1;
+    let config = PipelineConfig {
+        max_batch_rows: 16,
+        ..config()
+    };
+    let sink = MemorySink {
+        ddl_delay: Some(Duration::from_millis(200)),
+        ..MemorySink::default()
+    };
+    let mut pipeline = Pipeline::new(config, no_filters(), sink, CheckpointTs::ZERO);
+    let report = pipeline
+        .run(
+            with_ddl(&source, after as u64, "users"),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    let sink = pipeline.sink();
+    assert_eq!(sink.ddls.len(), 1);
+    let (_, delivered, _) = sink.ddls[0];
+    let (before, after_ddl) = sink.delivered.split_at(delivered);
+    let orders_above: usize = before
+        .iter()
+        .filter(|d| d.row.table_id == 2 && d.row.commit_ts > ddl_ts)
+        .count();
+    let users_above: usize = before
+        .iter()
+        .filter(|d| d.row.table_id == 1 && d.row.commit_ts > ddl_ts)
+        .count();
+    eprintln!(
+        "before the DDL was applied: {orders_above} rows of orders above its ts, {users_above} of users"
+    );
+    assert!(orders_above > 0, "orders did not flow while the DDL waited");
+    assert_eq!(users_above, 0, "users rows above the DDL passed it");
+    assert!(
+        after_ddl
+            .iter()
+            .filter(|d| d.row.table_id == 1)
+            .all(|d| d.row.commit_ts > ddl_ts)
+    );
+    // Both tables' outputs are exact: every row once, in commit-ts order per table.
+    assert_eq!(sink.delivered.len(), 2_000);
+    assert_eq!(per_table(sink.durable_ids()), per_table(row_ids(&txns)));
+    assert!(sink.malformed.is_empty(), "{:?}", sink.malformed);
+    assert_eq!(
+        report.progress.checkpoint_ts,
+        CheckpointTs::from(txns.last().unwrap().commit_ts)
+    );
+}
+
+#[tokio::test]
+async fn a_ddl_without_a_table_holds_every_table_of_its_schema() {
+    let source = workload(1_000);
+    let txns = transactions(&source);
+    let after = 60;
+    let ddl_ts = txns[after - 1].commit_ts.get() + 1;
+    let config = PipelineConfig {
+        max_batch_rows: 8,
+        ..config()
+    };
+    let mut pipeline = Pipeline::new(
+        config,
+        no_filters(),
+        MemorySink::default(),
+        CheckpointTs::ZERO,
+    );
+    pipeline
+        .run(with_ddl(&source, after as u64, ""), std::future::pending())
+        .await
+        .unwrap();
+    let sink = pipeline.sink();
+    let (_, delivered, _) = sink.ddls[0];
+    let (before, after_ddl) = sink.delivered.split_at(delivered);
+    assert_eq!(
+        before.iter().map(|d| d.row).collect::<Vec<_>>().len(),
+        row_ids(&txns[..after]).len()
+    );
+    assert!(before.iter().all(|d| d.row.commit_ts < ddl_ts));
+    assert!(after_ddl.iter().all(|d| d.row.commit_ts > ddl_ts));
+    assert_eq!(per_table(sink.durable_ids()), per_table(row_ids(&txns)));
 }
 
 /// What a fake progress store was asked to save.
@@ -1260,6 +1342,8 @@ struct StoreLog {
     checkpoints: Vec<(u64, u64)>,
     /// Fail the n-th fence save (0-based) as fenced.
     fence_at: Option<usize>,
+    /// Every checkpoint saved, with its source position.
+    positions: Vec<Checkpoint>,
 }
 
 struct FakeStore {
@@ -1283,15 +1367,15 @@ impl crate::ProgressStore for FakeStore {
 
     fn save_checkpoint(
         &mut self,
-        checkpoint: CheckpointTs,
+        checkpoint: &Checkpoint,
         resolved: sluice_core::ResolvedTs,
     ) -> crate::StoreFuture<'_> {
         let log = self.log.clone();
+        let checkpoint = checkpoint.clone();
         Box::pin(async move {
-            log.lock()
-                .unwrap()
-                .checkpoints
-                .push((checkpoint.get(), resolved.get()));
+            let mut log = log.lock().unwrap();
+            log.checkpoints.push((checkpoint.ts.get(), resolved.get()));
+            log.positions.push(checkpoint);
             Ok(())
         })
     }
@@ -1547,21 +1631,17 @@ impl Source for BigRows {
         self.next += 1;
         let commit_ts = CommitTs::compose(1_000 + self.next, 0);
         self.resolved = Some(commit_ts);
-        Ok(SourceEvent::Transaction(Transaction {
-            commit_ts,
-            rows: vec![RowChange {
-                table: self.schema.clone(),
-                op: Op::Insert,
-                before: None,
-                after: Some(vec![
-                    Value::Int(self.next as i64),
-                    Value::Bytes(vec![7u8; 1 << 20]),
-                ]),
-            }],
-        }))
+        let mut txn = Transaction::new(commit_ts);
+        txn.table(&self.schema)
+            .insert()
+            .int(self.next as i64)
+            .bytes(&vec![7u8; 1 << 20]);
+        Ok(SourceEvent::Transaction(txn))
     }
 
-    fn start_after(&mut self, _ts: CommitTs) {}
+    fn resume(&mut self, _from: &Checkpoint) -> Result<(), ResumeError> {
+        Ok(())
+    }
 }
 
 /// A sink that takes 20 ms per write, so that the event cache fills up.
@@ -1628,4 +1708,74 @@ async fn the_event_cache_holds_at_most_its_byte_bound() {
         peak <= (8 << 20) + (1 << 20) + 1024,
         "over the bound: {peak}"
     );
+}
+
+#[tokio::test]
+async fn checkpoints_carry_the_source_position_and_a_resume_from_one_gives_exactly_the_rows_after_it()
+ {
+    let source = workload(3_000);
+    let txns = transactions(&source);
+    let log = Arc::new(std::sync::Mutex::new(StoreLog::default()));
+    let config = PipelineConfig {
+        max_batch_rows: 50,
+        checkpoint_interval: Duration::ZERO,
+        max_pending_bytes: 20_000,
+        ..config()
+    };
+    let (_, result) = run_with_store(config.clone(), source.clone(), log.clone()).await;
+    result.unwrap();
+    let saved = log.lock().unwrap().positions.clone();
+    assert!(saved.len() > 3, "{} checkpoints saved", saved.len());
+    for checkpoint in &saved {
+        // The position is the one of the last transaction at or below the checkpoint.
+        let last = txns
+            .iter()
+            .rev()
+            .find(|t| t.commit_ts <= CommitTs::from(checkpoint.ts))
+            .unwrap();
+        assert_eq!(checkpoint.position, last.position, "at {}", checkpoint.ts);
+    }
+
+    // Resume from a checkpoint in the middle, with its position.
+    let middle = saved[saved.len() / 2].clone();
+    let sink = MemorySink::default();
+    let mut pipeline = Pipeline::new(config, no_filters(), sink, middle.clone());
+    pipeline
+        .run(DatagenSource::new(source).unwrap(), std::future::pending())
+        .await
+        .unwrap();
+    let after: Vec<RowId> = row_ids(&txns)
+        .into_iter()
+        .filter(|r| r.commit_ts > middle.ts.get())
+        .collect();
+    assert!(!after.is_empty());
+    assert_eq!(per_table(pipeline.sink().durable_ids()), per_table(after));
+    assert_eq!(
+        pipeline.sink().delivered.len(),
+        pipeline.sink().durable.len()
+    );
+}
+
+#[tokio::test]
+async fn a_position_the_source_cannot_read_fails_the_run_with_its_reason() {
+    let source = workload(100);
+    let txns = transactions(&source);
+    let start = Checkpoint {
+        ts: CheckpointTs::from(txns[5].commit_ts),
+        position: Some(sluice_core::SourcePosition {
+            version: 77,
+            bytes: vec![1, 2, 3],
+        }),
+    };
+    let mut pipeline = Pipeline::new(config(), no_filters(), MemorySink::default(), start);
+    let err = pipeline
+        .run(DatagenSource::new(source).unwrap(), std::future::pending())
+        .await
+        .unwrap_err();
+    let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+    assert!(
+        chain.contains("datagen position version 77 is unknown"),
+        "{chain}"
+    );
+    assert!(pipeline.sink().delivered.is_empty());
 }

@@ -47,10 +47,17 @@ fn column_to_wit(c: core::ColumnData) -> wit::ColumnData {
             core::ColumnValues::Int64(v) => wit::ColumnValues::Int64(v),
             core::ColumnValues::Uint64(v) => wit::ColumnValues::Uint64(v),
             core::ColumnValues::Float64(v) => wit::ColumnValues::Float64(v),
-            core::ColumnValues::Bytes(b) => wit::ColumnValues::Bytes(wit::ByteValues {
-                offsets: b.offsets,
-                data: b.data,
-            }),
+            core::ColumnValues::Bytes(mut b) => {
+                // The host leaves the offsets of a column without values empty
+                // (nothing allocated); the wire always has the leading 0.
+                if b.offsets.is_empty() {
+                    b.offsets.push(0);
+                }
+                wit::ColumnValues::Bytes(wit::ByteValues {
+                    offsets: b.offsets,
+                    data: b.data,
+                })
+            }
         },
         nulls: c.nulls,
     }

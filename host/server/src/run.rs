@@ -77,7 +77,7 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
     pipeline_config.max_batch_bytes = pipeline_config
         .max_batch_bytes
         .min((plugin_bound / 2) as usize);
-    let mut start = CheckpointTs::ZERO;
+    let mut start = sluice_core::Checkpoint::default();
     let mut progress_store = None;
     if file.changefeed.resume {
         std::fs::create_dir_all(&file.data_dir)
@@ -92,7 +92,7 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
         )
         .await?;
         if previous.epoch > 0 {
-            start = CheckpointTs::new(previous.checkpoint_ts);
+            start = previous.resume_point(CheckpointTs::new(previous.checkpoint_ts));
             pipeline_config.replay_until = CommitTs::new(previous.fence_ts);
             eprintln!(
                 "[{}] resuming from checkpoint {} (run {}); rows up to {} are flagged replay",

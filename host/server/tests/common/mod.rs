@@ -56,12 +56,12 @@ pub fn expected_rows(total: u64) -> Vec<Json> {
     .unwrap();
     let mut rows = Vec::new();
     while let Some(txn) = g.next_transaction() {
-        for row in &txn.rows {
-            let image = row.after.as_ref().or(row.before.as_ref()).unwrap();
+        for (table, row) in txn.rows() {
+            let image = row.image();
             let mut data = serde_json::Map::new();
-            for (col, v) in row.table.columns.iter().zip(image) {
+            for (col, v) in table.columns.iter().zip(&image) {
                 let masked =
-                    row.table.table_name == "users" && (col.name == "email" || col.name == "name");
+                    table.table_name == "users" && (col.name == "email" || col.name == "name");
                 let text =
                     text_of(v, col.ty).map(|t| if masked { hash("quickstart", &t) } else { t });
                 data.insert(col.name.clone(), text.map_or(Json::Null, Json::String));
@@ -72,7 +72,7 @@ pub fn expected_rows(total: u64) -> Vec<Json> {
                 Op::Delete => "DELETE",
             };
             rows.push(serde_json::json!({
-                "table": row.table.table_name,
+                "table": table.table_name,
                 "type": kind,
                 "commitTs": txn.commit_ts.get(),
                 "data": data,
