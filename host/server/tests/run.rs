@@ -220,7 +220,19 @@ fn ctrl_c_writes_what_was_read_and_exits_cleanly() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // Interrupt once rows flow: by then the pipeline listens for Ctrl-C (on a
+    // loaded machine, loading the plugins alone can take longer than a fixed wait,
+    // and an earlier SIGINT ends the process the default way).
+    let out_dir = dir.path().join("out/changes");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while std::fs::read_dir(&out_dir)
+        .map(|d| d.flatten().all(|e| e.metadata().map_or(true, |m| m.len() == 0)))
+        .unwrap_or(true)
+    {
+        assert!(std::time::Instant::now() < deadline, "no row was written");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
