@@ -135,6 +135,9 @@ const MAX_PHYSICAL_MILLIS: u64 = (1 << 46) - 1;
 /// that a long skip can be cancelled and does not hold a worker.
 const SKIP_YIELD_EVERY: u32 = 256;
 
+/// Unpaced, a resolved mark follows every this many transactions (and the last).
+const RESOLVED_EVERY: u64 = 256;
+
 impl DatagenConfig {
     /// Check the settings (no I/O). Every number has a range; the error names the
     /// key and the range.
@@ -299,6 +302,10 @@ pub struct DatagenSource {
     /// must have this commit ts.
     skip_to: Option<(u64, CommitTs)>,
     pending_resolved: Option<ResolvedTs>,
+    /// The resolved mark of the last transaction handed out, not announced yet
+    /// (unpaced, a mark goes out every [`RESOLVED_EVERY`] transactions and
+    /// before the end, not after each one).
+    unannounced: Option<ResolvedTs>,
     /// When the first row was emitted, and how many were generated before it.
     started: Option<(tokio::time::Instant, u64)>,
     ended: bool,
@@ -438,6 +445,7 @@ impl DatagenSource {
             skip_until: CommitTs::ZERO,
             skip_to: None,
             pending_resolved: None,
+            unannounced: None,
             started: None,
             ended: false,
             exhausted: false,
@@ -626,6 +634,10 @@ impl Source for DatagenSource {
                     continue;
                 }
                 self.ended = true;
+                // The last transaction's mark, then End.
+                if let Some(r) = self.unannounced.take() {
+                    return Ok(SourceEvent::Resolved(r));
+                }
                 return Ok(SourceEvent::End);
             };
             if skip {
@@ -644,8 +656,16 @@ impl Source for DatagenSource {
                 let paced = (self.emitted_rows - base) as f64 / self.config.rate as f64;
                 tokio::time::sleep_until(started + Duration::from_secs_f64(paced)).await;
             }
-            // The next transaction has a larger ts, so this one is resolved.
-            self.pending_resolved = Some(ResolvedTs::from(txn.commit_ts));
+            // The next transaction has a larger ts, so this one is resolved. While
+            // transactions come without waiting, the mark goes out only every
+            // RESOLVED_EVERY of them: the next transaction moves reading on anyway.
+            let resolved = ResolvedTs::from(txn.commit_ts);
+            if self.config.rate > 0 || self.generated.is_multiple_of(RESOLVED_EVERY) {
+                self.pending_resolved = Some(resolved);
+                self.unannounced = None;
+            } else {
+                self.unannounced = Some(resolved);
+            }
             return Ok(SourceEvent::Transaction(txn));
         }
     }
@@ -919,6 +939,52 @@ mod tests {
                 }
             }
         })
+    }
+
+    #[test]
+    fn unpaced_resolved_marks_are_sparse_and_the_last_transaction_is_resolved_before_end() {
+        let config = DatagenConfig {
+            total_rows: 5_000,
+            ..DatagenConfig::default()
+        };
+        let mut g = DatagenSource::new(config).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let seen = rt.block_on(async {
+            let mut seen = Vec::new();
+            loop {
+                match g.next_event().await.unwrap() {
+                    SourceEvent::End => return seen,
+                    e => seen.push(e),
+                }
+            }
+        });
+        let txns: Vec<CommitTs> = seen
+            .iter()
+            .filter_map(|e| match e {
+                SourceEvent::Transaction(t) => Some(t.commit_ts),
+                _ => None,
+            })
+            .collect();
+        let marks = seen.len() - txns.len();
+        assert!(
+            txns.len() > 2 * RESOLVED_EVERY as usize,
+            "{} transactions",
+            txns.len()
+        );
+        assert_eq!(marks as u64, (txns.len() as u64).div_ceil(RESOLVED_EVERY));
+        // Every mark resolves exactly the transaction before it, and the last
+        // event before End is the mark of the last transaction.
+        for pair in seen.windows(2) {
+            if let (SourceEvent::Transaction(t), SourceEvent::Resolved(r)) = (&pair[0], &pair[1]) {
+                assert_eq!(r.get(), t.commit_ts.get());
+            }
+        }
+        match seen.last() {
+            Some(SourceEvent::Resolved(r)) => assert_eq!(r.get(), txns.last().unwrap().get()),
+            other => panic!("expected the last mark, got {other:?}"),
+        }
     }
 
     #[test]
