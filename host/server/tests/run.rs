@@ -226,7 +226,10 @@ fn ctrl_c_writes_what_was_read_and_exits_cleanly() {
     let out_dir = dir.path().join("out/changes");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while std::fs::read_dir(&out_dir)
-        .map(|d| d.flatten().all(|e| e.metadata().map_or(true, |m| m.len() == 0)))
+        .map(|d| {
+            d.flatten()
+                .all(|e| e.metadata().map_or(true, |m| m.len() == 0))
+        })
         .unwrap_or(true)
     {
         assert!(std::time::Instant::now() < deadline, "no row was written");
