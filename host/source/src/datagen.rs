@@ -17,8 +17,11 @@ use sluice_core::{
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Mix {
+    /// Weight of inserts (a new row with the next id of its table).
     pub insert: u32,
+    /// Weight of updates of a live row (a new version of its values).
     pub update: u32,
+    /// Weight of deletes of a live row.
     pub delete: u32,
 }
 
@@ -97,20 +100,31 @@ impl Default for DatagenConfig {
 /// Bad datagen settings.
 #[derive(Debug, thiserror::Error)]
 pub enum DatagenError {
+    /// `tables` names a table datagen does not generate (the name given).
     #[error("datagen: unknown table `{0}`; choose from users, orders, events")]
     UnknownTable(String),
+    /// A setting is out of its range or contradicts another (what to change).
     #[error("datagen: {0}")]
     Invalid(String),
+    /// The saved position does not match what this workload generates (the seed
+    /// or settings changed since it was saved).
     #[error(
         "datagen cannot resume from its saved position (transaction {count} at ts {ts}): \
          this workload generates another transaction there, so the seed or settings changed; \
          overwrite the checkpoint to resume by ts"
     )]
-    PositionMismatch { count: u64, ts: u64 },
+    PositionMismatch {
+        /// Transactions generated before the saved position.
+        count: u64,
+        /// Commit ts of the last of them, as saved.
+        ts: u64,
+    },
     #[error(
         "datagen ran out of commit timestamps (their physical part reached the year 4199); \
          lower start-millis or set total-rows"
     )]
+    /// Generated time reached the end of the commit-ts range: the run ends with
+    /// this error rather than repeat or wrap timestamps.
     Exhausted,
 }
 
