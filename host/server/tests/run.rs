@@ -285,14 +285,34 @@ fn sigkill_at_random_moments_loses_no_row_and_flags_every_duplicate() {
             .spawn()
             .unwrap()
     };
-    // Ten SIGKILLs at pseudo-random moments (a fixed seed, so a failure reproduces).
+    let out_dir = dir.path().join("out/changes");
+    let written = || -> u64 {
+        std::fs::read_dir(&out_dir)
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0)
+    };
+    // Ten SIGKILLs at pseudo-random moments while rows flow (a fixed seed, so a
+    // failure reproduces). Each run is killed only once it has written rows of its
+    // own: on a loaded machine, loading the plugins alone can outlast a fixed wait,
+    // and ten runs killed before their first checkpoint would test nothing.
     let mut seed: u64 = 0x5eed;
     for _ in 0..10 {
         seed = seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        let wait = 250 + (seed >> 33) % 1000;
+        let wait = (seed >> 33) % 800;
+        let before = written();
         let mut child = run();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while written() == before && child.try_wait().unwrap().is_none() {
+            assert!(std::time::Instant::now() < deadline, "no row was written");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         std::thread::sleep(std::time::Duration::from_millis(wait));
         child.kill().unwrap();
         child.wait().unwrap();
