@@ -1,3 +1,5 @@
+//! Generates the `sluice.v1` gRPC code from `proto/sluice/v1/admin.proto`.
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "../../proto/sluice/v1/admin.proto";
     println!("cargo:rerun-if-changed={proto}");

@@ -16,6 +16,7 @@ use crate::v1::cluster_service_client::ClusterServiceClient;
 use crate::v1::plugin_service_client::PluginServiceClient;
 use tonic::transport::Channel;
 
+/// `sluice cli`: global options and the command.
 #[derive(Debug, Args)]
 pub struct CliArgs {
     /// The server's gRPC address.
@@ -32,16 +33,21 @@ pub struct CliArgs {
     /// The tenant (changefeed ids without `tenant/` and plugins belong to it).
     #[arg(long, env = "SLUICE_TENANT", default_value = "default", global = true)]
     pub tenant: String,
+    /// What to do.
     #[command(subcommand)]
     pub command: CliCommand,
 }
 
+/// How `sluice cli` prints results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
+    /// Aligned columns for people.
     Table,
+    /// One JSON document for scripts.
     Json,
 }
 
+/// The command groups of `sluice cli`.
 #[derive(Debug, Subcommand)]
 pub enum CliCommand {
     /// Create, inspect and steer changefeeds.
@@ -57,6 +63,7 @@ pub enum CliCommand {
     Status,
 }
 
+/// `sluice cli changefeed ...`.
 #[derive(Debug, Subcommand)]
 pub enum ChangefeedCommand {
     /// Create a changefeed from a changefeed file and start it.
@@ -76,21 +83,25 @@ pub enum ChangefeedCommand {
     },
     /// List changefeeds (of --tenant; `--all-tenants` for every tenant).
     List {
+        /// List the changefeeds of every tenant.
         #[arg(long)]
         all_tenants: bool,
     },
     /// Show a changefeed with its status.
     Query {
+        /// `name` or `tenant/name`.
         #[arg(long, short = 'c')]
         changefeed: String,
     },
     /// Stop a changefeed, keeping its checkpoint.
     Pause {
+        /// `name` or `tenant/name`.
         #[arg(long, short = 'c')]
         changefeed: String,
     },
     /// Start a stopped, failed or finished changefeed again.
     Resume {
+        /// `name` or `tenant/name`.
         #[arg(long, short = 'c')]
         changefeed: String,
         /// Resume from this checkpoint instead of the changefeed's own.
@@ -99,8 +110,10 @@ pub enum ChangefeedCommand {
     },
     /// Replace the description of a stopped or failed changefeed.
     Update {
+        /// `name` or `tenant/name`.
         #[arg(long, short = 'c')]
         changefeed: String,
+        /// The new changefeed file (TOML).
         #[arg(long)]
         config: PathBuf,
         /// A new target ts (0: no end); without it the target stays.
@@ -109,16 +122,19 @@ pub enum ChangefeedCommand {
     },
     /// Stop a changefeed and drop it.
     Remove {
+        /// `name` or `tenant/name`.
         #[arg(long, short = 'c')]
         changefeed: String,
     },
     /// Whether everything upstream is downstream (TiCDC's synced status).
     Synced {
+        /// `name` or `tenant/name`.
         #[arg(long, short = 'c')]
         changefeed: String,
     },
 }
 
+/// `sluice cli plugin ...`.
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
     /// Upload a component as `name@version`.
@@ -128,6 +144,7 @@ pub enum PluginCommand {
         /// `name@version`.
         #[arg(long)]
         id: String,
+        /// The world it implements.
         #[arg(long, value_parser = ["sink", "filter"])]
         kind: String,
     },
@@ -135,11 +152,13 @@ pub enum PluginCommand {
     List,
     /// Remove `name@version` (refused while a changefeed uses it).
     Remove {
+        /// `name@version`.
         #[arg(long)]
         id: String,
     },
 }
 
+/// `sluice cli capture ...`.
 #[derive(Debug, Subcommand)]
 pub enum CaptureCommand {
     /// List the live captures.

@@ -120,6 +120,7 @@ fn ts(v: u64) -> Option<CommitTs> {
     (v > 0).then_some(CommitTs::new(v))
 }
 
+/// A changefeed state as its protobuf enum.
 pub fn state_pb(s: FeedState) -> pb::FeedState {
     match s {
         FeedState::Normal => pb::FeedState::Normal,
@@ -139,6 +140,7 @@ fn id_pb(id: &ChangefeedId) -> pb::ChangefeedRef {
     }
 }
 
+/// A changefeed as the API shows it: its info, state, positions and errors.
 pub fn changefeed_pb(v: &FeedView) -> pb::Changefeed {
     let info = &v.changefeed.info;
     pb::Changefeed {

@@ -5,6 +5,7 @@
 use crate::v1 as pb;
 use serde_json::{Value, json};
 
+/// The name of a protobuf `FeedState` value (`normal`, `failed`, ...).
 pub fn state_name(s: i32) -> &'static str {
     match pb::FeedState::try_from(s) {
         Ok(pb::FeedState::Normal) => "normal",
@@ -18,6 +19,7 @@ pub fn state_name(s: i32) -> &'static str {
     }
 }
 
+/// `tenant/name` of a changefeed reference (empty when it is missing).
 pub fn id_text(r: &Option<pb::ChangefeedRef>) -> String {
     r.as_ref()
         .map(|r| format!("{}/{}", r.tenant, r.name))
@@ -34,6 +36,7 @@ pub fn ts_time(ts: u64) -> String {
     humantime::format_rfc3339_millis(at).to_string()
 }
 
+/// A changefeed as JSON.
 pub fn changefeed_json(c: &pb::Changefeed) -> Value {
     json!({
         "id": id_text(&c.id),
@@ -50,6 +53,7 @@ pub fn changefeed_json(c: &pb::Changefeed) -> Value {
     })
 }
 
+/// A changefeed's status as JSON.
 pub fn status_json(s: &pb::ChangefeedStatus) -> Value {
     let records = |list: &[pb::ErrorRecord]| {
         list.iter()
@@ -75,6 +79,7 @@ pub fn status_json(s: &pb::ChangefeedStatus) -> Value {
     })
 }
 
+/// An uploaded plugin as JSON.
 pub fn plugin_json(p: &pb::Plugin) -> Value {
     let id = p.id.clone().unwrap_or_default();
     json!({
@@ -92,6 +97,7 @@ pub fn plugin_json(p: &pb::Plugin) -> Value {
     })
 }
 
+/// A capture as JSON.
 pub fn capture_json(c: &pb::Capture) -> Value {
     json!({
         "id": c.id,

@@ -15,15 +15,25 @@ pub const FLAG_SPLIT: u8 = 2;
 /// Logical column type; mirrors `types.column-type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ColumnType {
+    /// Signed integer, carried as `i64`.
     Int,
+    /// Unsigned integer, carried as `u64` (in `i64` bits).
     Uint,
+    /// Floating point, carried as `f64`.
     Float,
+    /// Exact decimal, carried as its text.
     Decimal,
+    /// Character data, carried as UTF-8 bytes.
     Text,
+    /// Binary data.
     Blob,
+    /// Date and time, carried as its text.
     Datetime,
+    /// Date, carried as its text.
     Date,
+    /// JSON, carried as its text.
     Json,
+    /// Boolean, carried as 0 or 1.
     Boolean,
 }
 
@@ -57,20 +67,30 @@ impl ColumnType {
 /// One column of a table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Column {
+    /// The column's name upstream.
     pub name: String,
+    /// How its values travel in a batch.
     pub ty: ColumnType,
+    /// Its upstream SQL type as written there (`varchar(64)`, `decimal(10,2)`).
     pub sql_type: String,
+    /// Whether it may hold NULL.
     pub nullable: bool,
+    /// Whether it is part of the table's primary (or chosen unique) key.
     pub key: bool,
 }
 
 /// A table's schema at one version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableSchema {
+    /// The id batches refer to the table by, stable for the changefeed.
     pub table_id: u32,
+    /// Bumped by every DDL that changes the table's columns.
     pub version: u32,
+    /// The database (schema) the table is in.
     pub schema_name: String,
+    /// The table's name.
     pub table_name: String,
+    /// Its columns, in order.
     pub columns: Vec<Column>,
 }
 
@@ -461,12 +481,19 @@ pub(crate) fn rows_of<'a>(
 /// The rows of one table in commit-ts order; images are dense (see `wit/plugin.wit`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableBatch {
+    /// The table's id ([`TableSchema::table_id`]).
     pub table_id: u32,
+    /// The schema version every row of the batch has.
     pub schema_version: u32,
+    /// Per row: [`Op`](crate::Op) as a byte (0 insert, 1 update, 2 delete).
     pub ops: Vec<u8>,
+    /// Per row: its transaction's commit ts, never decreasing.
     pub commit_ts: Vec<u64>,
+    /// Per row: [`FLAG_REPLAY`] and [`FLAG_SPLIT`] bits.
     pub flags: Vec<u8>,
+    /// One column per schema column: a value for every update and delete row.
     pub before: Vec<ColumnData>,
+    /// One column per schema column: a value for every insert and update row.
     pub after: Vec<ColumnData>,
 }
 
@@ -754,6 +781,7 @@ impl TableBatch {
 /// What one sink write carries: table batches, each referring to its schema.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Batch {
+    /// One entry per table (a table may appear more than once, in order).
     pub tables: Vec<TableBatch>,
 }
 

@@ -60,6 +60,8 @@ pub fn bounded_text(message: &str, max_bytes: usize) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("malformed batch for table {table_id}: {reason}")]
 pub struct BatchError {
+    /// The table whose batch is malformed.
     pub table_id: u32,
+    /// What is wrong with it.
     pub reason: String,
 }

@@ -11,7 +11,9 @@ pub enum PipelineError {
     /// A filter failed in a way retrying does not fix (or retries ran out).
     #[error("filter `{name}` failed")]
     Filter {
+        /// The filter's name.
         name: String,
+        /// What it returned.
         #[source]
         error: PluginError,
     },

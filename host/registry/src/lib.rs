@@ -15,14 +15,21 @@ use sluice_runtime::{LoadError, PluginComponent, PluginKind, PluginRuntime};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct PluginRecord {
+    /// The record's stored-form version.
     pub version: u32,
+    /// The tenant it was uploaded to.
     pub tenant: String,
+    /// The plugin's name.
     pub name: String,
+    /// Its version (the part after `@`).
     pub plugin_version: String,
     /// `sink` or `filter`.
     pub world: String,
+    /// The sha256 of its bytes, hex: the file name under the plugin directory.
     pub sha256: String,
+    /// Its size in bytes.
     pub size_bytes: u64,
+    /// When it was uploaded, milliseconds since the Unix epoch.
     pub uploaded_at_ms: u64,
 }
 
@@ -32,41 +39,80 @@ pub enum RegistryError {
     /// Reject the request: the name, version or bytes are not acceptable.
     #[error("invalid plugin id: {0}")]
     InvalidId(String),
+    /// Reject the request: the component is larger than the upload limit.
     #[error("plugin is {size} bytes, over the limit of {limit} bytes")]
-    TooLarge { size: u64, limit: u64 },
+    TooLarge {
+        /// Its size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// Reject the request: the bytes are not a component of the asked world.
     #[error("not a usable {world} plugin")]
     NotAPlugin {
+        /// `sink` or `filter`.
         world: &'static str,
+        /// Why loading it failed.
         #[source]
         source: LoadError,
     },
+    /// Reject the request: `name@version` is taken by other bytes.
     #[error("{id} already exists with other bytes (sha256 {existing}); upload it as a new version")]
-    Conflict { id: String, existing: String },
+    Conflict {
+        /// `name@version`.
+        id: String,
+        /// The sha256 of the stored bytes.
+        existing: String,
+    },
+    /// Reject the request: `name@version` was uploaded as the other world.
     #[error(
         "{id} already exists as a {existing} plugin; a name@version is immutable: upload it as a \
          new version to use it as a {asked}"
     )]
     WorldConflict {
+        /// `name@version`.
         id: String,
+        /// The world it was uploaded as.
         existing: String,
+        /// The world asked for now.
         asked: &'static str,
     },
+    /// No such plugin in the tenant.
     #[error("no plugin {id} in tenant {tenant}")]
-    NotFound { tenant: String, id: String },
+    NotFound {
+        /// The tenant asked.
+        tenant: String,
+        /// `name@version`.
+        id: String,
+    },
+    /// Refused while changefeeds use the plugin.
     #[error("{id} is used by {used_by}; remove or update those changefeeds first")]
-    InUse { id: String, used_by: String },
+    InUse {
+        /// `name@version`.
+        id: String,
+        /// The changefeeds using it, comma-separated.
+        used_by: String,
+    },
     /// An operator must act: the stored bytes do not match their record.
     #[error("stored bytes of {id} do not match their sha256 ({path}); upload the plugin again")]
-    Damaged { id: String, path: String },
+    Damaged {
+        /// `name@version`.
+        id: String,
+        /// The file holding the bytes.
+        path: String,
+    },
     /// Retry later.
     #[error("meta store")]
     Store(#[from] MetaError),
     /// This server no longer owns the meta store; another one does the work.
     #[error("this server is no longer the owner; retry against the current owner")]
     NotOwner,
+    /// Reading or writing the plugin directory failed; retry later.
     #[error("plugin storage at {path}")]
     Io {
+        /// The file or directory.
         path: String,
+        /// What the system said.
         #[source]
         source: std::io::Error,
     },
