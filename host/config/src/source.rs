@@ -16,13 +16,6 @@ pub enum SourceConfig {
 }
 
 impl SourceConfig {
-    /// The kind's name, as written in `type`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            SourceConfig::Datagen(_) => "datagen",
-        }
-    }
-
     /// Every number against its range (no I/O); errors name the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         match self {

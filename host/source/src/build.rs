@@ -47,3 +47,46 @@ impl Source for AnySource {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_config::{ChangefeedConfig, RunConfig};
+
+    /// The commit ts of the first transaction `source` produces.
+    fn first_commit(mut source: AnySource) -> CommitTs {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            loop {
+                match source.next_event().await.unwrap() {
+                    SourceEvent::Transaction(t) => return t.commit_ts,
+                    SourceEvent::End => panic!("no transaction"),
+                    _ => {}
+                }
+            }
+        })
+    }
+
+    #[test]
+    fn both_modes_build_the_same_source_from_the_same_table() {
+        let table = "[source]\ntype = \"datagen\"\nseed = 9\nstart-millis = 1000\n";
+        let server = ChangefeedConfig::parse(&format!(
+            "{table}[sink]\nplugin = \"sink-blackhole@0.1.0\"\n"
+        ))
+        .unwrap();
+        let run = RunConfig::parse(&format!(
+            "[changefeed]\nid = \"x\"\n{table}[sink]\nplugin = \"sink-blackhole\"\n"
+        ))
+        .unwrap();
+        let a = first_commit(build(&server.source, CommitTs::ZERO).unwrap());
+        let b = first_commit(build(&run.feed.source, CommitTs::ZERO).unwrap());
+        assert_eq!(a, b);
+        assert_eq!(a.physical_millis(), 1000);
+        // A start ts after start-millis moves generated time past it.
+        let start = CommitTs::compose(50_000, 3);
+        let c = first_commit(build(&server.source, start).unwrap());
+        assert!(c > start && c.physical_millis() == 50_001, "{c:?}");
+    }
+}
