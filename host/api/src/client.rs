@@ -252,8 +252,14 @@ fn read(path: &PathBuf) -> Result<String, tonic::Status> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         tonic::Status::invalid_argument(format!("cannot read {}: {e}", path.display()))
     })?;
-    sluice_config::file::check_file_size(&text)
-        .map_err(|e| tonic::Status::invalid_argument(format!("{}: {e}", path.display())))?;
+    let max = sluice_config::bounds::MAX_FILE_BYTES;
+    if text.len() > max {
+        return Err(tonic::Status::invalid_argument(format!(
+            "{}: the changefeed file is {} bytes; at most {max} (128KiB)",
+            path.display(),
+            text.len()
+        )));
+    }
     Ok(text)
 }
 

@@ -70,14 +70,16 @@ fn describe(
     start_ts: CommitTs,
     target_ts: Option<CommitTs>,
 ) -> Result<ChangefeedInfo, Status> {
-    let spec = sluice_config::spec::FeedSpec::parse(text)
-        .map_err(|e| Status::invalid_argument(format!("invalid changefeed file: {e:#}")))?;
-    let info = spec
-        .to_info(text, id.clone(), start_ts, target_ts)
-        .map_err(|e| Status::invalid_argument(format!("{e:#}")))?;
+    let config = sluice_config::ChangefeedConfig::parse(text)
+        .map_err(|e| Status::invalid_argument(format!("invalid changefeed file: {e}")))?;
+    let mut info = ChangefeedInfo::new(id.clone(), config, start_ts);
+    info.spec = Some(text.to_string());
+    info.target_ts = target_ts;
     info.validate()
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
-    node.limits.check(&info).map_err(Status::invalid_argument)?;
+    node.limits
+        .check(&info.config)
+        .map_err(Status::invalid_argument)?;
     Ok(info)
 }
 
@@ -157,8 +159,13 @@ pub fn changefeed_pb(v: &FeedView) -> pb::Changefeed {
             .as_ref()
             .map(ToString::to_string)
             .unwrap_or_default(),
-        sink: info.sink.plugin.to_string(),
-        filters: info.filters.iter().map(|f| f.plugin.to_string()).collect(),
+        sink: info.config.sink.plugin.to_string(),
+        filters: info
+            .config
+            .filters
+            .iter()
+            .map(|f| f.plugin.to_string())
+            .collect(),
     }
 }
 
@@ -665,7 +672,7 @@ pub fn remap_codec_errors<B>(mut response: http::Response<B>) -> http::Response<
                 format!(
                     "the request is over the server's limit of {} bytes per message; a changefeed file may be at most {} bytes, and uploads go in chunks (the CLI sends 1 MiB)",
                     MAX_GRPC_MESSAGE_BYTES,
-                    sluice_config::file::bounds::MAX_FILE_BYTES
+                    sluice_config::bounds::MAX_FILE_BYTES
                 ),
             ))
         }

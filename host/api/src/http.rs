@@ -411,8 +411,12 @@ mod tests {
         let id = ChangefeedId::new("shop", "orders").unwrap();
         let info = ChangefeedInfo::new(
             id,
-            json!({"type": "datagen"}),
-            PluginRef::new("sink-file@0.1.0".parse().unwrap()),
+            sluice_config::ChangefeedConfig {
+                source: sluice_config::SourceConfig::Datagen(Default::default()),
+                filters: Vec::new(),
+                sink: PluginRef::new("sink-file@0.1.0".parse().unwrap()),
+                pipeline: Default::default(),
+            },
             CommitTs::compose(1_700_000_000_250, 7),
         );
         let mut changefeed = Changefeed::create(info, 0).unwrap();

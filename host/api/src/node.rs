@@ -67,9 +67,11 @@ impl Node {
     /// Where the sink of `v` keeps its data, if it was granted a directory.
     pub fn sink_data_dir(&self, v: &FeedView) -> Option<PathBuf> {
         let info = &v.changefeed.info;
-        info.sink
+        info.config
+            .sink
             .capabilities
             .data_dir
+            .is_granted()
             .then(|| self.capture.plugin_data_dir(&info.id, "sink"))
     }
 

@@ -7,6 +7,7 @@
 
 mod processor;
 pub mod progress;
+mod settings;
 mod work;
 
 use std::path::PathBuf;
@@ -22,6 +23,7 @@ use tokio::sync::mpsc;
 
 pub use processor::{Live, Outcome, PluginCounters, Processor, plugin_roles};
 pub use progress::{Claim, MetaProgressStore, TaskPosition};
+pub use settings::{plugin_data_dir, plugin_settings};
 pub use work::{Capture, registry_error};
 
 /// What the processors of a capture share.

@@ -12,15 +12,13 @@ use sluice_core::{
 use sluice_owner::{ChangefeedInfo, Epoch, ErrorKind};
 use sluice_processor::{Pipeline, PipelineError, Progress, ProgressStoreError};
 use sluice_runtime::{PluginKind, PluginStats, WasmFilter, WasmSink};
-use sluice_source::DatagenSource;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::Ctx;
 use crate::progress::{Claim, MetaProgressStore};
-use sluice_config::file::SourceConfig;
-use sluice_config::spec;
+use crate::settings::{plugin_data_dir, plugin_settings};
 use sluice_registry::RegistryError;
 
 /// How a processor ended.
@@ -51,11 +49,12 @@ pub type PluginCounters = Vec<(String, String, Arc<PluginStats>)>;
 
 /// Every plugin of `info` as (role, plugin), in pipeline order.
 pub fn plugin_roles(info: &ChangefeedInfo) -> Vec<(String, String)> {
-    info.filters
+    info.config
+        .filters
         .iter()
         .enumerate()
         .map(|(i, f)| (format!("filter-{i}"), f.plugin.to_string()))
-        .chain([("sink".to_string(), info.sink.plugin.to_string())])
+        .chain([("sink".to_string(), info.config.sink.plugin.to_string())])
         .collect()
 }
 
@@ -222,11 +221,12 @@ async fn run(
     plugins: &PluginCounters,
 ) -> Outcome {
     // A changefeed stored before the server's maximums were lowered runs within them.
-    let info = ctx.limits.clamp(info);
+    let mut info = info;
+    info.config = ctx.limits.clamp(info.config);
     let id = &info.id;
     let tenant = id.tenant();
     let plugin_dir = |role: &str| -> Result<PathBuf, Outcome> {
-        let dir = spec::plugin_data_dir(&ctx.data_dir, id, role);
+        let dir = plugin_data_dir(&ctx.data_dir, id, role);
         std::fs::create_dir_all(&dir).map_err(|e| {
             failed(
                 ErrorKind::Retryable,
@@ -236,7 +236,7 @@ async fn run(
         Ok(dir)
     };
     let mut filters = Vec::new();
-    for (i, plugin) in info.filters.iter().enumerate() {
+    for (i, plugin) in info.config.filters.iter().enumerate() {
         let at = format!("filters[{i}]");
         let component = match ctx.registry.load(tenant, &plugin.plugin).await {
             Ok(c) => c,
@@ -248,7 +248,7 @@ async fn run(
                 format!("{at}.plugin `{}` is not a filter", plugin.plugin),
             );
         }
-        let dir = if plugin.capabilities.data_dir {
+        let dir = if plugin.capabilities.data_dir.is_granted() {
             match plugin_dir(&format!("filter-{i}")) {
                 Ok(d) => Some(d),
                 Err(o) => return o,
@@ -256,22 +256,26 @@ async fn run(
         } else {
             None
         };
-        match WasmFilter::new(component, spec::settings_of(plugin, dir)) {
+        match WasmFilter::new(
+            component,
+            plugin_settings(plugin, plugin.plugin.to_string(), dir),
+        ) {
             Ok(f) => filters.push(f.with_stats(stats_of(plugins, &format!("filter-{i}")))),
             Err(e) => return failed(ErrorKind::Config, format!("{at}: {e}")),
         }
     }
-    let component = match ctx.registry.load(tenant, &info.sink.plugin).await {
+    let sink = &info.config.sink;
+    let component = match ctx.registry.load(tenant, &sink.plugin).await {
         Ok(c) => c,
-        Err(e) => return registry_failure("sink", &info.sink.plugin.to_string(), e),
+        Err(e) => return registry_failure("sink", &sink.plugin.to_string(), e),
     };
     if component.kind() != PluginKind::Sink {
         return failed(
             ErrorKind::Config,
-            format!("sink.plugin `{}` is not a sink", info.sink.plugin),
+            format!("sink.plugin `{}` is not a sink", sink.plugin),
         );
     }
-    let dir = if info.sink.capabilities.data_dir {
+    let dir = if sink.capabilities.data_dir.is_granted() {
         match plugin_dir("sink") {
             Ok(d) => Some(d),
             Err(o) => return o,
@@ -279,23 +283,20 @@ async fn run(
     } else {
         None
     };
-    let sink = match WasmSink::new(component, spec::settings_of(&info.sink, dir)) {
+    let sink = match WasmSink::new(
+        component,
+        plugin_settings(sink, sink.plugin.to_string(), dir),
+    ) {
         Ok(s) => s.with_stats(stats_of(plugins, "sink")),
         Err(e) => return failed(ErrorKind::Config, format!("sink: {e}")),
     };
-    let source = match spec::source_of(&info) {
-        // Generated time starts after the changefeed's start ts (fixed at create,
-        // so a resume regenerates the same workload).
-        Ok(SourceConfig::Datagen(d)) => match DatagenSource::new(d) {
-            Ok(s) => s.begin_after(info.start_ts),
-            Err(e) => return failed(ErrorKind::Config, format!("source: {e}")),
-        },
-        Err(e) => return failed(ErrorKind::Config, format!("{e:#}")),
+    // Generated time starts after the changefeed's start ts (fixed at create,
+    // so a resume regenerates the same workload).
+    let source = match sluice_source::build(&info.config.source, info.start_ts) {
+        Ok(s) => s,
+        Err(e) => return failed(ErrorKind::Config, format!("source: {e}")),
     };
-    let mut config = match spec::pipeline_of(&info) {
-        Ok(p) => p.to_config(),
-        Err(e) => return failed(ErrorKind::Config, format!("{e:#}")),
-    };
+    let mut config = sluice_processor::PipelineConfig::from(&info.config.pipeline);
     // Batches must fit every plugin's bound, with half in reserve for filters that
     // grow values.
     let bound = filters

@@ -74,7 +74,7 @@ impl Capture {
     /// Where this capture keeps the private directory of one plugin of a
     /// changefeed (`role` is `sink` or `filter-<i>`).
     pub fn plugin_data_dir(&self, id: &ChangefeedId, role: &str) -> PathBuf {
-        sluice_config::spec::plugin_data_dir(&self.ctx.data_dir, id, role)
+        crate::plugin_data_dir(&self.ctx.data_dir, id, role)
     }
 
     /// Checks every plugin `info` names: uploaded in its tenant, of the right
@@ -83,11 +83,12 @@ impl Capture {
     pub async fn check_plugins(&self, info: &ChangefeedInfo) -> Result<(), OwnerError> {
         let tenant = info.id.tenant();
         let plugins = info
+            .config
             .filters
             .iter()
             .enumerate()
             .map(|(i, f)| (format!("filters[{i}]"), f, PluginKind::Filter))
-            .chain([("sink".to_string(), &info.sink, PluginKind::Sink)]);
+            .chain([("sink".to_string(), &info.config.sink, PluginKind::Sink)]);
         let plugins: Vec<_> = plugins.collect();
         let registry = &self.ctx.registry;
         for (at, plugin, kind) in &plugins {
@@ -115,7 +116,7 @@ impl Capture {
                 .load(tenant, &plugin.plugin)
                 .await
                 .map_err(registry_error)?;
-            let settings = sluice_config::spec::settings_of(plugin, None);
+            let settings = crate::plugin_settings(plugin, plugin.plugin.to_string(), None);
             let invalid = |e: &dyn std::fmt::Display| OwnerError::Invalid(e.to_string());
             let rejected = |e: &dyn std::fmt::Display| {
                 OwnerError::Invalid(format!(

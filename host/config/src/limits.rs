@@ -1,24 +1,24 @@
 //! Server-wide maximums of what a changefeed may ask for.
 
-/// Server-wide maximums of what a changefeed may ask for.
+use crate::changefeed::ChangefeedConfig;
+
+/// Server-wide maximums of what a changefeed may ask for (`sluice server` flags).
 #[derive(Debug, Clone, Copy)]
 pub struct ServerLimits {
+    /// `--max-call-timeout-ms`.
     pub max_call_timeout_ms: u64,
+    /// `--max-host-call-timeout-ms`.
     pub max_host_call_timeout_ms: u64,
+    /// `--max-plugin-resources`.
     pub max_resources: u64,
+    /// `--max-tenant-instances`.
     pub max_tenant_instances: u64,
 }
 
 impl ServerLimits {
     /// Refuses plugin limits past the server's maximums (at create and update).
-    pub fn check(&self, info: &sluice_owner::ChangefeedInfo) -> Result<(), String> {
-        let plugins = info
-            .filters
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (format!("filters[{i}]"), f))
-            .chain([("sink".to_string(), &info.sink)]);
-        for (at, plugin) in plugins {
+    pub fn check<P>(&self, config: &ChangefeedConfig<P>) -> Result<(), String> {
+        for (at, plugin) in config.plugins() {
             for (key, value, max, flag) in [
                 (
                     "call-timeout-ms",
@@ -49,18 +49,17 @@ impl ServerLimits {
         Ok(())
     }
 
-    /// `info` with every plugin deadline lowered to the server's maximums (a
+    /// `config` with every plugin deadline lowered to the server's maximums (a
     /// changefeed stored before the server's maximums were lowered).
-    pub fn clamp(&self, mut info: sluice_owner::ChangefeedInfo) -> sluice_owner::ChangefeedInfo {
-        for plugin in info.filters.iter_mut().chain([&mut info.sink]) {
-            plugin.limits.call_timeout_ms =
-                plugin.limits.call_timeout_ms.min(self.max_call_timeout_ms);
-            plugin.limits.host_call_timeout_ms = plugin
-                .limits
+    pub fn clamp<P>(&self, mut config: ChangefeedConfig<P>) -> ChangefeedConfig<P> {
+        for plugin in config.plugins_mut() {
+            let limits = &mut plugin.limits;
+            limits.call_timeout_ms = limits.call_timeout_ms.min(self.max_call_timeout_ms);
+            limits.host_call_timeout_ms = limits
                 .host_call_timeout_ms
                 .min(self.max_host_call_timeout_ms);
-            plugin.limits.max_resources = plugin.limits.max_resources.min(self.max_resources);
+            limits.max_resources = limits.max_resources.min(self.max_resources);
         }
-        info
+        config
     }
 }

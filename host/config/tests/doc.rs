@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use sluice_config::file::ChangefeedFile;
+use sluice_config::RunConfig;
 
 const DOC: &str = include_str!("../../../docs/configuration.md");
 
@@ -45,7 +45,7 @@ fn file_with(at: &str, extra: &str) -> String {
 /// The keys the schema takes in the table `at`, from serde's own error.
 fn schema_keys(at: &str) -> BTreeSet<String> {
     let text = file_with(at, "zz-not-a-key = 1\n");
-    let err = format!("{:#}", ChangefeedFile::parse(&text).unwrap_err());
+    let err = format!("{:#}", RunConfig::parse(&text).unwrap_err());
     let expected = err
         .split("expected one of ")
         .nth(1)
@@ -121,5 +121,27 @@ fn every_table_of_the_schema_is_documented_key_for_key() {
 fn the_documented_example_parses() {
     let start = DOC.find("```toml\n").expect("an example") + "```toml\n".len();
     let end = start + DOC[start..].find("```").unwrap();
-    ChangefeedFile::parse(&DOC[start..end]).unwrap();
+    RunConfig::parse(&DOC[start..end]).unwrap();
+}
+
+#[test]
+fn every_example_parses_in_its_mode() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        // A file with [changefeed] is for `sluice run`; one without, for a server.
+        let parsed = if text.lines().any(|l| l.trim() == "[changefeed]") {
+            RunConfig::parse(&text).map(|_| ())
+        } else {
+            sluice_config::ChangefeedConfig::parse(&text).map(|_| ())
+        };
+        parsed.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        seen += 1;
+    }
+    assert!(seen >= 4, "only {seen} examples");
 }

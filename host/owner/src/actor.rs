@@ -128,11 +128,7 @@ impl Snapshot {
                 let info = &e.changefeed.info;
                 id.tenant() == tenant
                     && info.state != FeedState::Removed
-                    && info
-                        .filters
-                        .iter()
-                        .chain([&info.sink])
-                        .any(|p| &p.plugin == plugin)
+                    && info.config.plugins().any(|(_, p)| &p.plugin == plugin)
             })
             .map(|(id, _)| id.to_string())
             .collect()

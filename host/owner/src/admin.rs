@@ -170,18 +170,12 @@ pub fn apply_admin_job(
                     });
                 }
                 let ChangefeedInfo {
-                    source,
-                    filters,
-                    sink,
-                    pipeline,
+                    config,
                     spec,
                     target_ts,
                     ..
                 } = *new;
-                cf.info.source = source;
-                cf.info.filters = filters;
-                cf.info.sink = sink;
-                cf.info.pipeline = pipeline;
+                cf.info.config = config;
                 cf.info.spec = spec;
                 cf.info.target_ts = target_ts;
                 Ok(Effect::Updated)
@@ -230,7 +224,7 @@ mod tests {
 
     fn updated_info() -> ChangefeedInfo {
         let mut info = sample_info("orders");
-        info.sink = PluginRef::new("sink-file@0.2.0".parse().unwrap());
+        info.config.sink = PluginRef::new("sink-file@0.2.0".parse().unwrap());
         info.target_ts = Some(CommitTs::new(12_000));
         info
     }
@@ -447,7 +441,7 @@ mod tests {
             apply_admin_job(&mut cf, AdminJob::Update(Box::new(updated_info())), 99),
             Ok(Effect::Updated)
         );
-        assert_eq!(cf.info.sink.plugin.to_string(), "sink-file@0.2.0");
+        assert_eq!(cf.info.config.sink.plugin.to_string(), "sink-file@0.2.0");
         assert_eq!(cf.info.target_ts, Some(CommitTs::new(12_000)));
         assert_eq!(
             (cf.state(), cf.epoch(), cf.info.created_at_ms),
@@ -485,11 +479,10 @@ mod tests {
              would finish at once; choose a later target ts"
         );
         let mut info = updated_info();
-        info.sink.limits.memory_bytes = 0;
+        info.config.sink.limits.memory = sluice_config::ByteSize(0);
         assert_eq!(
             msg(info),
-            "limit memory-bytes of plugin sink-file@0.2.0 is 0; give it a positive value or \
-             leave it out for the default"
+            "sink.limits.memory is 0 bytes; give a plugin at least 1MiB"
         );
     }
 

@@ -8,37 +8,10 @@ use std::fmt;
 use sluice_core::{CheckpointTs, CommitTs};
 
 use crate::epoch::Epoch;
-use crate::id::{ChangefeedId, NameKind};
-use crate::state::FeedState;
+use sluice_config::ConfigError;
 
-/// A tenant, changefeed or plugin name, or a plugin version, breaks its rule.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum IdError {
-    #[error(
-        "{kind} `{value}` is invalid: {problem}; use ASCII letters and digits, optionally \
-         joined by single hyphens (like `orders-v2`), at most 128 characters"
-    )]
-    InvalidName {
-        kind: NameKind,
-        value: String,
-        problem: String,
-    },
-    #[error(
-        "changefeed id `{value}` has no tenant; write it as tenant/name, e.g. `default/{value}`"
-    )]
-    MissingTenant { value: String },
-    #[error("plugin `{value}` has no version; write it as name@version, e.g. `{value}@0.1.0`")]
-    MissingVersion { value: String },
-    #[error(
-        "version `{version}` of plugin `{plugin}` is invalid: {problem}; write e.g. `0.1.0` or \
-         `1.2.0-rc.1`"
-    )]
-    InvalidVersion {
-        plugin: String,
-        version: String,
-        problem: &'static str,
-    },
-}
+use crate::id::ChangefeedId;
+use crate::state::FeedState;
 
 /// A changefeed description fails its pure checks.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,25 +20,14 @@ pub enum InfoError {
         "changefeed info version {found} is not supported; this build writes version {supported}"
     )]
     Version { found: u32, supported: u32 },
-    #[error("changefeed {id} has no source; add a source section")]
-    NoSource { id: ChangefeedId },
+    /// The changefeed config fails its checks (the message names the key).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     #[error(
         "target ts {target} is not after start ts {start}; choose a later target ts, or leave \
          it out to replicate without end"
     )]
     TargetNotAfterStart { target: CommitTs, start: CommitTs },
-    #[error("capability {field} = `{value}` of plugin {plugin} is invalid: {problem}")]
-    Capability {
-        plugin: String,
-        field: &'static str,
-        value: String,
-        problem: String,
-    },
-    #[error(
-        "limit {field} of plugin {plugin} is 0; give it a positive value or leave it out for \
-         the default"
-    )]
-    ZeroLimit { plugin: String, field: &'static str },
     #[error(
         "the changefeed's description is {bytes} bytes when stored; at most {max} (the rest of \
          the meta store's record limit is kept for its status and errors): make the changefeed \

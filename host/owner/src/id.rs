@@ -1,77 +1,16 @@
 //! Changefeed ids: a tenant and a name, both following TiCDC's changefeed-id rule
-//! `^[a-zA-Z0-9]+(-[a-zA-Z0-9]+)*$`, at most [`MAX_NAME_LEN`] characters.
+//! `^[a-zA-Z0-9]+(-[a-zA-Z0-9]+)*$`, at most [`crate::MAX_NAME_LEN`] characters.
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::IdError;
-
-/// The longest tenant, changefeed or plugin name, in characters.
-pub const MAX_NAME_LEN: usize = 128;
+use sluice_config::{IdError, NameKind, validate_name};
 
 /// The tenant a deployment without tenants puts every changefeed in (TiCDC's
 /// `default` namespace).
 pub const DEFAULT_TENANT: &str = "default";
-
-/// What a checked name names; used in error messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NameKind {
-    Tenant,
-    Changefeed,
-    Plugin,
-}
-
-impl fmt::Display for NameKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            NameKind::Tenant => "tenant name",
-            NameKind::Changefeed => "changefeed name",
-            NameKind::Plugin => "plugin name",
-        })
-    }
-}
-
-/// Checks `value` against the name rule: ASCII letters and digits, optionally
-/// joined by single hyphens, 1 to [`MAX_NAME_LEN`] characters.
-pub fn validate_name(kind: NameKind, value: &str) -> Result<(), IdError> {
-    let problem = name_problem(value);
-    match problem {
-        None => Ok(()),
-        Some(problem) => Err(IdError::InvalidName {
-            kind,
-            value: value.to_owned(),
-            problem,
-        }),
-    }
-}
-
-fn name_problem(value: &str) -> Option<String> {
-    if value.is_empty() {
-        return Some("it is empty".into());
-    }
-    let len = value.chars().count();
-    if len > MAX_NAME_LEN {
-        return Some(format!("it is {len} characters long"));
-    }
-    if let Some(c) = value
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-'))
-    {
-        return Some(format!("it contains {c:?}"));
-    }
-    if value.starts_with('-') {
-        return Some("it starts with a hyphen".into());
-    }
-    if value.ends_with('-') {
-        return Some("it ends with a hyphen".into());
-    }
-    if value.contains("--") {
-        return Some("it contains two hyphens in a row".into());
-    }
-    None
-}
 
 /// A changefeed's id: unique within its tenant. Shown as `tenant/name`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

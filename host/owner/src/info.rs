@@ -2,20 +2,26 @@
 //! replicate, its state, epoch and recent errors; written when any of these change)
 //! and [`ChangefeedStatus`] (the checkpoint; written often). Both carry a `version`
 //! for their stored form and are JSON with kebab-case keys.
+//!
+//! What to replicate is stored typed: the validated [`ChangefeedConfig`]. Version 1
+//! of the stored form kept the source and the pipeline tuning as the JSON of their
+//! TOML tables, parsed again at every start; it is still read, and migrated to
+//! the typed form on read.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use sluice_config::{ChangefeedConfig, Mode};
 use sluice_core::{CheckpointTs, CommitTs, PluginError};
 
 use crate::epoch::Epoch;
 use crate::error::{DecodeError, InfoError};
 use crate::id::ChangefeedId;
-use crate::plugin::PluginRef;
 use crate::state::FeedState;
 
-/// The stored form of [`ChangefeedInfo`] this crate writes and reads.
-pub const INFO_VERSION: u32 = 1;
+/// The stored form of [`ChangefeedInfo`] this crate writes. It also reads
+/// version 1 (migrated on read, see [`ChangefeedInfo::decode`]).
+pub const INFO_VERSION: u32 = 2;
 /// The stored form of [`ChangefeedStatus`] this crate writes and reads.
 pub const STATUS_VERSION: u32 = 1;
 /// How many error and warning records a changefeed keeps (the newest).
@@ -66,17 +72,9 @@ pub struct ChangefeedInfo {
     /// Version of this stored form ([`INFO_VERSION`]).
     pub version: u32,
     pub id: ChangefeedId,
-    /// The source's configuration. Opaque to the owner; the server parses it.
-    pub source: serde_json::Value,
-    /// Filter plugins, applied in order.
-    #[serde(default)]
-    pub filters: Vec<PluginRef>,
-    /// The sink plugin.
-    pub sink: PluginRef,
-    /// Pipeline tuning (batch sizes, flush interval). Opaque to the owner; the
-    /// server parses it. Null means the defaults.
-    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
-    pub pipeline: serde_json::Value,
+    /// What to replicate: the source, the filters, the sink and the pipeline
+    /// tuning, validated, with every default filled in.
+    pub config: ChangefeedConfig,
     /// The operator's description as submitted (the changefeed file), for display.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<String>,
@@ -109,19 +107,11 @@ pub struct ChangefeedInfo {
 impl ChangefeedInfo {
     /// A changefeed description with no filters and no target ts, not yet created
     /// (state normal, epoch 0, created at 0: [`crate::Changefeed::create`] sets them).
-    pub fn new(
-        id: ChangefeedId,
-        source: serde_json::Value,
-        sink: PluginRef,
-        start_ts: CommitTs,
-    ) -> Self {
+    pub fn new(id: ChangefeedId, config: ChangefeedConfig, start_ts: CommitTs) -> Self {
         Self {
             version: INFO_VERSION,
             id,
-            source,
-            filters: Vec::new(),
-            sink,
-            pipeline: serde_json::Value::Null,
+            config,
             spec: None,
             start_ts,
             target_ts: None,
@@ -135,9 +125,11 @@ impl ChangefeedInfo {
         }
     }
 
-    /// Pure checks of what an operator wrote: the stored-form version, the source,
-    /// every plugin's grants and quotas, and the target ts against the start ts.
-    /// Plugin options are checked by the plugins' own `validate-config`.
+    /// Pure checks of what an operator wrote: the stored-form version, the config
+    /// (the same checks a server's changefeed file passed: every number against
+    /// its range, every plugin's grants and quotas), and the target ts against
+    /// the start ts. Plugin options are checked by the plugins' own
+    /// `validate-config`.
     pub fn validate(&self) -> Result<(), InfoError> {
         if self.version != INFO_VERSION {
             return Err(InfoError::Version {
@@ -145,14 +137,7 @@ impl ChangefeedInfo {
                 supported: INFO_VERSION,
             });
         }
-        if self.source.is_null() {
-            return Err(InfoError::NoSource {
-                id: self.id.clone(),
-            });
-        }
-        for plugin in self.filters.iter().chain(std::iter::once(&self.sink)) {
-            plugin.validate()?;
-        }
+        self.config.validate(Mode::Server)?;
         if let Some(target) = self.target_ts
             && target <= self.start_ts
         {
@@ -198,9 +183,21 @@ impl ChangefeedInfo {
         serde_json::to_vec(self).expect("changefeed info always serializes")
     }
 
-    /// Reads a stored form, refusing versions this build does not know.
+    /// Reads a stored form, refusing versions this build does not know. A
+    /// version 1 record is migrated: its source and pipeline tables (the JSON of
+    /// what the operator wrote) become the typed config, defaults filled in, and
+    /// each plugin's `memory-bytes` becomes `memory`.
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let mut info: Self = decode_versioned(bytes, "changefeed info", INFO_VERSION)?;
+        const WHAT: &str = "changefeed info";
+        let mut info: Self = match peek_version(bytes, WHAT)? {
+            1 => {
+                let old: serde_json::Value = serde_json::from_slice(bytes)
+                    .map_err(|source| DecodeError::Malformed { what: WHAT, source })?;
+                serde_json::from_value(migrate_v1(old))
+                    .map_err(|source| DecodeError::Malformed { what: WHAT, source })?
+            }
+            _ => decode_versioned(bytes, WHAT, INFO_VERSION)?,
+        };
         // Records written before the count was kept count at least what they hold.
         info.error_count = info.error_count.max(info.errors.len() as u64);
         Ok(info)
@@ -219,25 +216,70 @@ fn push_bounded<T>(list: &mut Vec<T>, item: T) {
     }
 }
 
-fn decode_versioned<T: serde::de::DeserializeOwned>(
-    bytes: &[u8],
-    what: &'static str,
-    supported: u32,
-) -> Result<T, DecodeError> {
+fn peek_version(bytes: &[u8], what: &'static str) -> Result<u32, DecodeError> {
     #[derive(Deserialize)]
     struct Peek {
         version: u32,
     }
     let peek: Peek =
         serde_json::from_slice(bytes).map_err(|source| DecodeError::Malformed { what, source })?;
-    if peek.version != supported {
+    Ok(peek.version)
+}
+
+fn decode_versioned<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    what: &'static str,
+    supported: u32,
+) -> Result<T, DecodeError> {
+    let found = peek_version(bytes, what)?;
+    if found != supported {
         return Err(DecodeError::Version {
             what,
-            found: peek.version,
+            found,
             supported,
         });
     }
     serde_json::from_slice(bytes).map_err(|source| DecodeError::Malformed { what, source })
+}
+
+/// A version 1 changefeed info as version 2: `source`, `filters`, `sink` and
+/// `pipeline` (null for the defaults) move into `config`, and each plugin's
+/// `limits.memory-bytes` is renamed `memory`. Whatever does not fit is left for
+/// the typed decode to refuse.
+fn migrate_v1(mut old: serde_json::Value) -> serde_json::Value {
+    let Some(record) = old.as_object_mut() else {
+        return old;
+    };
+    let mut config = serde_json::Map::new();
+    for key in ["source", "filters", "sink", "pipeline"] {
+        match record.remove(key) {
+            None | Some(serde_json::Value::Null) => {}
+            Some(value) => {
+                config.insert(key.to_string(), value);
+            }
+        }
+    }
+    let rename = |plugin: &mut serde_json::Value| {
+        if let Some(limits) = plugin
+            .get_mut("limits")
+            .and_then(serde_json::Value::as_object_mut)
+            && let Some(memory) = limits.remove("memory-bytes")
+        {
+            limits.insert("memory".into(), memory);
+        }
+    };
+    if let Some(filters) = config
+        .get_mut("filters")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        filters.iter_mut().for_each(rename);
+    }
+    if let Some(sink) = config.get_mut("sink") {
+        rename(sink);
+    }
+    record.insert("config".into(), serde_json::Value::Object(config));
+    record.insert("version".into(), INFO_VERSION.into());
+    old
 }
 
 /// Where the changefeed's replication stands; written on every checkpoint move.
@@ -451,11 +493,25 @@ impl Changefeed {
 pub(crate) mod tests {
     use super::*;
 
+    use crate::plugin::PluginRef;
+    use sluice_config::{ByteSize, DataDir, DatagenConfig, PipelineConfig, SourceConfig};
+
+    pub(crate) fn sample_config() -> ChangefeedConfig {
+        ChangefeedConfig {
+            source: SourceConfig::Datagen(DatagenConfig {
+                seed: 7,
+                ..Default::default()
+            }),
+            filters: Vec::new(),
+            sink: PluginRef::new("sink-file@0.1.0".parse().unwrap()),
+            pipeline: PipelineConfig::default(),
+        }
+    }
+
     pub(crate) fn sample_info(name: &str) -> ChangefeedInfo {
         ChangefeedInfo::new(
             ChangefeedId::new("shop", name).unwrap(),
-            serde_json::json!({"type": "datagen", "seed": 7}),
-            PluginRef::new("sink-file@0.1.0".parse().unwrap()),
+            sample_config(),
             CommitTs::new(1_000),
         )
     }
@@ -537,7 +593,8 @@ pub(crate) mod tests {
     fn stored_form_is_kebab_case_and_round_trips() {
         let mut info = sample_info("orders");
         info.target_ts = Some(CommitTs::new(5_000));
-        info.filters
+        info.config
+            .filters
             .push(PluginRef::new("filter-mask@1.0.0".parse().unwrap()));
         info.record_error(ErrorRecord {
             at_ms: 7,
@@ -546,7 +603,7 @@ pub(crate) mod tests {
             message: "connection reset".into(),
         });
         let json: serde_json::Value = serde_json::from_slice(&info.encode()).unwrap();
-        assert_eq!(json["version"], 1);
+        assert_eq!(json["version"], 2);
         assert_eq!(
             json["id"],
             serde_json::json!({"tenant": "shop", "name": "orders"})
@@ -556,7 +613,11 @@ pub(crate) mod tests {
         assert_eq!(json["created-at-ms"], 0);
         assert_eq!(json["state"], "normal");
         assert_eq!(json["epoch"], 0);
-        assert_eq!(json["sink"]["plugin"], "sink-file@0.1.0");
+        assert_eq!(json["config"]["sink"]["plugin"], "sink-file@0.1.0");
+        assert_eq!(json["config"]["sink"]["limits"]["memory"], 64 << 20);
+        assert_eq!(json["config"]["source"]["type"], "datagen");
+        assert_eq!(json["config"]["source"]["seed"], 7);
+        assert_eq!(json["config"]["pipeline"]["max-batch-rows"], 1024);
         assert_eq!(json["errors"][0]["kind"], "retryable");
         assert_eq!(json["errors"][0]["at-ms"], 7);
         assert_eq!(ChangefeedInfo::decode(&info.encode()).unwrap(), info);
@@ -573,14 +634,14 @@ pub(crate) mod tests {
     fn decode_refuses_unknown_versions_and_fields() {
         let mut json: serde_json::Value =
             serde_json::from_slice(&sample_info("a").encode()).unwrap();
-        json["version"] = 2.into();
+        json["version"] = 3.into();
         let err = ChangefeedInfo::decode(json.to_string().as_bytes()).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "stored changefeed info has version 2, this build reads version 1; run a build \
-             that knows version 2"
+            "stored changefeed info has version 3, this build reads version 2; run a build \
+             that knows version 3"
         );
-        json["version"] = 1.into();
+        json["version"] = 2.into();
         json["surprise"] = true.into();
         let err = ChangefeedInfo::decode(json.to_string().as_bytes()).unwrap_err();
         assert!(
@@ -592,7 +653,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn validate_rejects_target_not_after_start_and_missing_source() {
+    fn validate_rejects_target_not_after_start_and_a_bad_config() {
         let mut info = sample_info("orders");
         info.target_ts = Some(CommitTs::new(1_000));
         assert_eq!(
@@ -601,10 +662,24 @@ pub(crate) mod tests {
              out to replicate without end"
         );
         info.target_ts = None;
-        info.source = serde_json::Value::Null;
+        info.config.pipeline.max_batch_rows = 0;
         assert_eq!(
             info.validate().unwrap_err().to_string(),
-            "changefeed shop/orders has no source; add a source section"
+            "pipeline.max-batch-rows is 0; it must be between 1 and 65536"
+        );
+        info.config.pipeline.max_batch_rows = 1;
+        info.config.sink.capabilities.tcp = vec!["db.internal:5432".into()];
+        assert_eq!(
+            info.validate().unwrap_err().to_string(),
+            "sink.capabilities.tcp: `db.internal:5432` is not an ip:port pair"
+        );
+        info.config.sink.capabilities.tcp.clear();
+        info.config.sink.capabilities.data_dir = DataDir::At("/srv".into());
+        assert!(
+            info.validate()
+                .unwrap_err()
+                .to_string()
+                .starts_with("sink.capabilities.data-dir is the path /srv; the server chooses")
         );
     }
 
@@ -644,6 +719,86 @@ pub(crate) mod tests {
         // A new incarnation starts counting again, as its records do.
         let cf = Changefeed::incarnate(info, 9, Epoch(3)).unwrap();
         assert_eq!((cf.info.errors.len(), cf.info.error_count), (0, 0));
+    }
+
+    /// A record as the build before the typed config wrote it (stored-form
+    /// version 1): the source and pipeline as the JSON of their TOML tables, only
+    /// the keys the operator wrote, and `memory-bytes` in the plugins' limits.
+    const V1_RECORD: &str = r#"{"version":1,"id":{"tenant":"acme","name":"orders"},
+        "source":{"type":"datagen","total-rows":100,"mix":{"insert":5,"update":0,"delete":0}},
+        "filters":[{"plugin":"filter-mask@0.1.0","config":{"columns":["email"]},
+            "capabilities":{"data-dir":false,"tcp":[],"http":[]},
+            "limits":{"memory-bytes":67108864,"call-timeout-ms":5000,
+                "host-call-timeout-ms":30000,"max-resources":1024}}],
+        "sink":{"plugin":"sink-file@0.1.0","config":{"format":"csv"},
+            "capabilities":{"data-dir":true,"tcp":["10.0.0.1:9000"],"http":[]},
+            "limits":{"memory-bytes":33554432,"call-timeout-ms":5000,
+                "host-call-timeout-ms":30000,"max-resources":1024}},
+        "pipeline":{"max-batch-rows":10,"max-batch-bytes":"8MiB"},
+        "spec":"[source]\ntype = \"datagen\"\n","start-ts":5,"target-ts":9,
+        "created-at-ms":1767225600000,"state":"stopped","epoch":3,"errors":[],
+        "warnings":[]}"#;
+
+    #[test]
+    fn a_version_1_record_decodes_to_the_typed_config_its_file_gives() {
+        let info = ChangefeedInfo::decode(V1_RECORD.as_bytes()).unwrap();
+        assert_eq!(info.version, INFO_VERSION);
+        assert_eq!(info.id, ChangefeedId::new("acme", "orders").unwrap());
+        assert_eq!(
+            (info.start_ts, info.target_ts),
+            (CommitTs::new(5), Some(CommitTs::new(9)))
+        );
+        assert_eq!(
+            (info.state, info.epoch, info.created_at_ms),
+            (FeedState::Stopped, Epoch(3), 1_767_225_600_000)
+        );
+        // The same typed value the changefeed file gives today.
+        let file = r#"
+[source]
+type = "datagen"
+total-rows = 100
+[source.mix]
+insert = 5
+update = 0
+delete = 0
+
+[[filters]]
+plugin = "filter-mask@0.1.0"
+config = { columns = ["email"] }
+
+[sink]
+plugin = "sink-file@0.1.0"
+config = { format = "csv" }
+limits = { memory = "32MiB" }
+capabilities = { data-dir = true, tcp = ["10.0.0.1:9000"] }
+
+[pipeline]
+max-batch-rows = 10
+max-batch-bytes = "8MiB"
+"#;
+        assert_eq!(info.config, ChangefeedConfig::parse(file).unwrap());
+        assert_eq!(info.config.sink.limits.memory, ByteSize(32 << 20));
+        assert_eq!(info.config.pipeline.flush_interval_ms, 1_000);
+        info.validate().unwrap();
+        // Written back in the current form, it reads back the same.
+        let json: serde_json::Value = serde_json::from_slice(&info.encode()).unwrap();
+        assert_eq!(json["version"], 2);
+        assert!(json.get("source").is_none() && json.get("sink").is_none());
+        assert_eq!(ChangefeedInfo::decode(&info.encode()).unwrap(), info);
+
+        // A version 1 record without a pipeline table gets the defaults.
+        let mut old: serde_json::Value = serde_json::from_str(V1_RECORD).unwrap();
+        old.as_object_mut().unwrap().remove("pipeline");
+        let info = ChangefeedInfo::decode(old.to_string().as_bytes()).unwrap();
+        assert_eq!(info.config.pipeline, PipelineConfig::default());
+        // And one whose source no longer parses is refused, not guessed at.
+        old["source"] = serde_json::json!({"type": "binlog"});
+        let err = ChangefeedInfo::decode(old.to_string().as_bytes()).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("stored changefeed info is malformed"),
+            "{err}"
+        );
     }
 
     #[test]

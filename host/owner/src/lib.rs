@@ -45,17 +45,16 @@ pub use context::{
     InfoWrite, LiveProgress, Outcome, OwnerContext, SaveError, Stored, Work, WorkProgress,
 };
 pub use epoch::{Epoch, fence};
-pub use error::{
-    AdminError, BackoffConfigError, DecodeError, Fenced, IdError, InfoError, OwnerError,
-};
-pub use id::{ChangefeedId, DEFAULT_TENANT, MAX_NAME_LEN, NameKind, validate_name};
+pub use error::{AdminError, BackoffConfigError, DecodeError, Fenced, InfoError, OwnerError};
+pub use id::{ChangefeedId, DEFAULT_TENANT};
 pub use info::{
     Changefeed, ChangefeedInfo, ChangefeedStatus, ErrorKind, ErrorRecord, FailReason, INFO_VERSION,
     MAX_INFO_BYTES, MAX_MESSAGE_BYTES, MAX_RECORDS, MAX_TS_AHEAD_MS, STATUS_VERSION, WarningRecord,
     bound_message, check_not_future,
 };
 pub use manager::{Decision, FeedStateManager};
-pub use plugin::{Capabilities, Limits, PluginId, PluginRef};
+pub use plugin::{Capabilities, DataDir, Limits, PluginId, PluginRef};
 pub use records::{GiveUp, MetaRecords};
 pub use runtime::{OwnerConfig, Totals};
+pub use sluice_config::{ChangefeedConfig, IdError, MAX_NAME_LEN, NameKind, validate_name};
 pub use state::FeedState;

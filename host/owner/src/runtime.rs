@@ -400,7 +400,7 @@ impl<C: OwnerContext> Runtime<C> {
 
     /// Plugin instances `info` reserves when it runs: one per filter and the sink.
     fn instances_of(info: &ChangefeedInfo) -> u64 {
-        info.filters.len() as u64 + 1
+        info.config.filters.len() as u64 + 1
     }
 
     /// Refuses `info` if, with the tenant's other changefeeds (every one not
@@ -592,12 +592,7 @@ impl<C: OwnerContext> Runtime<C> {
         let mut users = self.snapshot().users_of(tenant, plugin);
         for p in &self.pending {
             let info = &p.info;
-            if info.id.tenant() == tenant
-                && info
-                    .filters
-                    .iter()
-                    .chain([&info.sink])
-                    .any(|r| &r.plugin == plugin)
+            if info.id.tenant() == tenant && info.config.plugins().any(|(_, r)| &r.plugin == plugin)
             {
                 users.push(info.id.to_string());
             }

@@ -36,19 +36,29 @@ pub struct PipelineConfig {
 }
 
 impl Default for PipelineConfig {
+    /// The defaults of `[pipeline]` (one set, in `sluice_config`), with the
+    /// settings the file does not expose.
     fn default() -> Self {
+        Self::from(&sluice_config::PipelineConfig::default())
+    }
+}
+
+impl From<&sluice_config::PipelineConfig> for PipelineConfig {
+    /// The pipeline a validated `[pipeline]` describes. The replay bound starts
+    /// at zero; the caller sets it from the claimed task position.
+    fn from(p: &sluice_config::PipelineConfig) -> Self {
         Self {
-            max_batch_rows: 1024,
-            max_batch_bytes: 4 << 20,
-            flush_interval: Duration::from_secs(1),
-            event_cache_count: 10_240,
-            event_cache_bytes: 64 << 20,
+            max_batch_rows: p.max_batch_rows,
+            max_batch_bytes: usize::try_from(p.max_batch_bytes.0).unwrap_or(usize::MAX),
+            flush_interval: Duration::from_millis(p.flush_interval_ms),
+            event_cache_count: p.event_cache_count,
+            event_cache_bytes: usize::try_from(p.event_cache_bytes.0).unwrap_or(usize::MAX),
             max_pending_bytes: 64 << 20,
-            max_retries: 8,
+            max_retries: p.max_retries,
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),
-            checkpoint_interval: Duration::from_millis(500),
-            fence_ahead: Duration::from_secs(2),
+            checkpoint_interval: Duration::from_millis(p.checkpoint_interval_ms),
+            fence_ahead: Duration::from_millis(p.fence_ahead_ms),
             replay_until: sluice_core::CommitTs::ZERO,
         }
     }

@@ -7,18 +7,21 @@ use anyhow::Context;
 use sluice_core::{CheckpointTs, CommitTs};
 use sluice_processor::{Pipeline, Report};
 use sluice_runtime::{PluginKind, PluginRuntime, RuntimeConfig, WasmFilter, WasmSink};
-use sluice_source::DatagenSource;
 use tracing::Instrument;
 
 use std::sync::Arc;
 
 use sluice_meta::{EmbeddedMetaStore, MetaStore};
 
+use sluice_capture::plugin_settings;
 use sluice_capture::progress::MetaProgressStore;
-use sluice_config::file::{ChangefeedFile, SourceConfig};
+use sluice_config::{DataDir, PluginConfig, RunConfig};
 
 pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyhow::Result<()> {
-    let file = ChangefeedFile::load(path)?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let file = RunConfig::parse(&text)
+        .with_context(|| format!("invalid changefeed file {}", path.display()))?;
     let plugin_dir = plugin_dir.unwrap_or_else(|| file.plugin_dir.clone());
     check_private_dirs(&file)?;
     let runtime = PluginRuntime::new(RuntimeConfig {
@@ -27,7 +30,7 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
     })?;
 
     let mut filters = Vec::new();
-    for (i, section) in file.filters.iter().enumerate() {
+    for (i, section) in file.feed.filters.iter().enumerate() {
         let at = format!("filters[{i}]");
         let file_path = section.resolve(&plugin_dir);
         let component = runtime
@@ -35,37 +38,34 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
             .with_context(|| {
                 format!("{at}.plugin `{}` ({})", section.plugin, file_path.display())
             })?;
-        let mut filter = WasmFilter::new(component, section.settings()?)?;
+        let mut filter = WasmFilter::new(component, settings(section))?;
         filter
             .validate_config()
             .await
             .with_context(|| format!("{at}.config was rejected by `{}`", section.plugin))?;
         filters.push(filter);
     }
-    let sink_path = file.sink.resolve(&plugin_dir);
+    let sink_section = &file.feed.sink;
+    let sink_path = sink_section.resolve(&plugin_dir);
     let component = runtime
         .load_file(PluginKind::Sink, &sink_path)
         .with_context(|| {
             format!(
                 "sink.plugin `{}` ({})",
-                file.sink.plugin,
+                sink_section.plugin,
                 sink_path.display()
             )
         })?;
-    let mut sink = WasmSink::new(component, file.sink.settings()?)?;
+    let mut sink = WasmSink::new(component, settings(sink_section))?;
     sink.validate_config()
         .await
-        .with_context(|| format!("sink.config was rejected by `{}`", file.sink.plugin))?;
+        .with_context(|| format!("sink.config was rejected by `{}`", sink_section.plugin))?;
 
-    let source = match &file.source {
-        SourceConfig::Datagen(d) => DatagenSource::new(d.clone())?,
-    };
-    let total = match &file.source {
-        SourceConfig::Datagen(d) => d.total_rows,
-    };
+    let source = sluice_source::build(&file.feed.source, CommitTs::ZERO)?;
+    let total = file.feed.source.total_rows().unwrap_or(0);
 
-    let id = file.changefeed.id.clone();
-    let mut pipeline_config = file.pipeline_config();
+    let id = file.id.clone();
+    let mut pipeline_config = sluice_processor::PipelineConfig::from(&file.feed.pipeline);
     // Batches must fit every plugin's bound; keep half of it in reserve for filters
     // that grow values (hashing turns a short value into 64 hex characters).
     let plugin_bound = filters
@@ -79,14 +79,14 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
         .min((plugin_bound / 2) as usize);
     let mut start = sluice_core::Checkpoint::default();
     let mut progress_store = None;
-    if file.changefeed.resume {
+    if file.resume {
         std::fs::create_dir_all(&file.data_dir)
             .with_context(|| format!("cannot create the data dir {}", file.data_dir.display()))?;
         let path = file.data_dir.join(EmbeddedMetaStore::FILE_NAME);
         let store: Arc<dyn MetaStore> = Arc::new(EmbeddedMetaStore::open(&path).await?);
         let (store, previous) = MetaProgressStore::claim(
             store,
-            sluice_capture::progress::Claim::local(&file.changefeed.id),
+            sluice_capture::progress::Claim::local(&file.id),
             None,
             None,
         )
@@ -96,7 +96,7 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
             pipeline_config.replay_until = CommitTs::new(previous.fence_ts);
             eprintln!(
                 "[{}] resuming from checkpoint {} (run {}); rows up to {} are flagged replay",
-                file.changefeed.id,
+                file.id,
                 describe_ts(CommitTs::new(previous.checkpoint_ts)),
                 previous.epoch + 1,
                 previous.fence_ts
@@ -148,20 +148,15 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
 
 /// A plugin's granted directory must not overlap the host's own state (the
 /// precompiled artifacts and the meta store live there), nor another plugin's.
-fn check_private_dirs(file: &ChangefeedFile) -> anyhow::Result<()> {
+fn check_private_dirs(file: &RunConfig) -> anyhow::Result<()> {
     let canonical = |p: &Path| -> anyhow::Result<PathBuf> {
         std::fs::create_dir_all(p).with_context(|| format!("cannot create {}", p.display()))?;
         Ok(std::fs::canonicalize(p)?)
     };
     let host = canonical(&file.data_dir)?;
     let mut granted: Vec<(String, PathBuf)> = Vec::new();
-    let sections = file
-        .filters
-        .iter()
-        .enumerate()
-        .map(|(i, f)| (format!("filters[{i}]"), f));
-    for (at, section) in sections.chain([("sink".to_string(), &file.sink)]) {
-        let Some(dir) = &section.capabilities.data_dir else {
+    for (at, section) in file.feed.plugins() {
+        let DataDir::At(dir) = &section.capabilities.data_dir else {
             continue;
         };
         let dir = canonical(dir)?;
@@ -183,6 +178,16 @@ fn check_private_dirs(file: &ChangefeedFile) -> anyhow::Result<()> {
         granted.push((at, dir));
     }
     Ok(())
+}
+
+/// Runtime settings of a plugin `sluice run` loads: named by its file stem, with
+/// the directory the file grants it.
+fn settings(section: &PluginConfig<String>) -> sluice_runtime::PluginSettings {
+    let dir = match &section.capabilities.data_dir {
+        DataDir::At(dir) => Some(dir.clone()),
+        DataDir::Denied | DataDir::HostChosen => None,
+    };
+    plugin_settings(section, section.name(), dir)
 }
 
 fn describe_ts(ts: CommitTs) -> String {

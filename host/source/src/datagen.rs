@@ -6,96 +6,11 @@ use std::time::Duration;
 
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
-use serde::Deserialize;
+pub use sluice_config::source::{DatagenConfig, Mix};
 use sluice_core::{
     ChangesPool, Checkpoint, Column, ColumnType, CommitTs, ResolvedTs, ResumeError, RowWriter,
     Source, SourceEvent, SourcePosition, TableSchema, Transaction,
 };
-
-/// Weights of the operation mix (they need not sum to anything in particular);
-/// each is at most 1,000,000.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct Mix {
-    /// Weight of inserts (a new row with the next id of its table).
-    pub insert: u32,
-    /// Weight of updates of a live row (a new version of its values).
-    pub update: u32,
-    /// Weight of deletes of a live row.
-    pub delete: u32,
-}
-
-impl Default for Mix {
-    fn default() -> Self {
-        Self {
-            insert: 6,
-            update: 3,
-            delete: 1,
-        }
-    }
-}
-
-/// `[source]` with `type = "datagen"`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct DatagenConfig {
-    /// Seed of the generator: same seed, same workload.
-    #[serde(default = "default_seed")]
-    pub seed: u64,
-    /// Row changes to generate in all; 0 means no end.
-    #[serde(default = "default_total")]
-    pub total_rows: u64,
-    /// Row changes per second; 0 means as fast as the pipeline takes them.
-    #[serde(default)]
-    pub rate: u64,
-    /// Largest number of rows in one transaction (each has 1..=this).
-    #[serde(default = "default_txn_rows")]
-    pub max_txn_rows: u32,
-    /// Which tables to generate (`users`, `orders`, `events`); empty means all.
-    #[serde(default)]
-    pub tables: Vec<String>,
-    /// Operation mix.
-    #[serde(default)]
-    pub mix: Mix,
-    /// Physical time (ms since the Unix epoch) of the first commit ts; fixed so
-    /// that output is reproducible.
-    #[serde(default = "default_start_ms")]
-    pub start_millis: u64,
-    /// Database name the tables live in.
-    #[serde(default = "default_schema")]
-    pub schema: String,
-}
-
-fn default_seed() -> u64 {
-    42
-}
-fn default_total() -> u64 {
-    10_000
-}
-fn default_txn_rows() -> u32 {
-    4
-}
-fn default_start_ms() -> u64 {
-    1_767_225_600_000 // 2026-01-01T00:00:00Z
-}
-fn default_schema() -> String {
-    "shop".into()
-}
-
-impl Default for DatagenConfig {
-    fn default() -> Self {
-        Self {
-            seed: default_seed(),
-            total_rows: default_total(),
-            rate: 0,
-            max_txn_rows: default_txn_rows(),
-            tables: Vec::new(),
-            mix: Mix::default(),
-            start_millis: default_start_ms(),
-            schema: default_schema(),
-        }
-    }
-}
 
 /// Bad datagen settings.
 #[derive(Debug, thiserror::Error)]
@@ -128,18 +43,6 @@ pub enum DatagenError {
     Exhausted,
 }
 
-/// Largest `max-txn-rows`: one transaction's rows are built in memory at once.
-pub const MAX_TXN_ROWS: u32 = 10_000;
-/// Largest weight in `[source.mix]`.
-pub const MAX_MIX_WEIGHT: u32 = 1_000_000;
-/// Largest `rate` (row changes per second).
-pub const MAX_RATE: u64 = 100_000_000;
-/// Largest `start-millis`: 3000-01-01T00:00:00Z. Commit ts keep their physical part
-/// in 46 bits (until the year 4199), so a generator starting here can run for
-/// more than a millennium of generated time before it runs out of timestamps.
-pub const MAX_START_MILLIS: u64 = 32_503_680_000_000;
-/// Longest `schema` name (MySQL's identifier limit).
-pub const MAX_SCHEMA_CHARS: usize = 64;
 /// Live rows a table keeps for updates and deletes; at this many, the generator
 /// deletes instead of inserting, so that an endless run has bounded memory.
 pub const MAX_LIVE_ROWS: usize = 100_000;
@@ -151,70 +54,6 @@ const SKIP_YIELD_EVERY: u32 = 256;
 
 /// Unpaced, a resolved mark follows every this many transactions (and the last).
 const RESOLVED_EVERY: u64 = 256;
-
-impl DatagenConfig {
-    /// Check the settings (no I/O). Every number has a range; the error names the
-    /// key and the range.
-    pub fn validate(&self) -> Result<(), DatagenError> {
-        let invalid = |m: String| Err(DatagenError::Invalid(m));
-        for t in &self.tables {
-            if !TABLES.contains(&t.as_str()) {
-                return Err(DatagenError::UnknownTable(t.clone()));
-            }
-        }
-        if self.tables.len() > TABLES.len() {
-            return invalid(format!(
-                "tables lists {} names; name each of users, orders, events at most once",
-                self.tables.len()
-            ));
-        }
-        if !(1..=MAX_TXN_ROWS).contains(&self.max_txn_rows) {
-            return invalid(format!(
-                "max-txn-rows is {}; it must be between 1 and {MAX_TXN_ROWS}",
-                self.max_txn_rows
-            ));
-        }
-        if self.mix.insert == 0 {
-            return invalid(
-                "mix.insert must be above 0 (nothing to update or delete otherwise)".into(),
-            );
-        }
-        for (key, weight) in [
-            ("insert", self.mix.insert),
-            ("update", self.mix.update),
-            ("delete", self.mix.delete),
-        ] {
-            if weight > MAX_MIX_WEIGHT {
-                return invalid(format!(
-                    "mix.{key} is {weight}; weights are at most {MAX_MIX_WEIGHT}"
-                ));
-            }
-        }
-        if self.rate > MAX_RATE {
-            return invalid(format!(
-                "rate is {} rows/s; at most {MAX_RATE} (0 means as fast as the sink takes them)",
-                self.rate
-            ));
-        }
-        if self.start_millis > MAX_START_MILLIS {
-            return invalid(format!(
-                "start-millis is {}; at most {MAX_START_MILLIS} (3000-01-01)",
-                self.start_millis
-            ));
-        }
-        if self.schema.is_empty()
-            || self.schema.chars().count() > MAX_SCHEMA_CHARS
-            || self.schema.chars().any(char::is_control)
-        {
-            return invalid(format!(
-                "schema must be 1 to {MAX_SCHEMA_CHARS} characters without control characters"
-            ));
-        }
-        Ok(())
-    }
-}
-
-const TABLES: [&str; 3] = ["users", "orders", "events"];
 
 fn col(name: &str, ty: ColumnType, sql_type: &str, key: bool) -> Column {
     Column {
@@ -437,7 +276,9 @@ fn write_image(seed: u64, schema: &TableSchema, live: Live, w: &mut RowWriter<'_
 impl DatagenSource {
     /// A generator for `config` (validated).
     pub fn new(config: DatagenConfig) -> Result<Self, DatagenError> {
-        config.validate()?;
+        config
+            .validate()
+            .map_err(|e| DatagenError::Invalid(e.to_string()))?;
         let tables = schemas(&config.schema)
             .into_iter()
             .filter(|s| {
@@ -711,6 +552,7 @@ impl Source for DatagenSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_config::source::{MAX_MIX_WEIGHT, MAX_START_MILLIS, MAX_TXN_ROWS};
     use sluice_core::{CheckpointTs, Op};
 
     fn drain(config: DatagenConfig) -> Vec<Transaction> {
@@ -886,7 +728,7 @@ mod tests {
 
     #[test]
     fn a_start_ts_past_the_generator_starts_generated_time_after_it() {
-        let start = CommitTs::compose(default_start_ms() + 86_400_000 * 365, 7);
+        let start = CommitTs::compose(DatagenConfig::default().start_millis + 86_400_000 * 365, 7);
         let mut g = DatagenSource::new(DatagenConfig {
             total_rows: 10,
             ..Default::default()

@@ -2,7 +2,13 @@
 //!
 //! Today: [`DatagenSource`], a seeded, deterministic synthetic workload over several
 //! tables covering every column type, for the demo, tests and benchmarks.
+//!
+//! Sources are built from their config (`sluice_config::SourceConfig`) in one
+//! place, [`build`], which `sluice run` and a server's processors both call.
 
+mod build;
 mod datagen;
+
+pub use build::{AnySource, SourceError, build};
 
 pub use datagen::{DatagenConfig, DatagenError, DatagenSource, Mix};

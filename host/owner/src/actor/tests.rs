@@ -13,7 +13,6 @@ use super::*;
 use crate::backoff::BackoffConfig;
 use crate::context::{InfoWrite, Outcome, SaveError, Stored, Work};
 use crate::info::ChangefeedStatus;
-use crate::plugin::PluginRef;
 
 /// One piece of fake work; the test decides when and how it ends.
 #[derive(Default)]
@@ -169,8 +168,7 @@ fn id(name: &str) -> ChangefeedId {
 fn info(name: &str) -> ChangefeedInfo {
     ChangefeedInfo::new(
         id(name),
-        serde_json::json!({"type": "datagen"}),
-        PluginRef::new("sink-file@0.1.0".parse().unwrap()),
+        crate::info::tests::sample_config(),
         CommitTs::new(1),
     )
 }

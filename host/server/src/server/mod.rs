@@ -123,7 +123,7 @@ impl ServeArgs {
             ("--max-call-timeout-ms", self.max_call_timeout_ms),
             ("--max-host-call-timeout-ms", self.max_host_call_timeout_ms),
         ] {
-            if !(1..=sluice_config::file::bounds::MAX_TIMEOUT_MS).contains(&value) {
+            if !(1..=sluice_config::bounds::MAX_TIMEOUT_MS).contains(&value) {
                 anyhow::bail!("{flag} is {value}; it must be between 1 and 600000");
             }
         }
