@@ -150,6 +150,7 @@ impl OwnerContext for FakeContext {
         info: &ChangefeedInfo,
         epoch: Epoch,
         checkpoint: CheckpointTs,
+        _: Revision,
     ) -> FakeWork {
         let state = Arc::new(FakeWorkState::default());
         self.started
