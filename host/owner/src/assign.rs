@@ -338,7 +338,7 @@ impl Work for AssignedWork {
     /// its pipeline gone (it aborts the task and awaits it before it reports),
     /// or the assignment can no longer be written (this server lost its
     /// ownership: the server then aborts its own capture's work), at most
-    /// [`ABORT_WAIT`]. A capture that reports nothing in time may still write
+    /// 30 s. A capture that reports nothing in time may still write
     /// to the sink, but only rows at or below the fence it saved: the next run
     /// claims the task position (compare-and-swap), which fences every later
     /// save of the old run, and replays up to that fence, flagged.
@@ -674,5 +674,150 @@ mod tests {
             false,
         );
         assert_eq!(reports.outcome(), Some(Outcome::Fenced));
+    }
+
+    /// A task position as a capture writes it (the fields the owner reads).
+    fn position(epoch: u64, checkpoint: u64, state: &str, rows: u64) -> Vec<u8> {
+        format!(
+            r#"{{"version":1,"epoch":1,"changefeed-epoch":{epoch},"checkpoint-ts":{checkpoint},"resolved-ts":{checkpoint},"fence-ts":0,"state":{state},"rows-written":{rows}}}"#
+        )
+        .into_bytes()
+    }
+
+    async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+        for _ in 0..400 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("timed out waiting until {what}");
+    }
+
+    #[tokio::test]
+    async fn the_handle_writes_the_assignment_and_follows_the_reported_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetaStore> = Arc::new(
+            sluice_meta::EmbeddedMetaStore::open(dir.path().join("meta.redb"))
+                .await
+                .unwrap(),
+        );
+        store.put("/owner", b"1".to_vec(), None).await.unwrap();
+        let created = store.get("/owner").await.unwrap().unwrap().create_revision;
+        let guard = Compare::create_revision("/owner", created);
+        let (wake, mut woken) = mpsc::unbounded_channel();
+        let assigner = Assigner::new(store.clone(), guard, Arc::new(|_| {}), "c-1".into(), wake);
+        let id = ChangefeedId::new("t", "c").unwrap();
+        let info = ChangefeedInfo::new(
+            id.clone(),
+            serde_json::json!({"type": "datagen"}),
+            crate::PluginRef::new(crate::PluginId::new("sink", "1.0.0").unwrap()),
+            CommitTs::new(100),
+        );
+        let key = keys::assignment("c-1", "t", "c").unwrap();
+        let task = keys::task_position("t", "c", "c-1").unwrap();
+        // A position of the previous epoch is not this work's.
+        store
+            .put(&task, position(1, 90, r#""finished""#, 5), None)
+            .await
+            .unwrap();
+
+        let mut work = assigner.assign(&info, Epoch(2), CheckpointTs::new(100), Revision(7));
+        let read = |store: Arc<dyn MetaStore>, key: String| async move {
+            store
+                .get(&key)
+                .await
+                .unwrap()
+                .map(|kv| keys::decode::<Assignment>(&kv.key, &kv.value).unwrap())
+        };
+        let mut assigned = None;
+        for _ in 0..400 {
+            assigned = read(store.clone(), key.clone()).await;
+            if assigned.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            assigned.unwrap(),
+            Assignment {
+                version: 1,
+                changefeed_epoch: Epoch(2),
+                tables: Tables::All,
+                checkpoint_ts: CheckpointTs::new(100),
+                info_revision: Revision(7),
+                desired: Desired::Run,
+            }
+        );
+        assert_eq!(work.live().progress(), None);
+
+        // The capture claims the position and saves a checkpoint.
+        store
+            .put(&task, position(2, 150, r#""running""#, 40), None)
+            .await
+            .unwrap();
+        let live = work.live();
+        wait_until("the progress is read", || {
+            live.progress()
+                .is_some_and(|p| p.checkpoint_ts.get() == 150)
+        })
+        .await;
+        assert_eq!(live.progress().unwrap().rows_written, 40);
+        assert!(!work.is_finished());
+
+        work.signal_stop();
+        assert!(work.is_stopping());
+        let mut desired = Desired::Run;
+        for _ in 0..400 {
+            desired = read(store.clone(), key.clone()).await.unwrap().desired;
+            if desired != Desired::Run {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(desired, Desired::Stop);
+
+        // The capture reports the stop; the owner is woken, the assignment goes.
+        store
+            .put(&task, position(2, 180, r#""stopped""#, 55), None)
+            .await
+            .unwrap();
+        assert_eq!(woken.recv().await, Some(id));
+        assert!(work.is_finished());
+        assert_eq!(live.progress().unwrap().checkpoint_ts.get(), 180);
+        assert_eq!(live.progress().unwrap().rows_written, 55);
+        assert_eq!(work.join().await, Outcome::Stopped);
+        assert_eq!(read(store.clone(), key.clone()).await, None);
+    }
+
+    #[tokio::test]
+    async fn a_newer_epoch_in_the_position_fences_the_handle() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetaStore> = Arc::new(
+            sluice_meta::EmbeddedMetaStore::open(dir.path().join("meta.redb"))
+                .await
+                .unwrap(),
+        );
+        store.put("/owner", b"1".to_vec(), None).await.unwrap();
+        let created = store.get("/owner").await.unwrap().unwrap().create_revision;
+        let guard = Compare::create_revision("/owner", created);
+        let (wake, _woken) = mpsc::unbounded_channel();
+        let assigner = Assigner::new(store.clone(), guard, Arc::new(|_| {}), "c-1".into(), wake);
+        let info = ChangefeedInfo::new(
+            ChangefeedId::new("t", "c").unwrap(),
+            serde_json::json!({"type": "datagen"}),
+            crate::PluginRef::new(crate::PluginId::new("sink", "1.0.0").unwrap()),
+            CommitTs::new(100),
+        );
+        let work = assigner.assign(&info, Epoch(2), CheckpointTs::new(100), Revision(1));
+        let task = keys::task_position("t", "c", "c-1").unwrap();
+        store
+            .put(&task, position(3, 150, r#""running""#, 1), None)
+            .await
+            .unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(5), work.join())
+            .await
+            .unwrap();
+        assert_eq!(outcome, Outcome::Fenced);
     }
 }
