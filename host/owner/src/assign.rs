@@ -185,6 +185,8 @@ impl TaskReport {
 #[derive(Clone)]
 pub struct Assigner {
     inner: Arc<Inner>,
+    /// How long a stopping handle waits for the capture's report.
+    stop_wait: Option<Duration>,
 }
 
 struct Inner {
@@ -217,7 +219,18 @@ impl Assigner {
                 capture,
                 wake,
             }),
+            stop_wait: None,
         }
+    }
+
+    /// Once asked to stop, a handle waits at most `wait` for the capture to
+    /// report the end (give it the capture's stop timeout and some slack); past
+    /// it, the work counts as stopped, as a processor cancelled at its stop
+    /// timeout does (the next run's claim fences whatever it still tries).
+    /// Without it, a handle waits as long as it takes.
+    pub fn with_stop_wait(mut self, wait: Duration) -> Self {
+        self.stop_wait = Some(wait);
+        self
     }
 
     /// Deletes every assignment (a new owner, at start: the work of earlier
@@ -271,6 +284,7 @@ impl Assigner {
                 record,
                 desired_rx,
                 live.clone(),
+                self.stop_wait,
             )
             .instrument(span),
         );
@@ -371,13 +385,24 @@ fn joined(result: Result<Outcome, tokio::task::JoinError>) -> Outcome {
 enum Lost {
     /// The store refused the write: this server is no longer the owner.
     Ownership,
+    /// The store did not take the write before the deadline.
+    TimedOut,
 }
 
 /// Writes the assignment (with the desired state) under the ownership guard;
-/// retries while the store does not answer. Returns the revision it landed at.
-async fn write(inner: &Inner, key: &str, record: &Assignment) -> Result<Revision, Lost> {
+/// retries while the store does not answer, until `until` if given. Returns
+/// the revision it landed at.
+async fn write(
+    inner: &Inner,
+    key: &str,
+    record: &Assignment,
+    until: Option<tokio::time::Instant>,
+) -> Result<Revision, Lost> {
     let value = keys::encode(record).expect("an assignment encodes");
     loop {
+        if until.is_some_and(|u| tokio::time::Instant::now() >= u) {
+            return Err(Lost::TimedOut);
+        }
         let txn = Txn::new()
             .when([inner.guard.clone()])
             .and_then([Op::put(key, value.clone())]);
@@ -479,6 +504,7 @@ async fn follow(
     mut record: Assignment,
     mut desired: watch::Receiver<Desired>,
     live: Arc<Reported>,
+    stop_wait: Option<Duration>,
 ) -> Outcome {
     let lost = || Outcome::Failed {
         kind: ErrorKind::Retryable,
@@ -487,9 +513,9 @@ async fn follow(
     let mut written = BTreeMap::new();
     for capture in &captures {
         let key = keys::assignment(capture, id.tenant(), id.name()).expect("valid names");
-        match write(&inner, &key, &record).await {
+        match write(&inner, &key, &record, None).await {
             Ok(revision) => written.insert(key, revision),
-            Err(Lost::Ownership) => return lost(),
+            Err(_) => return lost(),
         };
     }
     let prefix = keys::task_prefix(id.tenant(), id.name()).expect("valid names");
@@ -497,6 +523,14 @@ async fn follow(
         epoch: record.changefeed_epoch,
         captures: captures.iter().map(|c| (c.clone(), None)).collect(),
         fenced: false,
+    };
+    // Set once a stop is written: the capture's report is waited for until then.
+    let mut deadline: Option<tokio::time::Instant> = None;
+    let gave_up = || {
+        tracing::warn!(
+            "The capture did not report the end of stopped work in time; counting it as stopped."
+        );
+        Outcome::Stopped
     };
     let outcome = 'follow: loop {
         let listing = match inner.store.list(&prefix).await {
@@ -539,13 +573,18 @@ async fn follow(
                         continue;
                     }
                     record.desired = next;
+                    if next == Desired::Stop && deadline.is_none() {
+                        deadline = stop_wait.map(|w| tokio::time::Instant::now() + w);
+                    }
                     for (key, revision) in &mut written {
-                        match write(&inner, key, &record).await {
+                        match write(&inner, key, &record, deadline).await {
                             Ok(r) => *revision = r,
                             Err(Lost::Ownership) => break 'follow lost(),
+                            Err(Lost::TimedOut) => break 'follow gave_up(),
                         }
                     }
                 }
+                () = until(deadline) => break 'follow gave_up(),
             }
         }
     };
@@ -560,6 +599,14 @@ async fn follow(
     }
     let _ = inner.wake.send(id);
     outcome
+}
+
+/// Resolves at `deadline`; never without one.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
 }
 
 #[cfg(test)]
@@ -819,5 +866,39 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(outcome, Outcome::Fenced);
+    }
+
+    #[tokio::test]
+    async fn a_stop_nobody_reports_counts_as_stopped_after_the_stop_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetaStore> = Arc::new(
+            sluice_meta::EmbeddedMetaStore::open(dir.path().join("meta.redb"))
+                .await
+                .unwrap(),
+        );
+        store.put("/owner", b"1".to_vec(), None).await.unwrap();
+        let created = store.get("/owner").await.unwrap().unwrap().create_revision;
+        let guard = Compare::create_revision("/owner", created);
+        let (wake, _woken) = mpsc::unbounded_channel();
+        let assigner = Assigner::new(store.clone(), guard, Arc::new(|_| {}), "c-1".into(), wake)
+            .with_stop_wait(Duration::from_millis(300));
+        let info = ChangefeedInfo::new(
+            ChangefeedId::new("t", "c").unwrap(),
+            serde_json::json!({"type": "datagen"}),
+            crate::PluginRef::new(crate::PluginId::new("sink", "1.0.0").unwrap()),
+            CommitTs::new(100),
+        );
+        let mut work = assigner.assign(&info, Epoch(1), CheckpointTs::new(100), Revision(1));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = std::time::Instant::now();
+        work.signal_stop();
+        let outcome = tokio::time::timeout(Duration::from_secs(5), work.join())
+            .await
+            .unwrap();
+        assert_eq!(outcome, Outcome::Stopped);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        // The assignment went with it.
+        let key = keys::assignment("c-1", "t", "c").unwrap();
+        assert_eq!(store.get(&key).await.unwrap(), None);
     }
 }

@@ -248,7 +248,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let keeper = tokio::spawn(keep_alive(store.clone(), give_up.clone(), lease.0, lease.1));
     let context = Arc::new(ServerContext {
         records: MetaRecords::new(store.clone(), owner_guard.clone(), give_up.clone()),
-        assigner: Assigner::new(store.clone(), owner_guard, give_up, id.clone(), wake),
+        // A stopping processor is cancelled at the stop timeout and then reports.
+        assigner: Assigner::new(store.clone(), owner_guard, give_up, id.clone(), wake)
+            .with_stop_wait(stop_timeout + Duration::from_secs(10)),
         capture: capture.clone(),
     });
     let owner_config = OwnerConfig {
