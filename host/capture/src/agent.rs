@@ -17,7 +17,8 @@ use std::time::Duration;
 use sluice_meta::keys::{self, MetaKey};
 use sluice_meta::{KeyValue, MetaError, WatchEventKind};
 use sluice_owner::{
-    Assignment, ChangefeedId, ChangefeedInfo, Desired, Epoch, ErrorKind, Outcome, Tables,
+    ASSIGNMENT_VERSION, Assignment, ChangefeedId, ChangefeedInfo, Desired, Epoch, ErrorKind,
+    Outcome, Tables,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -103,10 +104,17 @@ fn changefeed_of(key: &str) -> Option<ChangefeedId> {
     }
 }
 
+/// The assignment in `kv`; none (logged) if it does not decode or a newer build
+/// wrote it (it may mean more than this build can read).
 fn decode(kv: &KeyValue) -> Option<Assignment> {
-    keys::decode::<Assignment>(&kv.key, &kv.value)
+    let a = keys::decode::<Assignment>(&kv.key, &kv.value)
         .inspect_err(|e| tracing::error!(key = %kv.key, error = %e, "Ignoring an assignment that does not decode."))
-        .ok()
+        .ok()?;
+    if a.version > ASSIGNMENT_VERSION {
+        tracing::error!(key = %kv.key, version = a.version, supported = ASSIGNMENT_VERSION, "Ignoring an assignment written by a newer sluice; upgrade this capture.");
+        return None;
+    }
+    Some(a)
 }
 
 async fn run(capture: Arc<Capture>, mut stop: watch::Receiver<Option<Halt>>) {

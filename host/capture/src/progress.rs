@@ -420,5 +420,47 @@ mod tests {
         let old = r#"{"version":1,"epoch":3,"checkpoint-ts":10,"resolved-ts":11,"fence-ts":12}"#;
         let p: TaskPosition = serde_json::from_str(old).unwrap();
         assert_eq!((p.epoch, p.checkpoint_ts, p.source_position), (3, 10, None));
+        assert_eq!(
+            (p.state, p.counters),
+            (TaskState::Running, Counters::default())
+        );
+    }
+
+    #[test]
+    fn the_reported_state_and_counters_have_their_documented_form() {
+        let p = TaskPosition {
+            version: 1,
+            epoch: 2,
+            changefeed_epoch: 5,
+            checkpoint_ts: 10,
+            state: TaskState::Failed {
+                kind: sluice_owner::ErrorKind::Config,
+                message: "bad".into(),
+            },
+            counters: Counters {
+                rows_read: 7,
+                rows_written: 6,
+                bytes_written: 300,
+                retries: 1,
+            },
+            ..TaskPosition::default()
+        };
+        let text = serde_json::to_string(&p).unwrap();
+        assert!(
+            text.contains(r#""state":{"failed":{"kind":"config","message":"bad"}},"rows-read":7,"rows-written":6,"bytes-written":300,"retries":1"#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<TaskPosition>(&text).unwrap(), p);
+        // The owner reads the same record.
+        let report: sluice_owner::TaskReport = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            (
+                report.changefeed_epoch,
+                report.checkpoint_ts,
+                report.rows_written
+            ),
+            (5, 10, 6)
+        );
+        assert_eq!(report.state, p.state);
     }
 }

@@ -101,8 +101,19 @@ async fn store_info(f: &Fixture, name: &str, epoch: u64, rows: u64, rate: u64) -
 }
 
 async fn assign(f: &Fixture, name: &str, epoch: u64, revision: Revision, desired: Desired) {
+    assign_version(f, name, 1, epoch, revision, desired).await
+}
+
+async fn assign_version(
+    f: &Fixture,
+    name: &str,
+    version: u32,
+    epoch: u64,
+    revision: Revision,
+    desired: Desired,
+) {
     let a = Assignment {
-        version: 1,
+        version,
         changefeed_epoch: Epoch(epoch),
         tables: Tables::All,
         checkpoint_ts: CheckpointTs::new(START),
@@ -181,6 +192,9 @@ async fn an_assignment_of_a_stale_epoch_is_ignored() {
     // The stored info is at epoch 3: an assignment of epoch 2 is stale.
     let revision = store_info(&f, "orders", 3, 100, 0).await;
     assign(&f, "orders", 2, revision, Desired::Run).await;
+    // An assignment a newer build wrote is not run either.
+    let newer = store_info(&f, "events", 1, 100, 0).await;
+    assign_version(&f, "events", 2, 1, newer, Desired::Run).await;
     // Another changefeed, assigned after it, runs: the agent saw both.
     let other = store_info(&f, "users", 1, 100, 0).await;
     assign(&f, "users", 1, other, Desired::Run).await;
