@@ -1,10 +1,12 @@
 //! `sluice-capture`: what a capture runs, i.e. starting and stopping work. A
 //! [`Processor`] is one changefeed's pipeline at one epoch on this capture; it
-//! keeps its task position in the meta store ([`MetaProgressStore`]). The owner
-//! reaches the capture through [`Capture`]: start work for a changefeed at an
-//! epoch from a checkpoint, ask it to stop, observe its progress and outcome
-//! (`sluice_owner::Work`).
+//! keeps its task position in the meta store ([`MetaProgressStore`]) and reports
+//! there how it runs and how it ended. The owner never reaches a processor: it
+//! writes assignments to the meta store, and the capture's [`Agent`] watches
+//! them, starts a processor (through [`Capture`]) for each new one and stops or
+//! aborts it when the assignment says so or goes.
 
+mod agent;
 mod processor;
 pub mod progress;
 mod settings;
@@ -17,12 +19,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sluice_config::ServerLimits;
 use sluice_meta::{Compare, MetaStore};
-use sluice_owner::ChangefeedId;
 use sluice_registry::PluginRegistry;
-use tokio::sync::mpsc;
 
-pub use processor::{Live, Outcome, PluginCounters, Processor, plugin_roles};
-pub use progress::{Claim, MetaProgressStore, TaskPosition};
+pub use agent::Agent;
+pub use processor::{Live, PluginCounters, Processor, plugin_roles};
+pub use progress::{Claim, Counters, MetaProgressStore, Reporter, TaskPosition};
 pub use settings::{plugin_data_dir, plugin_settings};
 pub use work::{Capture, registry_error};
 
@@ -36,8 +37,6 @@ pub struct Ctx {
     pub data_dir: PathBuf,
     /// This capture's id (task positions are saved under it).
     pub capture_id: String,
-    /// Processors send their changefeed here when they end.
-    pub wake: mpsc::UnboundedSender<ChangefeedId>,
     /// Holds while this capture is the owner: checked in every task position claim.
     pub owner_guard: Compare,
     /// What a changefeed may ask for (stored ones are clamped to it).

@@ -1,7 +1,9 @@
 //! A processor: one changefeed's pipeline running under one epoch on this capture.
-//! The owner starts it from a checkpoint and stops it; the processor loads the
-//! plugins from the registry, claims the task position (fencing older runs) and
-//! runs the pipeline until the source ends, it is stopped, or it fails.
+//! The capture's agent starts it from the checkpoint the owner assigned and stops
+//! it; the processor claims the task position (fencing older runs), loads the
+//! plugins from the registry and runs the pipeline until the source ends, it is
+//! stopped, or it fails. It reports how it ended in the task position, where the
+//! owner reads it.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -9,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use sluice_core::{
     Checkpoint, CheckpointTs, CommitTs, ResolvedTs, ResumeError, Source, SourceEvent,
 };
-use sluice_owner::{ChangefeedInfo, Epoch, ErrorKind};
+use sluice_owner::{ChangefeedId, ChangefeedInfo, Epoch, ErrorKind, Outcome, TaskState};
 use sluice_processor::{Pipeline, PipelineError, Progress, ProgressStoreError};
 use sluice_runtime::{PluginKind, PluginStats, WasmFilter, WasmSink};
 use tokio::sync::watch;
@@ -17,28 +19,17 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::Ctx;
-use crate::progress::{Claim, MetaProgressStore};
+use crate::progress::{Claim, Counters, MetaProgressStore, Reporter};
 use crate::settings::{plugin_data_dir, plugin_settings};
 use sluice_registry::RegistryError;
 
-/// How a processor ended.
-#[derive(Debug)]
-pub enum Outcome {
-    /// The source ended (a bounded source, or the target ts): everything read is
-    /// downstream.
-    Finished,
-    /// Stopped by the owner after writing, flushing and closing.
-    Stopped,
-    /// Failed; the owner classifies and reacts.
-    Failed { kind: ErrorKind, message: String },
-    /// A newer epoch took over the task position; this one wrote nothing more.
-    Fenced,
-}
-
-/// What the owner can see of a running processor.
+/// What can be seen of a running processor.
 #[derive(Default)]
 pub struct Live {
+    /// The pipeline's progress, once it runs.
     pub progress: Mutex<Option<watch::Receiver<Progress>>>,
+    /// Writes the run's end into its task position, once claimed.
+    reporter: Mutex<Option<Reporter>>,
 }
 
 /// Counters of a changefeed's plugins: (role, plugin, stats), the role being
@@ -68,18 +59,34 @@ fn stats_of(plugins: &PluginCounters, role: &str) -> Arc<PluginStats> {
 }
 
 impl Live {
+    /// The pipeline's latest progress; none before it runs.
     pub fn progress(&self) -> Option<Progress> {
         self.progress
             .lock()
             .ok()
             .and_then(|p| p.as_ref().map(|rx| rx.borrow().clone()))
     }
+
+    /// The run's counters, as its task position reports them.
+    pub fn counters(&self) -> Option<Counters> {
+        self.progress().map(|p| Counters {
+            rows_read: p.rows_read,
+            rows_written: p.rows_written,
+            bytes_written: p.bytes_written,
+            retries: p.retries,
+        })
+    }
 }
 
 /// A running processor.
 pub struct Processor {
+    /// The changefeed epoch it runs under.
     pub epoch: Epoch,
+    /// What can be seen of it while it runs.
     pub live: Arc<Live>,
+    ctx: Arc<Ctx>,
+    id: ChangefeedId,
+    checkpoint: CheckpointTs,
     /// Set to ask the pipeline to stop.
     stop: watch::Sender<bool>,
     task: JoinHandle<Outcome>,
@@ -117,6 +124,7 @@ impl Processor {
     ) -> Self {
         let (stop, stop_rx) = watch::channel(false);
         let live = Arc::new(Live::default());
+        let id = info.id.clone();
         let span = tracing::info_span!("changefeed", id = %info.id, epoch = epoch.0);
         // Guest code does not run on this task's threads: every plugin call goes
         // to the plugin's own thread (sluice-runtime).
@@ -148,8 +156,8 @@ impl Processor {
                     }
                     other => tracing::info!(?other, "Processor ended."),
                 }
-                // Wake the owner loop so that it looks at this outcome now.
-                let _ = ctx.wake.send(id);
+                // The owner takes the outcome from the task position.
+                report_end(&ctx, &id, epoch, checkpoint, &live, &outcome).await;
                 outcome
             }
             .instrument(span)
@@ -157,6 +165,9 @@ impl Processor {
         Self {
             epoch,
             live,
+            ctx,
+            id,
+            checkpoint,
             stop,
             task,
         }
@@ -168,13 +179,28 @@ impl Processor {
 
     /// Cancels the pipeline without flushing and waits until it is gone (a guest
     /// call in progress ends at its own deadline at the latest), so that no write
-    /// of it can land after this returns.
-    pub async fn abort(mut self) {
+    /// of it can land after this returns; then reports it `stopped` when
+    /// `report` (unless it ended and reported by itself first).
+    pub async fn abort(mut self, report: bool) {
         self.task.abort();
-        let _ = (&mut self.task).await;
+        // It may have ended (and reported) by itself before the abort.
+        let ended = (&mut self.task).await.is_ok();
+        if report && !ended {
+            let outcome = Outcome::Stopped;
+            report_end(
+                &self.ctx,
+                &self.id,
+                self.epoch,
+                self.checkpoint,
+                &self.live,
+                &outcome,
+            )
+            .await;
+        }
     }
 
-    /// Waits for the task (which must be finished or stopping).
+    /// Waits for the task (which must be finished or stopping); its end is
+    /// reported by then.
     pub async fn join(self) -> Outcome {
         joined(self.task.await)
     }
@@ -190,6 +216,71 @@ fn joined(result: Result<Outcome, tokio::task::JoinError>) -> Outcome {
             message: format!("the processor task ended abnormally: {e}"),
         },
     }
+}
+
+/// How often the end of a run is tried to be reported before giving up.
+const REPORT_ATTEMPTS: u32 = 10;
+
+/// Writes how the run of `id` at `epoch` ended into its task position, through
+/// the run's claim; a run that never claimed it claims it now (from
+/// `checkpoint`, as it would have). Retries while the store does not answer;
+/// a newer run's claim makes the report moot.
+pub(crate) async fn report_end(
+    ctx: &Ctx,
+    id: &ChangefeedId,
+    epoch: Epoch,
+    checkpoint: CheckpointTs,
+    live: &Live,
+    outcome: &Outcome,
+) {
+    let state = TaskState::from(outcome.clone());
+    for attempt in 1..=REPORT_ATTEMPTS {
+        let reporter = live.reporter.lock().expect("not poisoned").clone();
+        let reporter = match reporter {
+            Some(r) => r,
+            None => {
+                let claim = Claim {
+                    tenant: id.tenant(),
+                    changefeed: id.name(),
+                    capture: &ctx.capture_id,
+                    changefeed_epoch: epoch.0,
+                };
+                match MetaProgressStore::claim(
+                    ctx.store.clone(),
+                    claim,
+                    Some(checkpoint),
+                    Some(ctx.owner_guard.clone()),
+                )
+                .await
+                {
+                    Ok((store, _)) => {
+                        let r = store.reporter();
+                        *live.reporter.lock().expect("not poisoned") = Some(r.clone());
+                        r
+                    }
+                    Err(e) => {
+                        tracing::warn!(attempt, error = %format!("{e:#}"), "Could not claim the task position to report the end of the run.");
+                        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                        continue;
+                    }
+                }
+            }
+        };
+        match reporter.report(state.clone(), live.counters()).await {
+            Ok(()) => return,
+            Err(ProgressStoreError::Fenced(why)) => {
+                tracing::info!(%why, "Not reporting the end of the run: a newer run took over.");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(attempt, error = %e, "Could not report the end of the run; retrying.");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+        }
+    }
+    tracing::error!(
+        "Gave up reporting the end of the run; the owner sees it when the changefeed restarts."
+    );
 }
 
 fn failed(kind: ErrorKind, message: impl Into<String>) -> Outcome {
@@ -217,7 +308,7 @@ async fn run(
     epoch: Epoch,
     checkpoint: CheckpointTs,
     shutdown: impl Future<Output = ()>,
-    live: &Live,
+    live: &Arc<Live>,
     plugins: &PluginCounters,
 ) -> Outcome {
     // A changefeed stored before the server's maximums were lowered runs within them.
@@ -225,6 +316,33 @@ async fn run(
     info.config = ctx.limits.clamp(info.config);
     let id = &info.id;
     let tenant = id.tenant();
+    // Claim the task position first: it fences older runs, and every end of
+    // this run (even a wrong configuration) is reported through it.
+    let claim = Claim {
+        tenant,
+        changefeed: id.name(),
+        capture: &ctx.capture_id,
+        changefeed_epoch: epoch.0,
+    };
+    let (store, previous) = match MetaProgressStore::claim(
+        ctx.store.clone(),
+        claim,
+        Some(checkpoint),
+        Some(ctx.owner_guard.clone()),
+    )
+    .await
+    {
+        Ok(claimed) => claimed,
+        Err(e) => return failed(ErrorKind::Retryable, format!("{e:#}")),
+    };
+    *live.reporter.lock().expect("not poisoned") = Some(store.reporter());
+    // A run picked up again under the same epoch starts where it got to.
+    let checkpoint = CheckpointTs::new(store.claimed().checkpoint_ts);
+    // Counters go out with the checkpoint saves (no write of their own).
+    let store = store.with_counters({
+        let live = live.clone();
+        Box::new(move || live.counters())
+    });
     let plugin_dir = |role: &str| -> Result<PathBuf, Outcome> {
         let dir = plugin_data_dir(&ctx.data_dir, id, role);
         std::fs::create_dir_all(&dir).map_err(|e| {
@@ -306,24 +424,6 @@ async fn run(
         .min()
         .unwrap_or(u64::MAX);
     config.max_batch_bytes = config.max_batch_bytes.min((bound / 2) as usize);
-
-    let claim = Claim {
-        tenant,
-        changefeed: id.name(),
-        capture: &ctx.capture_id,
-        changefeed_epoch: epoch.0,
-    };
-    let (store, previous) = match MetaProgressStore::claim(
-        ctx.store.clone(),
-        claim,
-        Some(checkpoint),
-        Some(ctx.owner_guard.clone()),
-    )
-    .await
-    {
-        Ok(claimed) => claimed,
-        Err(e) => return failed(ErrorKind::Retryable, format!("{e:#}")),
-    };
     config.replay_until = CommitTs::new(previous.fence_ts);
     tracing::info!(
         checkpoint = checkpoint.get(),

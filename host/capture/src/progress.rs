@@ -2,12 +2,13 @@
 //! (for `sluice run` with `resume = true`, the embedded store in its data dir; for
 //! `sluice server`, the server's store, under the capture that runs it).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use sluice_core::{Checkpoint, CheckpointTs, CommitTs, ResolvedTs, SourcePosition};
 use sluice_meta::{Compare, MetaStore, Op, Revision, Txn, keys};
+use sluice_owner::TaskState;
 use sluice_processor::{ProgressStore, ProgressStoreError, StoreFuture};
 
 /// The tenant and capture `sluice run` writes under (a single local process).
@@ -37,7 +38,49 @@ pub struct TaskPosition {
     /// without positions): valid only together with that checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_position: Option<SourcePosition>,
+    /// How the run that claimed the key stands: `running` until it ends, then
+    /// how it ended (the owner takes its outcome from here). Absent in records
+    /// of older versions (read as `running`).
+    #[serde(default)]
+    pub state: TaskState,
+    /// What the run did so far, saved with its checkpoints and its end (absent
+    /// in older records: zero).
+    #[serde(default, flatten)]
+    pub counters: Counters,
 }
+
+/// What a run did, as reported in its task position.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Counters {
+    /// Row changes read from the source.
+    #[serde(default)]
+    pub rows_read: u64,
+    /// Row changes handed to the sink.
+    #[serde(default)]
+    pub rows_written: u64,
+    /// Bytes of row data handed to the sink.
+    #[serde(default)]
+    pub bytes_written: u64,
+    /// Plugin calls that failed and were retried.
+    #[serde(default)]
+    pub retries: u64,
+}
+
+impl Counters {
+    /// Both counts added up.
+    pub fn plus(self, other: Counters) -> Counters {
+        Counters {
+            rows_read: self.rows_read + other.rows_read,
+            rows_written: self.rows_written + other.rows_written,
+            bytes_written: self.bytes_written + other.bytes_written,
+            retries: self.retries + other.retries,
+        }
+    }
+}
+
+/// Reads a run's counters when a save goes out.
+pub type CounterSource = Box<dyn Fn() -> Option<Counters> + Send + Sync>;
 
 impl TaskPosition {
     /// Where a run resumes when it starts at `checkpoint`: with the saved source
@@ -78,22 +121,40 @@ impl<'a> Claim<'a> {
 /// Saves a changefeed's positions with compare-and-swap on the key's revision, so
 /// that only the run that claimed the key last can write it.
 pub struct MetaProgressStore {
+    key: Arc<Key>,
+    /// The counters saved with every checkpoint.
+    counters: Option<CounterSource>,
+}
+
+/// A claimed key and what was last written to it.
+struct Key {
     store: Arc<dyn MetaStore>,
     /// Checked with every save too (the server's ownership).
     guard: Option<Compare>,
     key: String,
-    record: TaskPosition,
-    revision: Revision,
+    /// What earlier runs of the same changefeed epoch counted (a run picked up
+    /// again counts on from there).
+    base: Counters,
+    last: Mutex<(TaskPosition, Revision)>,
+}
+
+/// Writes the end of a run into its claimed task position (see
+/// [`MetaProgressStore::reporter`]).
+#[derive(Clone)]
+pub struct Reporter {
+    key: Arc<Key>,
 }
 
 impl MetaProgressStore {
     /// Claim the changefeed's task position on `capture` for a new run (a new
     /// epoch of the key) of changefeed epoch `changefeed_epoch`, starting at
-    /// `start` (`None`: at the saved checkpoint). `guard` is checked in the same
-    /// transaction (the server passes its ownership). Returns the store and what
-    /// earlier runs left: the position on this capture, with its fence raised to
-    /// the highest fence any capture saved, since rows up to any of them may have
-    /// reached the sink.
+    /// `start` (`None`: at the saved checkpoint; a run of the same changefeed
+    /// epoch as the saved one, picked up again, starts at the later of the
+    /// two). `guard` is checked in the same transaction (the server passes its
+    /// ownership). Returns the store and what earlier runs left: the position on
+    /// this capture, with its fence raised to the highest fence any capture
+    /// saved, since rows up to any of them may have reached the sink. The
+    /// store's record ([`Self::claimed`]) holds the checkpoint the run starts at.
     pub async fn claim(
         store: Arc<dyn MetaStore>,
         key: Claim<'_>,
@@ -124,7 +185,14 @@ impl MetaProgressStore {
             }
         }
         previous.fence_ts = previous.fence_ts.max(highest_fence);
-        let checkpoint_ts = start.map_or(previous.checkpoint_ts, CheckpointTs::get);
+        let same_epoch = compare != Compare::absent(&key_name)
+            && key.changefeed_epoch != 0
+            && previous.changefeed_epoch == key.changefeed_epoch;
+        let checkpoint_ts = match start {
+            Some(s) if same_epoch => s.get().max(previous.checkpoint_ts),
+            Some(s) => s.get(),
+            None => previous.checkpoint_ts,
+        };
         let record = TaskPosition {
             version: 1,
             epoch: previous.epoch + 1,
@@ -135,6 +203,13 @@ impl MetaProgressStore {
                 .source_position
                 .clone()
                 .filter(|_| checkpoint_ts == previous.checkpoint_ts),
+            state: TaskState::Running,
+            // Counters are per run: a run picked up again counts on.
+            counters: if same_epoch {
+                previous.counters
+            } else {
+                Counters::default()
+            },
             ..previous.clone()
         };
         let result = store
@@ -152,20 +227,53 @@ impl MetaProgressStore {
         }
         Ok((
             Self {
-                store,
-                guard,
-                key: key_name,
-                record,
-                revision: result.revision,
+                key: Arc::new(Key {
+                    store,
+                    guard,
+                    key: key_name,
+                    base: record.counters,
+                    last: Mutex::new((record, result.revision)),
+                }),
+                counters: None,
             },
             previous,
         ))
     }
 
-    async fn save(&mut self, record: TaskPosition) -> Result<(), ProgressStoreError> {
+    /// Saves what `counters` reads (this run's counts, added to those of earlier
+    /// runs of the same changefeed epoch) with every checkpoint and fence from now on.
+    pub fn with_counters(mut self, counters: CounterSource) -> Self {
+        self.counters = Some(counters);
+        self
+    }
+
+    /// The record as last written (after [`Self::claim`]: the claim).
+    pub fn claimed(&self) -> TaskPosition {
+        self.key.last.lock().expect("not poisoned").0.clone()
+    }
+
+    /// Writes the end of this run once its pipeline is done with the store.
+    pub fn reporter(&self) -> Reporter {
+        Reporter {
+            key: self.key.clone(),
+        }
+    }
+
+    fn record(&self) -> TaskPosition {
+        let mut record = self.claimed();
+        if let Some(counters) = self.counters.as_ref().and_then(|c| c()) {
+            record.counters = self.key.base.plus(counters);
+        }
+        record
+    }
+}
+
+impl Key {
+    async fn save(&self, record: TaskPosition) -> Result<(), ProgressStoreError> {
         let value =
             keys::encode(&record).map_err(|e| ProgressStoreError::Unavailable(e.to_string()))?;
-        let own = Compare::mod_revision(&self.key, self.revision);
+        let revision = self.last.lock().expect("not poisoned").1;
+        let own = Compare::mod_revision(&self.key, revision);
         let txn = Txn::new()
             .when(std::iter::once(own).chain(self.guard.clone()))
             .and_then([Op::put(&self.key, value)]);
@@ -177,22 +285,41 @@ impl MetaProgressStore {
         if !result.succeeded {
             return Err(ProgressStoreError::Fenced(format!(
                 "epoch {} of this changefeed was superseded by a newer run, or this server is no longer the owner",
-                self.record.epoch
+                record.epoch
             )));
         }
-        self.record = record;
-        self.revision = result.revision;
+        *self.last.lock().expect("not poisoned") = (record, result.revision);
         Ok(())
+    }
+}
+
+impl Reporter {
+    /// Writes that the run ended in `state`, with this run's final `counters`
+    /// (if known; added to those of earlier runs of the same changefeed epoch),
+    /// unless a newer run claimed the key ([`ProgressStoreError::Fenced`]).
+    /// The first end reported stays: a later one is not written.
+    pub async fn report(
+        &self,
+        state: TaskState,
+        counters: Option<Counters>,
+    ) -> Result<(), ProgressStoreError> {
+        let mut record = self.key.last.lock().expect("not poisoned").0.clone();
+        if record.state.is_terminal() {
+            return Ok(());
+        }
+        record.state = state;
+        if let Some(c) = counters {
+            record.counters = self.key.base.plus(c);
+        }
+        self.key.save(record).await
     }
 }
 
 impl ProgressStore for MetaProgressStore {
     fn save_fence(&mut self, fence: CommitTs) -> StoreFuture<'_> {
-        let record = TaskPosition {
-            fence_ts: fence.get().max(self.record.fence_ts),
-            ..self.record.clone()
-        };
-        Box::pin(self.save(record))
+        let mut record = self.record();
+        record.fence_ts = fence.get().max(record.fence_ts);
+        Box::pin(self.key.save(record))
     }
 
     fn save_checkpoint(
@@ -204,9 +331,9 @@ impl ProgressStore for MetaProgressStore {
             checkpoint_ts: checkpoint.ts.get(),
             resolved_ts: resolved.get(),
             source_position: checkpoint.position.clone(),
-            ..self.record.clone()
+            ..self.record()
         };
-        Box::pin(self.save(record))
+        Box::pin(self.key.save(record))
     }
 }
 
@@ -255,6 +382,8 @@ mod tests {
                 resolved_ts: 400,
                 fence_ts: 500,
                 source_position: Some(position.clone()),
+                state: TaskState::Running,
+                counters: Counters::default(),
             }
         );
         assert_eq!(
@@ -291,5 +420,47 @@ mod tests {
         let old = r#"{"version":1,"epoch":3,"checkpoint-ts":10,"resolved-ts":11,"fence-ts":12}"#;
         let p: TaskPosition = serde_json::from_str(old).unwrap();
         assert_eq!((p.epoch, p.checkpoint_ts, p.source_position), (3, 10, None));
+        assert_eq!(
+            (p.state, p.counters),
+            (TaskState::Running, Counters::default())
+        );
+    }
+
+    #[test]
+    fn the_reported_state_and_counters_have_their_documented_form() {
+        let p = TaskPosition {
+            version: 1,
+            epoch: 2,
+            changefeed_epoch: 5,
+            checkpoint_ts: 10,
+            state: TaskState::Failed {
+                kind: sluice_owner::ErrorKind::Config,
+                message: "bad".into(),
+            },
+            counters: Counters {
+                rows_read: 7,
+                rows_written: 6,
+                bytes_written: 300,
+                retries: 1,
+            },
+            ..TaskPosition::default()
+        };
+        let text = serde_json::to_string(&p).unwrap();
+        assert!(
+            text.contains(r#""state":{"failed":{"kind":"config","message":"bad"}},"rows-read":7,"rows-written":6,"bytes-written":300,"retries":1"#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<TaskPosition>(&text).unwrap(), p);
+        // The owner reads the same record.
+        let report: sluice_owner::TaskReport = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            (
+                report.changefeed_epoch,
+                report.checkpoint_ts,
+                report.rows_written
+            ),
+            (5, 10, 6)
+        );
+        assert_eq!(report.state, p.state);
     }
 }

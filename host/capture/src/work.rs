@@ -1,20 +1,18 @@
-//! The capture as the owner sees it: [`Capture`] starts a changefeed's work (a
-//! [`Processor`]) at an epoch from a checkpoint, keeps each changefeed's plugin
-//! counters across its processors, and checks the plugins a changefeed names
-//! before it is stored.
+//! What a capture runs: [`Capture`] starts a changefeed's work (a [`Processor`])
+//! at an epoch from a checkpoint (its agent does, for what the owner assigned),
+//! keeps each changefeed's plugin counters across its processors, and checks the
+//! plugins a changefeed names before it is stored.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use sluice_core::CheckpointTs;
-use sluice_owner::{
-    ChangefeedId, ChangefeedInfo, Epoch, LiveProgress, OwnerError, Work, WorkProgress,
-};
+use sluice_owner::{ChangefeedId, ChangefeedInfo, Epoch, OwnerError};
 use sluice_registry::RegistryError;
 use sluice_runtime::{PluginKind, WasmFilter, WasmSink};
 
-use crate::processor::{Live, Outcome, PluginCounters, Processor, plugin_roles};
+use crate::processor::{PluginCounters, Processor, plugin_roles};
 use crate::{Ctx, error_chain};
 
 /// What this capture runs, one processor per changefeed at most.
@@ -175,58 +173,4 @@ fn carry_over(previous: &PluginCounters, info: &ChangefeedInfo) -> PluginCounter
             (role, plugin, stats)
         })
         .collect()
-}
-
-impl LiveProgress for Live {
-    fn progress(&self) -> Option<WorkProgress> {
-        Live::progress(self).map(|p| WorkProgress {
-            checkpoint_ts: p.checkpoint_ts,
-            resolved_ts: p.resolved_ts.into(),
-            rows_read: p.rows_read,
-            rows_written: p.rows_written,
-            bytes_written: p.bytes_written,
-            retries: p.retries,
-        })
-    }
-}
-
-impl From<Outcome> for sluice_owner::Outcome {
-    fn from(outcome: Outcome) -> Self {
-        match outcome {
-            Outcome::Finished => Self::Finished,
-            Outcome::Stopped => Self::Stopped,
-            Outcome::Failed { kind, message } => Self::Failed { kind, message },
-            Outcome::Fenced => Self::Fenced,
-        }
-    }
-}
-
-impl Work for Processor {
-    fn epoch(&self) -> Epoch {
-        self.epoch
-    }
-
-    fn live(&self) -> Arc<dyn LiveProgress> {
-        self.live.clone()
-    }
-
-    fn signal_stop(&mut self) {
-        Processor::signal_stop(self);
-    }
-
-    fn is_stopping(&self) -> bool {
-        Processor::is_stopping(self)
-    }
-
-    fn is_finished(&self) -> bool {
-        Processor::is_finished(self)
-    }
-
-    async fn join(self) -> sluice_owner::Outcome {
-        Processor::join(self).await.into()
-    }
-
-    async fn abort(self) {
-        Processor::abort(self).await
-    }
 }

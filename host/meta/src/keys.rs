@@ -10,6 +10,7 @@
 //! /sluice/v1/tenant/{tenant}/changefeed/{changefeed}/info
 //! /sluice/v1/tenant/{tenant}/changefeed/{changefeed}/status
 //! /sluice/v1/tenant/{tenant}/changefeed/{changefeed}/task/{capture}
+//! /sluice/v1/assignment/{capture}/{tenant}/{changefeed}
 //! ```
 //!
 //! Builders validate every name part, so a key never holds a `/` or `@` from a
@@ -154,6 +155,15 @@ pub enum MetaKey {
         /// The capture whose processor runs the task and writes the position.
         capture: String,
     },
+    /// `/sluice/v1/assignment/{capture}/{tenant}/{changefeed}`
+    Assignment {
+        /// The capture the owner assigned the changefeed's task to.
+        capture: String,
+        /// The tenant that owns the changefeed.
+        tenant: String,
+        /// The changefeed's name.
+        changefeed: String,
+    },
 }
 
 impl MetaKey {
@@ -194,6 +204,15 @@ impl MetaKey {
             } => {
                 validate_name(N::Capture, capture)?;
                 format!("{}{capture}", task_prefix(tenant, changefeed)?)
+            }
+            Self::Assignment {
+                capture,
+                tenant,
+                changefeed,
+            } => {
+                validate_name(N::Tenant, tenant)?;
+                validate_name(N::Changefeed, changefeed)?;
+                format!("{}{tenant}/{changefeed}", assignment_prefix(capture)?)
             }
         })
     }
@@ -243,6 +262,11 @@ impl MetaKey {
                 tenant: name(N::Tenant, tenant)?,
                 changefeed: name(N::Changefeed, changefeed)?,
                 capture: name(N::Capture, capture)?,
+            },
+            ["assignment", capture, tenant, changefeed] => Self::Assignment {
+                capture: name(N::Capture, capture)?,
+                tenant: name(N::Tenant, tenant)?,
+                changefeed: name(N::Changefeed, changefeed)?,
             },
             _ => return None,
         };
@@ -350,6 +374,28 @@ pub fn task_position(tenant: &str, changefeed: &str, capture: &str) -> Result<St
         tenant: tenant.to_owned(),
         changefeed: changefeed.to_owned(),
         capture: capture.to_owned(),
+    }
+    .key()
+}
+
+/// `/sluice/v1/assignment/`: every capture's assignments.
+pub fn assignments_prefix() -> String {
+    format!("{ROOT}assignment/")
+}
+
+/// `/sluice/v1/assignment/{capture}/`: what the owner assigned to one capture.
+pub fn assignment_prefix(capture: &str) -> Result<String, MetaError> {
+    validate_name(NameKind::Capture, capture)?;
+    Ok(format!("{}{capture}/", assignments_prefix()))
+}
+
+/// `/sluice/v1/assignment/{capture}/{tenant}/{changefeed}`: one changefeed's task
+/// on one capture.
+pub fn assignment(capture: &str, tenant: &str, changefeed: &str) -> Result<String, MetaError> {
+    MetaKey::Assignment {
+        capture: capture.to_owned(),
+        tenant: tenant.to_owned(),
+        changefeed: changefeed.to_owned(),
     }
     .key()
 }
@@ -463,6 +509,16 @@ mod tests {
             "/sluice/v1/tenant/acme/changefeed/orders/task/c-1"
         );
         assert_eq!(capture("c-1").unwrap(), "/sluice/v1/capture/c-1");
+        assert_eq!(
+            assignment("c-1", "acme", "orders").unwrap(),
+            "/sluice/v1/assignment/c-1/acme/orders"
+        );
+        assert!(
+            assignment("c-1", "acme", "orders")
+                .unwrap()
+                .starts_with(&assignment_prefix("c-1").unwrap())
+        );
+        assert!(assignment("c-1", "acme", "a/b").is_err());
         assert_eq!(owner_candidate(LeaseId(0x694d)), "/sluice/v1/owner/694d");
         assert_eq!(
             plugin("acme", "sink-file", "1.0.0").unwrap(),
@@ -493,6 +549,8 @@ mod tests {
             "/sluice/v1/tenant/acme/changefeed/orders",
             "/sluice/v1/tenant/acme/plugin/sink",
             "/sluice/v1/tenant/a_b/info",
+            "/sluice/v1/assignment/c-1/acme",
+            "/sluice/v1/assignment/c-1/acme/orders/x",
             "/other",
         ] {
             assert_eq!(MetaKey::parse(key), None, "{key}");
@@ -526,6 +584,13 @@ mod tests {
                     tenant,
                     changefeed,
                     capture,
+                }
+            }),
+            (name(), name(), name()).prop_map(|(capture, tenant, changefeed)| {
+                MetaKey::Assignment {
+                    capture,
+                    tenant,
+                    changefeed,
                 }
             }),
         ]

@@ -1,7 +1,8 @@
 //! What the owner runtime needs from the world, as one trait ([`OwnerContext`]):
 //! the stored records of every changefeed, the plugins a changefeed names, and
 //! the work a capture does for a changefeed. The server implements it with the
-//! meta store ([`crate::MetaRecords`]), the plugin registry and the capture; the
+//! meta store ([`crate::MetaRecords`]), the plugin registry and assignments to
+//! the capture through the meta store ([`crate::Assigner`]); the
 //! runtime's tests implement it with a fake, step by step, without a process.
 
 use std::future::Future;
@@ -159,12 +160,15 @@ pub trait OwnerContext: Send + Sync + 'static {
         used_by: &[String],
     ) -> impl Future<Output = Result<(), OwnerError>> + Send;
 
-    /// Starts `info`'s work under `epoch`, replicating after `checkpoint`.
+    /// Starts `info`'s work under `epoch`, replicating after `checkpoint`;
+    /// `info_revision` is the revision `info` is stored at (the server assigns
+    /// the work through the meta store, and the capture reads the info there).
     fn start_work(
         &self,
         info: &ChangefeedInfo,
         epoch: Epoch,
         checkpoint: CheckpointTs,
+        info_revision: Revision,
     ) -> Self::Work;
 
     /// A removed changefeed's work-side leftovers (counters) may go.

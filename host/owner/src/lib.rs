@@ -15,12 +15,15 @@
 //! Callers send it commands; queries read the [`Snapshot`] it publishes. Its I/O
 //! (the stored records, the plugins a changefeed names, the capture's work) goes
 //! through an [`OwnerContext`]: the server plugs in the meta store
-//! ([`MetaRecords`]), the plugin registry and the capture; tests plug in a fake.
+//! ([`MetaRecords`]), the plugin registry and [`Assigner`], which assigns work to
+//! captures through the meta store and follows the task positions they report
+//! ([`AssignedWork`]); tests plug in a fake.
 //! It answers with an [`OwnerError`], grouped by what the caller does next; the
 //! API maps that to gRPC codes and HTTP statuses.
 
 mod actor;
 mod admin;
+mod assign;
 mod backoff;
 mod clock;
 mod context;
@@ -39,6 +42,9 @@ mod tests;
 
 pub use actor::{FeedView, Owner, Snapshot};
 pub use admin::{AdminJob, Effect, apply_admin_job};
+pub use assign::{
+    ASSIGNMENT_VERSION, AssignedWork, Assigner, Assignment, Desired, Tables, TaskReport, TaskState,
+};
 pub use backoff::{Backoff, BackoffConfig, JitterSource, SeededJitter};
 pub use clock::{Clock, FakeClock, SystemClock};
 pub use context::{

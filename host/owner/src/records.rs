@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 
-use serde::Deserialize;
 use sluice_core::CheckpointTs;
 use sluice_meta::keys::{self, MetaKey};
 use sluice_meta::{Compare, MetaError, MetaStore, Op, Revision, Txn};
 
+use crate::assign::TaskReport;
 use crate::context::{InfoWrite, SaveError, Stored};
 use crate::epoch::Epoch;
 use crate::error::OwnerError;
@@ -25,16 +25,6 @@ pub struct MetaRecords {
     store: Arc<dyn MetaStore>,
     guard: Compare,
     give_up: GiveUp,
-}
-
-/// The part of a task position the owner reads at start (the capture writes
-/// the whole record; unknown fields are ignored here).
-#[derive(Deserialize)]
-#[serde(rename_all = "kebab-case")]
-struct SavedPosition {
-    #[serde(default)]
-    changefeed_epoch: u64,
-    checkpoint_ts: u64,
 }
 
 fn unavailable(e: MetaError) -> SaveError {
@@ -100,7 +90,7 @@ impl MetaRecords {
                 Some(MetaKey::TaskPosition {
                     tenant, changefeed, ..
                 }) => match (
-                    keys::decode::<SavedPosition>(&kv.key, &kv.value),
+                    keys::decode::<TaskReport>(&kv.key, &kv.value),
                     id_of(&tenant, &changefeed),
                 ) {
                     (Ok(p), Some(id)) => stored.positions.push((

@@ -344,7 +344,8 @@ impl<C: OwnerContext> Runtime<C> {
         }
         let feed = self.feeds.get_mut(id).expect("present");
         let info = feed.manager.changefeed().info.clone();
-        feed.work = Some(self.ctx.start_work(&info, epoch, checkpoint));
+        let revision = feed.info_revision;
+        feed.work = Some(self.ctx.start_work(&info, epoch, checkpoint, revision));
     }
 
     fn open_for_jobs(&self) -> Result<(), OwnerError> {

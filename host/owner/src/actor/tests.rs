@@ -149,6 +149,7 @@ impl OwnerContext for FakeContext {
         info: &ChangefeedInfo,
         epoch: Epoch,
         checkpoint: CheckpointTs,
+        _: Revision,
     ) -> FakeWork {
         let state = Arc::new(FakeWorkState::default());
         self.started

@@ -1,27 +1,37 @@
 //! The owner's context in this server: its records in the meta store, plugin
-//! checks and deletes through the registry, and work on this capture.
+//! checks and deletes through the registry, and work assigned through the meta
+//! store to this node's capture (whose agent runs it and reports back there).
 
 use std::sync::Arc;
 
-use sluice_capture::{Capture, Processor, registry_error};
+use sluice_capture::{Capture, registry_error};
 use sluice_core::CheckpointTs;
 use sluice_meta::Revision;
 use sluice_owner::{
-    ChangefeedId, ChangefeedInfo, ChangefeedStatus, Epoch, InfoWrite, MetaRecords, OwnerContext,
-    OwnerError, PluginId, SaveError, Stored,
+    AssignedWork, Assigner, ChangefeedId, ChangefeedInfo, ChangefeedStatus, Epoch, InfoWrite,
+    MetaRecords, OwnerContext, OwnerError, PluginId, SaveError, Stored,
 };
 
 /// The owner's I/O, wired to this process.
 pub struct ServerContext {
     pub records: MetaRecords,
+    pub assigner: Assigner,
     pub capture: Arc<Capture>,
 }
 
 impl OwnerContext for ServerContext {
-    type Work = Processor;
+    type Work = AssignedWork;
 
+    /// Reads the records, and deletes every earlier assignment: a new owner
+    /// assigns anew what runs (the work of earlier owners is gone, or fenced
+    /// once the new epoch claims its task position).
     async fn load(&self) -> Result<Stored, OwnerError> {
-        self.records.load().await
+        let stored = self.records.load().await?;
+        self.assigner
+            .clear()
+            .await
+            .map_err(|e| OwnerError::Unavailable(format!("meta store: {e}")))?;
+        Ok(stored)
     }
 
     async fn save(
@@ -61,8 +71,9 @@ impl OwnerContext for ServerContext {
         info: &ChangefeedInfo,
         epoch: Epoch,
         checkpoint: CheckpointTs,
-    ) -> Processor {
-        self.capture.start(info, epoch, checkpoint)
+        info_revision: Revision,
+    ) -> AssignedWork {
+        self.assigner.assign(info, epoch, checkpoint, info_revision)
     }
 
     fn forget_work(&self, id: &ChangefeedId) {

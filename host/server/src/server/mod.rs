@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use sluice_api::{Api, Node};
-use sluice_capture::{Capture, CaptureInfo};
+use sluice_capture::{Agent, Capture, CaptureInfo};
 use sluice_config::ServerLimits;
 use sluice_meta::{Compare, EmbeddedMetaStore, EtcdMetaStore, LeaseId, MetaStore, Op, Txn, keys};
-use sluice_owner::{BackoffConfig, GiveUp, MetaRecords, Owner, OwnerConfig};
+use sluice_owner::{Assigner, BackoffConfig, GiveUp, MetaRecords, Owner, OwnerConfig};
 use sluice_registry::PluginRegistry;
 use sluice_runtime::{PluginRuntime, RuntimeConfig};
 use tokio::sync::mpsc;
@@ -241,14 +241,16 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         registry: registry.clone(),
         data_dir: data_dir.clone(),
         capture_id: id.clone(),
-        wake,
         owner_guard: owner_guard.clone(),
         limits,
         stop_timeout,
     })));
     let keeper = tokio::spawn(keep_alive(store.clone(), give_up.clone(), lease.0, lease.1));
     let context = Arc::new(ServerContext {
-        records: MetaRecords::new(store.clone(), owner_guard, give_up),
+        records: MetaRecords::new(store.clone(), owner_guard.clone(), give_up.clone()),
+        // A stopping processor is cancelled at the stop timeout and then reports.
+        assigner: Assigner::new(store.clone(), owner_guard, give_up, id.clone(), wake)
+            .with_stop_wait(stop_timeout + Duration::from_secs(10)),
         capture: capture.clone(),
     });
     let owner_config = OwnerConfig {
@@ -263,6 +265,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             return Err(e.into());
         }
     };
+    // This node's capture runs what the owner assigned to it (started after the
+    // owner cleared the assignments of earlier owners and made its own).
+    let agent = Agent::start(capture.clone());
     let node = Arc::new(Node {
         owner: owner.clone(),
         store: store.clone(),
@@ -339,12 +344,18 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     owner.close().await;
     let _ = stop_tx.send(true);
     if fatal_reason.is_some() {
-        // Another owner may be taking over: stop writing at once.
+        // Another owner may be taking over: stop writing at once. This node's
+        // capture cancels its work itself, at the same time (the owner may no
+        // longer be able to write the aborts into the assignments).
         eprintln!("sluice server: stopping: cancelling every changefeed");
+        tokio::join!(owner.shutdown(true), agent.stop(true));
     } else {
         eprintln!("sluice server: stopping: flushing every changefeed");
+        // The owner stops the work through the assignments; the capture's
+        // agent carries the stops out and reports them.
+        owner.shutdown(false).await;
+        agent.stop(false).await;
     }
-    owner.shutdown(fatal_reason.is_some()).await;
     let _ = owner_task.await;
     let _ = health_loop.await;
     let _ = grpc_server.await;

@@ -1,0 +1,261 @@
+//! The agent against an embedded meta store, without a process: assignments
+//! written to the store start work that reports in its task position.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_config::ServerLimits;
+use sluice_core::{CheckpointTs, CommitTs};
+use sluice_meta::{Compare, EmbeddedMetaStore, MetaStore, Op, Revision, Txn, keys};
+use sluice_owner::{
+    Assignment, ChangefeedId, ChangefeedInfo, Desired, Epoch, PluginId, PluginRef, Tables,
+    TaskState,
+};
+use sluice_registry::PluginRegistry;
+use sluice_runtime::{PluginKind, PluginRuntime, RuntimeConfig};
+
+use super::Agent;
+use crate::progress::TaskPosition;
+use crate::{Capture, Ctx};
+
+const START: u64 = 1000;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    store: Arc<dyn MetaStore>,
+    capture: Arc<Capture>,
+}
+
+async fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn MetaStore> = Arc::new(
+        EmbeddedMetaStore::open(dir.path().join("meta.redb"))
+            .await
+            .unwrap(),
+    );
+    keys::ensure_layout(store.as_ref()).await.unwrap();
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        cache_dir: Some(dir.path().join("precompiled")),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let registry = Arc::new(
+        PluginRegistry::new(
+            store.clone(),
+            runtime,
+            &dir.path().join("plugins"),
+            64 << 20,
+        )
+        .unwrap(),
+    );
+    let bytes = std::fs::read(sluice_tests::plugin_path("sink-blackhole")).unwrap();
+    registry
+        .upload("default", &sink(), PluginKind::Sink, &bytes)
+        .await
+        .unwrap();
+    // The guard of an owner that holds: a key nobody deletes.
+    store.put("/test/owner", b"1".to_vec(), None).await.unwrap();
+    let created = store
+        .get("/test/owner")
+        .await
+        .unwrap()
+        .unwrap()
+        .create_revision;
+    let capture = Arc::new(Capture::new(Arc::new(Ctx {
+        store: store.clone(),
+        registry,
+        data_dir: dir.path().to_path_buf(),
+        capture_id: "c-1".into(),
+        owner_guard: Compare::create_revision("/test/owner", created),
+        limits: ServerLimits {
+            max_call_timeout_ms: 600_000,
+            max_host_call_timeout_ms: 600_000,
+            max_resources: 65_536,
+            max_tenant_instances: 1024,
+        },
+        stop_timeout: Duration::from_secs(10),
+    })));
+    Fixture {
+        _dir: dir,
+        store,
+        capture,
+    }
+}
+
+fn sink() -> PluginId {
+    PluginId::new("sink-blackhole", "1.0.0").unwrap()
+}
+
+/// Stores the info of changefeed `name` at `epoch`, reading `rows` rows (0: no
+/// end) at `rate` rows/s (0: unpaced); returns the revision it landed at.
+async fn store_info(f: &Fixture, name: &str, epoch: u64, rows: u64, rate: u64) -> Revision {
+    let mut info = ChangefeedInfo::new(
+        ChangefeedId::new("default", name).unwrap(),
+        sluice_config::ChangefeedConfig {
+            source: sluice_config::SourceConfig::Datagen(sluice_config::DatagenConfig {
+                total_rows: rows,
+                rate,
+                ..Default::default()
+            }),
+            filters: Vec::new(),
+            sink: PluginRef::new(sink()),
+            pipeline: sluice_config::PipelineConfig::default(),
+        },
+        CommitTs::new(START),
+    );
+    info.epoch = Epoch(epoch);
+    let key = keys::changefeed_info("default", name).unwrap();
+    f.store.put(&key, info.encode(), None).await.unwrap()
+}
+
+async fn assign(f: &Fixture, name: &str, epoch: u64, revision: Revision, desired: Desired) {
+    assign_version(f, name, 1, epoch, revision, desired).await
+}
+
+async fn assign_version(
+    f: &Fixture,
+    name: &str,
+    version: u32,
+    epoch: u64,
+    revision: Revision,
+    desired: Desired,
+) {
+    let a = Assignment {
+        version,
+        changefeed_epoch: Epoch(epoch),
+        tables: Tables::All,
+        checkpoint_ts: CheckpointTs::new(START),
+        info_revision: revision,
+        desired,
+    };
+    let key = keys::assignment("c-1", "default", name).unwrap();
+    let put = Txn::new().and_then([Op::put(&key, keys::encode(&a).unwrap())]);
+    assert!(f.store.txn(put).await.unwrap().succeeded);
+}
+
+async fn position(f: &Fixture, name: &str) -> Option<TaskPosition> {
+    let key = keys::task_position("default", name, "c-1").unwrap();
+    let kv = f.store.get(&key).await.unwrap()?;
+    Some(keys::decode(&kv.key, &kv.value).unwrap())
+}
+
+/// Waits (at most 60 s) until `name`'s task position satisfies `done`.
+async fn wait_for(f: &Fixture, name: &str, done: impl Fn(&TaskPosition) -> bool) -> TaskPosition {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(p) = position(f, name).await
+            && done(&p)
+        {
+            return p;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out; the position is {:?}",
+            position(f, name).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_assignment_runs_and_reports_progress_and_its_end() {
+    let f = fixture().await;
+    let agent = Agent::start(f.capture.clone());
+    let revision = store_info(&f, "orders", 1, 3000, 0).await;
+    assign(&f, "orders", 1, revision, Desired::Run).await;
+    let p = wait_for(&f, "orders", |p| p.state.is_terminal()).await;
+    assert_eq!(p.state, TaskState::Finished);
+    assert_eq!(p.changefeed_epoch, 1);
+    assert_eq!(p.epoch, 1, "one run claimed the key");
+    assert_eq!(p.counters.rows_read, 3000);
+    assert_eq!(p.counters.rows_written, 3000);
+    assert!(p.counters.bytes_written > 0);
+    assert!(p.checkpoint_ts > START, "checkpoint {}", p.checkpoint_ts);
+    assert!(p.resolved_ts >= p.checkpoint_ts);
+    agent.stop(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_in_the_assignment_ends_the_work_stopped() {
+    let f = fixture().await;
+    let agent = Agent::start(f.capture.clone());
+    let revision = store_info(&f, "orders", 1, 0, 5000).await;
+    assign(&f, "orders", 1, revision, Desired::Run).await;
+    let running = wait_for(&f, "orders", |p| p.counters.rows_written > 0).await;
+    assert_eq!(running.state, TaskState::Running);
+    assign(&f, "orders", 1, revision, Desired::Stop).await;
+    let p = wait_for(&f, "orders", |p| p.state.is_terminal()).await;
+    assert_eq!(p.state, TaskState::Stopped);
+    assert!(p.counters.rows_written >= running.counters.rows_written);
+    assert!(p.checkpoint_ts >= running.checkpoint_ts);
+    assert!(p.checkpoint_ts > START);
+    assert_eq!((p.epoch, p.changefeed_epoch), (1, 1));
+    agent.stop(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_assignment_of_a_stale_epoch_is_ignored() {
+    let f = fixture().await;
+    let agent = Agent::start(f.capture.clone());
+    // The stored info is at epoch 3: an assignment of epoch 2 is stale.
+    let revision = store_info(&f, "orders", 3, 100, 0).await;
+    assign(&f, "orders", 2, revision, Desired::Run).await;
+    // An assignment a newer build wrote is not run either.
+    let newer = store_info(&f, "events", 1, 100, 0).await;
+    assign_version(&f, "events", 2, 1, newer, Desired::Run).await;
+    // Another changefeed, assigned after it, runs: the agent saw both.
+    let other = store_info(&f, "users", 1, 100, 0).await;
+    assign(&f, "users", 1, other, Desired::Run).await;
+    let p = wait_for(&f, "users", |p| p.state.is_terminal()).await;
+    assert_eq!(
+        (p.state, p.counters.rows_written),
+        (TaskState::Finished, 100)
+    );
+    assert_eq!(
+        position(&f, "orders").await,
+        None,
+        "the stale assignment ran"
+    );
+    // Its current epoch runs.
+    assign(&f, "orders", 3, revision, Desired::Run).await;
+    let p = wait_for(&f, "orders", |p| p.state.is_terminal()).await;
+    assert_eq!((p.state, p.changefeed_epoch), (TaskState::Finished, 3));
+    agent.stop(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_picks_up_its_assignments() {
+    let f = fixture().await;
+    // The same workload run straight through, for the final checkpoint.
+    let straight = store_info(&f, "straight", 1, 12_000, 4000).await;
+    let agent = Agent::start(f.capture.clone());
+    assign(&f, "straight", 1, straight, Desired::Run).await;
+    let whole = wait_for(&f, "straight", |p| p.state.is_terminal()).await;
+    assert_eq!(whole.state, TaskState::Finished);
+
+    let revision = store_info(&f, "orders", 1, 12_000, 4000).await;
+    assign(&f, "orders", 1, revision, Desired::Run).await;
+    let before = wait_for(&f, "orders", |p| {
+        p.checkpoint_ts > START && p.counters.rows_written > 0
+    })
+    .await;
+    // Killed: its processor is gone and reported nothing.
+    agent.vanish().await;
+    let crashed = position(&f, "orders").await.unwrap();
+    assert_eq!((crashed.state, crashed.epoch), (TaskState::Running, 1));
+
+    let agent = Agent::start(f.capture.clone());
+    let p = wait_for(&f, "orders", |p| p.state.is_terminal()).await;
+    assert_eq!(p.state, TaskState::Finished);
+    assert_eq!(
+        (p.epoch, p.changefeed_epoch),
+        (2, 1),
+        "a second run of the same epoch"
+    );
+    // It resumed from where the first run got to, not from the assignment's
+    // checkpoint, and ended where the straight run did.
+    assert!(p.checkpoint_ts >= before.checkpoint_ts);
+    assert_eq!(p.checkpoint_ts, whole.checkpoint_ts);
+    assert!(p.counters.rows_written >= 12_000, "{:?}", p.counters);
+    agent.stop(false).await;
+}

@@ -1,0 +1,901 @@
+//! The owner's half of assigning work through the meta store (TiCDC's shape).
+//!
+//! The owner writes an [`Assignment`] per (capture, changefeed) under
+//! `/sluice/v1/assignment/{capture}/{tenant}/{changefeed}`: which tables of the
+//! changefeed the capture runs, at which changefeed epoch, after which
+//! checkpoint, and whether it should run, stop or abort. The capture runs what is
+//! assigned to it and reports in its task position (`.../task/{capture}`): the
+//! checkpoint, resolved ts, counters and the run's [`TaskState`]. The owner never
+//! holds a capture's pipeline: [`AssignedWork`] is a handle that writes the
+//! assignment, watches the reported positions and turns them into progress and
+//! an [`Outcome`].
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sluice_core::{CheckpointTs, CommitTs};
+use sluice_meta::keys::{self};
+use sluice_meta::{Compare, KeyValue, MetaError, MetaStore, Op, Revision, Txn, WatchEventKind};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use crate::context::{LiveProgress, Outcome, Work, WorkProgress};
+use crate::epoch::Epoch;
+use crate::id::ChangefeedId;
+use crate::info::{ChangefeedInfo, ErrorKind};
+use crate::records::GiveUp;
+
+/// Version of the stored [`Assignment`].
+pub const ASSIGNMENT_VERSION: u32 = 1;
+
+/// How long [`AssignedWork::abort`] waits for the capture to report that its
+/// pipeline is gone before it gives up waiting (the task position's fence still
+/// keeps a late write of it from counting; see `docs/meta-layout.md`).
+const ABORT_WAIT: Duration = Duration::from_secs(30);
+
+/// How long the handle waits before retrying a meta-store call that failed.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// Which tables of a changefeed an assignment covers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Tables {
+    /// Every table the source yields (the only assignment made today).
+    All,
+    /// Only these tables (`schema.table`), for per-table scheduling later.
+    Only(Vec<String>),
+}
+
+/// What the owner wants the assigned capture to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Desired {
+    /// Run the changefeed's pipeline for this epoch.
+    Run,
+    /// Write what was read, flush, close, and report `stopped`.
+    Stop,
+    /// Cancel the pipeline without flushing and report once it is gone.
+    Abort,
+}
+
+/// One changefeed's task on one capture, as the owner assigned it
+/// (`/sluice/v1/assignment/{capture}/{tenant}/{changefeed}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Assignment {
+    /// Version of this stored form ([`ASSIGNMENT_VERSION`]).
+    pub version: u32,
+    /// The changefeed epoch the task runs under; the capture ignores an
+    /// assignment older than what it (or the stored info) has seen.
+    pub changefeed_epoch: Epoch,
+    /// The tables assigned.
+    pub tables: Tables,
+    /// Replicate after this checkpoint.
+    pub checkpoint_ts: CheckpointTs,
+    /// The mod revision of the changefeed's stored info this assignment was made
+    /// for (the capture reads the info by key and checks it).
+    pub info_revision: Revision,
+    /// Run, stop or abort.
+    pub desired: Desired,
+}
+
+/// How a capture's run of a task stands, as it reports it in its task position.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TaskState {
+    /// Running (also what a record written before states were reported reads as).
+    #[default]
+    Running,
+    /// The source ended: everything read is downstream.
+    Finished,
+    /// Stopped on request (or aborted): what it did not flush is replayed.
+    Stopped,
+    /// Failed.
+    Failed {
+        /// What the owner does next.
+        kind: ErrorKind,
+        /// What went wrong, for the operator.
+        message: String,
+    },
+    /// A newer run took over the task position.
+    Fenced,
+}
+
+impl TaskState {
+    /// How the run ended; none while it runs.
+    pub fn outcome(&self) -> Option<Outcome> {
+        Some(match self {
+            Self::Running => return None,
+            Self::Finished => Outcome::Finished,
+            Self::Stopped => Outcome::Stopped,
+            Self::Failed { kind, message } => Outcome::Failed {
+                kind: *kind,
+                message: message.clone(),
+            },
+            Self::Fenced => Outcome::Fenced,
+        })
+    }
+
+    /// Whether the run has ended.
+    pub fn is_terminal(&self) -> bool {
+        *self != Self::Running
+    }
+}
+
+impl From<Outcome> for TaskState {
+    fn from(outcome: Outcome) -> Self {
+        match outcome {
+            Outcome::Finished => Self::Finished,
+            Outcome::Stopped => Self::Stopped,
+            Outcome::Failed { kind, message } => Self::Failed { kind, message },
+            Outcome::Fenced => Self::Fenced,
+        }
+    }
+}
+
+/// The part of a task position the owner reads (the capture writes the whole
+/// record, see `sluice_capture::TaskPosition`; unknown fields are ignored here,
+/// missing ones default, so records of older versions decode).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct TaskReport {
+    /// The changefeed epoch of the run that wrote it.
+    #[serde(default)]
+    pub changefeed_epoch: u64,
+    /// Every row with commit ts <= this is durable downstream.
+    pub checkpoint_ts: u64,
+    /// The highest ts the source resolved.
+    #[serde(default)]
+    pub resolved_ts: u64,
+    /// How the run stands.
+    #[serde(default)]
+    pub state: TaskState,
+    /// Row changes read from the source by the run.
+    #[serde(default)]
+    pub rows_read: u64,
+    /// Row changes handed to the sink by the run.
+    #[serde(default)]
+    pub rows_written: u64,
+    /// Bytes of row data handed to the sink by the run.
+    #[serde(default)]
+    pub bytes_written: u64,
+    /// Plugin calls of the run that failed and were retried.
+    #[serde(default)]
+    pub retries: u64,
+}
+
+impl TaskReport {
+    fn progress(&self) -> WorkProgress {
+        WorkProgress {
+            checkpoint_ts: CheckpointTs::new(self.checkpoint_ts),
+            resolved_ts: CommitTs::new(self.resolved_ts),
+            rows_read: self.rows_read,
+            rows_written: self.rows_written,
+            bytes_written: self.bytes_written,
+            retries: self.retries,
+        }
+    }
+}
+
+/// Writes assignments for the owner, under its ownership guard, and hands out
+/// [`AssignedWork`] handles.
+#[derive(Clone)]
+pub struct Assigner {
+    inner: Arc<Inner>,
+    /// How long a stopping handle waits for the capture's report.
+    stop_wait: Option<Duration>,
+}
+
+struct Inner {
+    store: Arc<dyn MetaStore>,
+    guard: Compare,
+    give_up: GiveUp,
+    /// The capture work is assigned to (this node's, until cluster scheduling
+    /// picks among captures).
+    capture: String,
+    /// Wakes the owner once a handle saw its work end.
+    wake: mpsc::UnboundedSender<ChangefeedId>,
+}
+
+impl Assigner {
+    /// Assigns work to `capture` in `store` while `guard` holds (`give_up` stops
+    /// the server once it does not); `wake` is told of every changefeed whose
+    /// work ended.
+    pub fn new(
+        store: Arc<dyn MetaStore>,
+        guard: Compare,
+        give_up: GiveUp,
+        capture: String,
+        wake: mpsc::UnboundedSender<ChangefeedId>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                guard,
+                give_up,
+                capture,
+                wake,
+            }),
+            stop_wait: None,
+        }
+    }
+
+    /// Once asked to stop, a handle waits at most `wait` for the capture to
+    /// report the end (give it the capture's stop timeout and some slack); past
+    /// it, the work counts as stopped, as a processor cancelled at its stop
+    /// timeout does (the next run's claim fences whatever it still tries).
+    /// Without it, a handle waits as long as it takes.
+    pub fn with_stop_wait(mut self, wait: Duration) -> Self {
+        self.stop_wait = Some(wait);
+        self
+    }
+
+    /// Deletes every assignment (a new owner, at start: the work of earlier
+    /// owners is gone or fenced, and what runs is assigned anew).
+    pub async fn clear(&self) -> Result<(), MetaError> {
+        let listing = self.inner.store.list(&keys::assignments_prefix()).await?;
+        for chunk in listing.kvs.chunks(sluice_meta::MAX_TXN_OPS) {
+            let ops = chunk.iter().map(|kv| Op::delete(&kv.key));
+            let result = self
+                .inner
+                .store
+                .txn(Txn::new().when([self.inner.guard.clone()]).and_then(ops))
+                .await?;
+            if !result.succeeded {
+                (self.inner.give_up)("this server is no longer the owner".into());
+                return Err(MetaError::Unavailable {
+                    reason: "this server is no longer the owner".into(),
+                    source: None,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Assigns `info`'s tables (all of them) to the capture under `epoch`, after
+    /// `checkpoint`, for the info stored at `info_revision`, and returns the
+    /// handle that follows it. The write happens on the handle's own task.
+    pub fn assign(
+        &self,
+        info: &ChangefeedInfo,
+        epoch: Epoch,
+        checkpoint: CheckpointTs,
+        info_revision: Revision,
+    ) -> AssignedWork {
+        let record = Assignment {
+            version: ASSIGNMENT_VERSION,
+            changefeed_epoch: epoch,
+            tables: Tables::All,
+            checkpoint_ts: checkpoint,
+            info_revision,
+            desired: Desired::Run,
+        };
+        let (desired, desired_rx) = watch::channel(Desired::Run);
+        let live = Arc::new(Reported::default());
+        let span = tracing::info_span!("assignment", id = %info.id, epoch = epoch.0);
+        let task = tokio::spawn(
+            follow(
+                self.inner.clone(),
+                info.id.clone(),
+                vec![self.inner.capture.clone()],
+                record,
+                desired_rx,
+                live.clone(),
+                self.stop_wait,
+            )
+            .instrument(span),
+        );
+        AssignedWork {
+            epoch,
+            live,
+            desired,
+            task,
+        }
+    }
+}
+
+/// The latest reported progress of an assignment.
+#[derive(Default)]
+struct Reported(Mutex<Option<WorkProgress>>);
+
+impl LiveProgress for Reported {
+    fn progress(&self) -> Option<WorkProgress> {
+        *self.0.lock().expect("not poisoned")
+    }
+}
+
+/// Work assigned to captures through the meta store, as the owner follows it.
+/// Progress and outcome are what the captures report in their task positions;
+/// stop and abort are written into the assignment.
+pub struct AssignedWork {
+    epoch: Epoch,
+    live: Arc<Reported>,
+    desired: watch::Sender<Desired>,
+    task: JoinHandle<Outcome>,
+}
+
+impl Work for AssignedWork {
+    fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    fn live(&self) -> Arc<dyn LiveProgress> {
+        self.live.clone()
+    }
+
+    fn signal_stop(&mut self) {
+        self.desired.send_if_modified(|d| {
+            let changed = *d == Desired::Run;
+            if changed {
+                *d = Desired::Stop;
+            }
+            changed
+        });
+    }
+
+    fn is_stopping(&self) -> bool {
+        *self.desired.borrow() != Desired::Run
+    }
+
+    fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    async fn join(self) -> Outcome {
+        joined(self.task.await)
+    }
+
+    /// Writes `abort` into the assignment and waits until the capture reports
+    /// its pipeline gone (it aborts the task and awaits it before it reports),
+    /// or the assignment can no longer be written (this server lost its
+    /// ownership: the server then aborts its own capture's work), at most
+    /// 30 s. A capture that reports nothing in time may still write
+    /// to the sink, but only rows at or below the fence it saved: the next run
+    /// claims the task position (compare-and-swap), which fences every later
+    /// save of the old run, and replays up to that fence, flagged.
+    async fn abort(mut self) {
+        self.desired.send_replace(Desired::Abort);
+        if tokio::time::timeout(ABORT_WAIT, &mut self.task)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                epoch = self.epoch.0,
+                "The capture did not report its aborted work in time."
+            );
+            self.task.abort();
+        }
+    }
+}
+
+fn joined(result: Result<Outcome, tokio::task::JoinError>) -> Outcome {
+    match result {
+        Ok(outcome) => outcome,
+        Err(e) => Outcome::Failed {
+            kind: ErrorKind::Retryable,
+            message: format!("following the assigned work ended abnormally: {e}"),
+        },
+    }
+}
+
+/// Why following an assignment cannot go on.
+enum Lost {
+    /// The store refused the write: this server is no longer the owner.
+    Ownership,
+    /// The store did not take the write before the deadline.
+    TimedOut,
+}
+
+/// Writes the assignment (with the desired state) under the ownership guard;
+/// retries while the store does not answer, until `until` if given. Returns
+/// the revision it landed at.
+async fn write(
+    inner: &Inner,
+    key: &str,
+    record: &Assignment,
+    until: Option<tokio::time::Instant>,
+) -> Result<Revision, Lost> {
+    let value = keys::encode(record).expect("an assignment encodes");
+    loop {
+        if until.is_some_and(|u| tokio::time::Instant::now() >= u) {
+            return Err(Lost::TimedOut);
+        }
+        let txn = Txn::new()
+            .when([inner.guard.clone()])
+            .and_then([Op::put(key, value.clone())]);
+        match inner.store.txn(txn).await {
+            Ok(r) if r.succeeded => return Ok(r.revision),
+            Ok(_) => {
+                (inner.give_up)("this server is no longer the owner".into());
+                return Err(Lost::Ownership);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "Could not write the assignment; retrying.");
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+    }
+}
+
+/// The reported state of an assignment over its captures.
+struct Reports {
+    epoch: Epoch,
+    /// The captures assigned, and what each reported for this epoch.
+    captures: BTreeMap<String, Option<TaskReport>>,
+    /// Set once a newer run took over a capture's position.
+    fenced: bool,
+}
+
+impl Reports {
+    /// Takes in a put or delete of a task position key.
+    fn take(&mut self, kv: &KeyValue, deleted: bool) {
+        let Some(keys::MetaKey::TaskPosition { capture, .. }) = keys::MetaKey::parse(&kv.key)
+        else {
+            return;
+        };
+        let Some(slot) = self.captures.get_mut(&capture) else {
+            return;
+        };
+        if deleted {
+            // Removed with its changefeed: no run will report any more.
+            self.fenced = true;
+            return;
+        }
+        match keys::decode::<TaskReport>(&kv.key, &kv.value) {
+            Ok(r) if r.changefeed_epoch == self.epoch.0 => *slot = Some(r),
+            Ok(r) if r.changefeed_epoch > self.epoch.0 => self.fenced = true,
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "Ignoring an unreadable task position."),
+        }
+    }
+
+    /// The changefeed's progress over its captures: the minimum checkpoint and
+    /// resolved ts, the sum of the counters; none until every capture reported.
+    fn progress(&self) -> Option<WorkProgress> {
+        let mut out: Option<WorkProgress> = None;
+        for report in self.captures.values() {
+            let p = report.as_ref()?.progress();
+            out = Some(match out {
+                None => p,
+                Some(o) => WorkProgress {
+                    checkpoint_ts: o.checkpoint_ts.min(p.checkpoint_ts),
+                    resolved_ts: o.resolved_ts.min(p.resolved_ts),
+                    rows_read: o.rows_read + p.rows_read,
+                    rows_written: o.rows_written + p.rows_written,
+                    bytes_written: o.bytes_written + p.bytes_written,
+                    retries: o.retries + p.retries,
+                },
+            });
+        }
+        out
+    }
+
+    /// How the work ended, once every capture's run has: a failure first, then
+    /// a fence, then a stop; finished only if every capture finished.
+    fn outcome(&self) -> Option<Outcome> {
+        if self.fenced {
+            return Some(Outcome::Fenced);
+        }
+        let mut ended = Vec::new();
+        for report in self.captures.values() {
+            ended.push(report.as_ref()?.state.outcome()?);
+        }
+        let rank = |o: &Outcome| match o {
+            Outcome::Failed { .. } => 0,
+            Outcome::Fenced => 1,
+            Outcome::Stopped => 2,
+            Outcome::Finished => 3,
+        };
+        ended.into_iter().min_by_key(rank)
+    }
+}
+
+/// The handle's task: writes the assignment, follows the captures' task
+/// positions (list, then watch from the listing's revision; again after a
+/// compaction), writes stop or abort when asked, and ends with the outcome the
+/// captures reported (deleting the assignment, which is done).
+async fn follow(
+    inner: Arc<Inner>,
+    id: ChangefeedId,
+    captures: Vec<String>,
+    mut record: Assignment,
+    mut desired: watch::Receiver<Desired>,
+    live: Arc<Reported>,
+    stop_wait: Option<Duration>,
+) -> Outcome {
+    let lost = || Outcome::Failed {
+        kind: ErrorKind::Retryable,
+        message: "this server lost its ownership of the meta store".into(),
+    };
+    let mut written = BTreeMap::new();
+    for capture in &captures {
+        let key = keys::assignment(capture, id.tenant(), id.name()).expect("valid names");
+        match write(&inner, &key, &record, None).await {
+            Ok(revision) => written.insert(key, revision),
+            Err(_) => return lost(),
+        };
+    }
+    let prefix = keys::task_prefix(id.tenant(), id.name()).expect("valid names");
+    let mut reports = Reports {
+        epoch: record.changefeed_epoch,
+        captures: captures.iter().map(|c| (c.clone(), None)).collect(),
+        fenced: false,
+    };
+    // Set once a stop is written: the capture's report is waited for until then.
+    let mut deadline: Option<tokio::time::Instant> = None;
+    let gave_up = || {
+        tracing::warn!(
+            "The capture did not report the end of stopped work in time; counting it as stopped."
+        );
+        Outcome::Stopped
+    };
+    let outcome = 'follow: loop {
+        let listing = match inner.store.list(&prefix).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "Could not read the task positions; retrying.");
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
+        for kv in &listing.kvs {
+            reports.take(kv, false);
+        }
+        let mut stream = match inner.store.watch(&prefix, Some(listing.revision)).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(error = %e, "Could not watch the task positions; listing again.");
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
+        loop {
+            *live.0.lock().expect("not poisoned") = reports.progress();
+            if let Some(outcome) = reports.outcome() {
+                break 'follow outcome;
+            }
+            tokio::select! {
+                event = stream.next() => match event {
+                    Some(Ok(ev)) => reports.take(&ev.kv, ev.kind == WatchEventKind::Delete),
+                    // Compacted, or the stream ended: list again.
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "The task position watch ended; listing again.");
+                        continue 'follow;
+                    }
+                    None => continue 'follow,
+                },
+                changed = desired.changed(), if record.desired != Desired::Abort => {
+                    let next = if changed.is_ok() { *desired.borrow_and_update() } else { Desired::Abort };
+                    if next == record.desired {
+                        continue;
+                    }
+                    record.desired = next;
+                    if next == Desired::Stop && deadline.is_none() {
+                        deadline = stop_wait.map(|w| tokio::time::Instant::now() + w);
+                    }
+                    for (key, revision) in &mut written {
+                        match write(&inner, key, &record, deadline).await {
+                            Ok(r) => *revision = r,
+                            Err(Lost::Ownership) => break 'follow lost(),
+                            Err(Lost::TimedOut) => break 'follow gave_up(),
+                        }
+                    }
+                }
+                () = until(deadline) => break 'follow gave_up(),
+            }
+        }
+    };
+    // The task is done: its assignments go (only if still ours).
+    for (key, revision) in written {
+        let txn = Txn::new()
+            .when([inner.guard.clone(), Compare::mod_revision(&key, revision)])
+            .and_then([Op::delete(&key)]);
+        if let Err(e) = inner.store.txn(txn).await {
+            tracing::warn!(error = %e, %key, "Could not delete a finished assignment.");
+        }
+    }
+    let _ = inner.wake.send(id);
+    outcome
+}
+
+/// Resolves at `deadline`; never without one.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_assignment_record_has_its_documented_form() {
+        let a = Assignment {
+            version: 1,
+            changefeed_epoch: Epoch(3),
+            tables: Tables::All,
+            checkpoint_ts: CheckpointTs::new(100),
+            info_revision: Revision(7),
+            desired: Desired::Run,
+        };
+        let text = serde_json::to_string(&a).unwrap();
+        assert_eq!(
+            text,
+            r#"{"version":1,"changefeed-epoch":3,"tables":"all","checkpoint-ts":100,"info-revision":7,"desired":"run"}"#
+        );
+        assert_eq!(serde_json::from_str::<Assignment>(&text).unwrap(), a);
+        let only = serde_json::to_string(&Tables::Only(vec!["db.t".into()])).unwrap();
+        assert_eq!(only, r#"{"only":["db.t"]}"#);
+    }
+
+    #[test]
+    fn reports_decode_old_records_and_states() {
+        let old = r#"{"version":1,"epoch":3,"checkpoint-ts":10,"resolved-ts":11,"fence-ts":12}"#;
+        let r: TaskReport = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            (r.changefeed_epoch, r.checkpoint_ts, r.state),
+            (0, 10, TaskState::Running)
+        );
+        let failed = r#"{"changefeed-epoch":2,"checkpoint-ts":5,"state":{"failed":{"kind":"config","message":"bad"}},"rows-written":9}"#;
+        let r: TaskReport = serde_json::from_str(failed).unwrap();
+        assert_eq!(
+            r.state.outcome(),
+            Some(Outcome::Failed {
+                kind: ErrorKind::Config,
+                message: "bad".into()
+            })
+        );
+        assert_eq!(r.rows_written, 9);
+    }
+
+    fn kv(capture: &str, report: &str) -> KeyValue {
+        KeyValue {
+            key: keys::task_position("t", "c", capture).unwrap(),
+            value: report.as_bytes().to_vec(),
+            create_revision: Revision(1),
+            mod_revision: Revision(1),
+            lease: None,
+        }
+    }
+
+    #[test]
+    fn the_checkpoint_is_the_minimum_over_the_assigned_captures() {
+        let mut reports = Reports {
+            epoch: Epoch(2),
+            captures: [("a".to_string(), None), ("b".to_string(), None)]
+                .into_iter()
+                .collect(),
+            fenced: false,
+        };
+        reports.take(
+            &kv(
+                "a",
+                r#"{"changefeed-epoch":2,"checkpoint-ts":50,"rows-written":3}"#,
+            ),
+            false,
+        );
+        assert_eq!(reports.progress(), None, "b has not reported");
+        // Another epoch's report and an unassigned capture change nothing.
+        reports.take(
+            &kv("b", r#"{"changefeed-epoch":1,"checkpoint-ts":10}"#),
+            false,
+        );
+        reports.take(
+            &kv("z", r#"{"changefeed-epoch":2,"checkpoint-ts":1}"#),
+            false,
+        );
+        assert_eq!(reports.progress(), None);
+        reports.take(
+            &kv(
+                "b",
+                r#"{"changefeed-epoch":2,"checkpoint-ts":40,"rows-written":4}"#,
+            ),
+            false,
+        );
+        let p = reports.progress().unwrap();
+        assert_eq!((p.checkpoint_ts.get(), p.rows_written), (40, 7));
+        assert_eq!(reports.outcome(), None);
+        reports.take(
+            &kv(
+                "a",
+                r#"{"changefeed-epoch":2,"checkpoint-ts":60,"state":"finished"}"#,
+            ),
+            false,
+        );
+        assert_eq!(reports.outcome(), None, "b still runs");
+        reports.take(
+            &kv(
+                "b",
+                r#"{"changefeed-epoch":2,"checkpoint-ts":60,"state":"stopped"}"#,
+            ),
+            false,
+        );
+        assert_eq!(reports.outcome(), Some(Outcome::Stopped));
+        reports.take(
+            &kv("a", r#"{"changefeed-epoch":3,"checkpoint-ts":60}"#),
+            false,
+        );
+        assert_eq!(reports.outcome(), Some(Outcome::Fenced));
+    }
+
+    /// A task position as a capture writes it (the fields the owner reads).
+    fn position(epoch: u64, checkpoint: u64, state: &str, rows: u64) -> Vec<u8> {
+        format!(
+            r#"{{"version":1,"epoch":1,"changefeed-epoch":{epoch},"checkpoint-ts":{checkpoint},"resolved-ts":{checkpoint},"fence-ts":0,"state":{state},"rows-written":{rows}}}"#
+        )
+        .into_bytes()
+    }
+
+    async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+        for _ in 0..400 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("timed out waiting until {what}");
+    }
+
+    #[tokio::test]
+    async fn the_handle_writes_the_assignment_and_follows_the_reported_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetaStore> = Arc::new(
+            sluice_meta::EmbeddedMetaStore::open(dir.path().join("meta.redb"))
+                .await
+                .unwrap(),
+        );
+        store.put("/owner", b"1".to_vec(), None).await.unwrap();
+        let created = store.get("/owner").await.unwrap().unwrap().create_revision;
+        let guard = Compare::create_revision("/owner", created);
+        let (wake, mut woken) = mpsc::unbounded_channel();
+        let assigner = Assigner::new(store.clone(), guard, Arc::new(|_| {}), "c-1".into(), wake);
+        let id = ChangefeedId::new("t", "c").unwrap();
+        let info = ChangefeedInfo::new(
+            id.clone(),
+            crate::info::tests::sample_config(),
+            CommitTs::new(100),
+        );
+        let key = keys::assignment("c-1", "t", "c").unwrap();
+        let task = keys::task_position("t", "c", "c-1").unwrap();
+        // A position of the previous epoch is not this work's.
+        store
+            .put(&task, position(1, 90, r#""finished""#, 5), None)
+            .await
+            .unwrap();
+
+        let mut work = assigner.assign(&info, Epoch(2), CheckpointTs::new(100), Revision(7));
+        let read = |store: Arc<dyn MetaStore>, key: String| async move {
+            store
+                .get(&key)
+                .await
+                .unwrap()
+                .map(|kv| keys::decode::<Assignment>(&kv.key, &kv.value).unwrap())
+        };
+        let mut assigned = None;
+        for _ in 0..400 {
+            assigned = read(store.clone(), key.clone()).await;
+            if assigned.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            assigned.unwrap(),
+            Assignment {
+                version: 1,
+                changefeed_epoch: Epoch(2),
+                tables: Tables::All,
+                checkpoint_ts: CheckpointTs::new(100),
+                info_revision: Revision(7),
+                desired: Desired::Run,
+            }
+        );
+        assert_eq!(work.live().progress(), None);
+
+        // The capture claims the position and saves a checkpoint.
+        store
+            .put(&task, position(2, 150, r#""running""#, 40), None)
+            .await
+            .unwrap();
+        let live = work.live();
+        wait_until("the progress is read", || {
+            live.progress()
+                .is_some_and(|p| p.checkpoint_ts.get() == 150)
+        })
+        .await;
+        assert_eq!(live.progress().unwrap().rows_written, 40);
+        assert!(!work.is_finished());
+
+        work.signal_stop();
+        assert!(work.is_stopping());
+        let mut desired = Desired::Run;
+        for _ in 0..400 {
+            desired = read(store.clone(), key.clone()).await.unwrap().desired;
+            if desired != Desired::Run {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(desired, Desired::Stop);
+
+        // The capture reports the stop; the owner is woken, the assignment goes.
+        store
+            .put(&task, position(2, 180, r#""stopped""#, 55), None)
+            .await
+            .unwrap();
+        assert_eq!(woken.recv().await, Some(id));
+        assert!(work.is_finished());
+        assert_eq!(live.progress().unwrap().checkpoint_ts.get(), 180);
+        assert_eq!(live.progress().unwrap().rows_written, 55);
+        assert_eq!(work.join().await, Outcome::Stopped);
+        assert_eq!(read(store.clone(), key.clone()).await, None);
+    }
+
+    #[tokio::test]
+    async fn a_newer_epoch_in_the_position_fences_the_handle() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetaStore> = Arc::new(
+            sluice_meta::EmbeddedMetaStore::open(dir.path().join("meta.redb"))
+                .await
+                .unwrap(),
+        );
+        store.put("/owner", b"1".to_vec(), None).await.unwrap();
+        let created = store.get("/owner").await.unwrap().unwrap().create_revision;
+        let guard = Compare::create_revision("/owner", created);
+        let (wake, _woken) = mpsc::unbounded_channel();
+        let assigner = Assigner::new(store.clone(), guard, Arc::new(|_| {}), "c-1".into(), wake);
+        let info = ChangefeedInfo::new(
+            ChangefeedId::new("t", "c").unwrap(),
+            crate::info::tests::sample_config(),
+            CommitTs::new(100),
+        );
+        let work = assigner.assign(&info, Epoch(2), CheckpointTs::new(100), Revision(1));
+        let task = keys::task_position("t", "c", "c-1").unwrap();
+        store
+            .put(&task, position(3, 150, r#""running""#, 1), None)
+            .await
+            .unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(5), work.join())
+            .await
+            .unwrap();
+        assert_eq!(outcome, Outcome::Fenced);
+    }
+
+    #[tokio::test]
+    async fn a_stop_nobody_reports_counts_as_stopped_after_the_stop_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetaStore> = Arc::new(
+            sluice_meta::EmbeddedMetaStore::open(dir.path().join("meta.redb"))
+                .await
+                .unwrap(),
+        );
+        store.put("/owner", b"1".to_vec(), None).await.unwrap();
+        let created = store.get("/owner").await.unwrap().unwrap().create_revision;
+        let guard = Compare::create_revision("/owner", created);
+        let (wake, _woken) = mpsc::unbounded_channel();
+        let assigner = Assigner::new(store.clone(), guard, Arc::new(|_| {}), "c-1".into(), wake)
+            .with_stop_wait(Duration::from_millis(300));
+        let info = ChangefeedInfo::new(
+            ChangefeedId::new("t", "c").unwrap(),
+            crate::info::tests::sample_config(),
+            CommitTs::new(100),
+        );
+        let mut work = assigner.assign(&info, Epoch(1), CheckpointTs::new(100), Revision(1));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = std::time::Instant::now();
+        work.signal_stop();
+        let outcome = tokio::time::timeout(Duration::from_secs(5), work.join())
+            .await
+            .unwrap();
+        assert_eq!(outcome, Outcome::Stopped);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        // The assignment went with it.
+        let key = keys::assignment("c-1", "t", "c").unwrap();
+        assert_eq!(store.get(&key).await.unwrap(), None);
+    }
+}
