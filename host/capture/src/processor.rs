@@ -173,6 +173,7 @@ impl Processor {
         }
     }
 
+    /// Whether its pipeline task has ended.
     pub fn is_finished(&self) -> bool {
         self.task.is_finished()
     }

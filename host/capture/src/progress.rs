@@ -13,12 +13,14 @@ use sluice_processor::{ProgressStore, ProgressStoreError, StoreFuture};
 
 /// The tenant and capture `sluice run` writes under (a single local process).
 pub const RUN_TENANT: &str = "default";
+/// The capture id `sluice run` writes under.
 pub const RUN_CAPTURE: &str = "local";
 
 /// What is saved (see `docs/meta-layout.md`, task position).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct TaskPosition {
+    /// The record's stored-form version.
     pub version: u32,
     /// Incremented by every run; a save from an older run is fenced.
     pub epoch: u64,
@@ -30,6 +32,7 @@ pub struct TaskPosition {
     pub changefeed_epoch: u64,
     /// Every row with commit ts <= this is durable downstream.
     pub checkpoint_ts: u64,
+    /// The highest ts the source resolved.
     pub resolved_ts: u64,
     /// Rows above this never reached the sink.
     pub fence_ts: u64,
@@ -100,9 +103,13 @@ impl TaskPosition {
 /// Which task position a run claims.
 #[derive(Debug, Clone, Copy)]
 pub struct Claim<'a> {
+    /// The changefeed's tenant.
     pub tenant: &'a str,
+    /// The changefeed's name.
     pub changefeed: &'a str,
+    /// The capture that runs it.
     pub capture: &'a str,
+    /// The changefeed's epoch of this run (0 for `sluice run`).
     pub changefeed_epoch: u64,
 }
 

@@ -32,6 +32,7 @@ pub enum AdminJob {
     /// Start again after a pause, a failure or the end, from the checkpoint or from
     /// the given one.
     Resume {
+        /// Resume from this checkpoint instead of the changefeed's own.
         overwrite_checkpoint: Option<CheckpointTs>,
     },
     /// Replace the source, filters, sink and target ts of a stopped or failed
@@ -62,7 +63,9 @@ impl AdminJob {
 pub enum Effect {
     /// Start a pipeline under `epoch`, replicating from `checkpoint` (create, resume).
     Start {
+        /// The changefeed's new epoch.
         epoch: Epoch,
+        /// Replicate what commits after this.
         checkpoint: CheckpointTs,
     },
     /// Stop the changefeed's pipeline, if any (pause).

@@ -75,6 +75,7 @@ impl BackoffConfig {
 
 /// Where jitter comes from: uniform samples in `[0, 1)`. Injected so tests can pin it.
 pub trait JitterSource {
+    /// The next sample, in `[0, 1)`.
     fn next_unit(&mut self) -> f64;
 }
 
@@ -97,6 +98,7 @@ pub struct SeededJitter {
 }
 
 impl SeededJitter {
+    /// A generator whose samples follow from `seed`.
     pub fn new(seed: u64) -> Self {
         Self { state: seed }
     }
@@ -133,6 +135,7 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// A backoff at its first step.
     pub fn new(config: BackoffConfig) -> Self {
         Self {
             config,

@@ -9,6 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// backwards (wall clocks are adjusted); [`crate::FeedStateManager`] never lets its own
 /// notion of now go back.
 pub trait Clock {
+    /// Now, in milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
 }
 

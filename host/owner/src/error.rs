@@ -16,33 +16,56 @@ use crate::state::FeedState;
 /// A changefeed description fails its pure checks.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InfoError {
+    /// The record's stored-form version is not one this build writes.
     #[error(
         "changefeed info version {found} is not supported; this build writes version {supported}"
     )]
-    Version { found: u32, supported: u32 },
+    Version {
+        /// The version found.
+        found: u32,
+        /// The version this build writes.
+        supported: u32,
+    },
     /// The changefeed config fails its checks (the message names the key).
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The target ts is not after the start ts.
     #[error(
         "target ts {target} is not after start ts {start}; choose a later target ts, or leave \
          it out to replicate without end"
     )]
-    TargetNotAfterStart { target: CommitTs, start: CommitTs },
+    TargetNotAfterStart {
+        /// The target ts.
+        target: CommitTs,
+        /// The start ts.
+        start: CommitTs,
+    },
+    /// The stored description would pass its share of the record limit.
     #[error(
         "the changefeed's description is {bytes} bytes when stored; at most {max} (the rest of \
          the meta store's record limit is kept for its status and errors): make the changefeed \
          file and the plugin options smaller"
     )]
-    TooLarge { bytes: usize, max: usize },
+    TooLarge {
+        /// Its stored size.
+        bytes: usize,
+        /// The most it may take.
+        max: usize,
+    },
+    /// A ts lies in the future.
     #[error(
         "{what} {ts} is {ahead_ms} ms in the future (physical time {physical_ms} ms since the Unix \
          epoch); give a ts at or before now (as a TSO: milliseconds << 18), or 0 for the \
          source's beginning"
     )]
     InFuture {
+        /// Which ts (`start ts`, `checkpoint`, ...).
         what: &'static str,
+        /// The ts given.
         ts: u64,
+        /// Its physical part, milliseconds since the Unix epoch.
         physical_ms: u64,
+        /// How far ahead of now it is.
         ahead_ms: u64,
     },
 }
@@ -51,63 +74,117 @@ pub enum InfoError {
 /// whose arguments are wrong. The changefeed is left unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdminError {
+    /// The description fails its checks.
     #[error(transparent)]
     Invalid(#[from] InfoError),
+    /// A create names a changefeed that exists.
     #[error(
         "changefeed {id} already exists (state {state}); remove it first or choose another name"
     )]
-    AlreadyExists { id: ChangefeedId, state: FeedState },
+    AlreadyExists {
+        /// The changefeed.
+        id: ChangefeedId,
+        /// Its state.
+        state: FeedState,
+    },
+    /// The changefeed was removed.
     #[error("changefeed {id} was removed; create it again")]
-    Removed { id: ChangefeedId },
+    Removed {
+        /// The changefeed.
+        id: ChangefeedId,
+    },
+    /// An update of a changefeed that runs.
     #[error("changefeed {id} is {}; pause it before updating it", activity(*.state))]
-    UpdateWhileActive { id: ChangefeedId, state: FeedState },
+    UpdateWhileActive {
+        /// The changefeed.
+        id: ChangefeedId,
+        /// Its state.
+        state: FeedState,
+    },
+    /// An update of a finished changefeed.
     #[error(
         "changefeed {id} has finished; only a stopped or failed changefeed can be updated; \
          remove it and create it again with the new settings"
     )]
-    UpdateFinished { id: ChangefeedId },
+    UpdateFinished {
+        /// The changefeed.
+        id: ChangefeedId,
+    },
+    /// A pause of a changefeed that does not run.
     #[error(
         "changefeed {id} is {state} and not running, so there is nothing to pause; resume it \
          or remove it"
     )]
-    NothingToPause { id: ChangefeedId, state: FeedState },
+    NothingToPause {
+        /// The changefeed.
+        id: ChangefeedId,
+        /// Its state.
+        state: FeedState,
+    },
+    /// A checkpoint overwrite of a changefeed that runs.
     #[error("changefeed {id} is {}; pause it before overwriting its checkpoint", activity(*.state))]
-    OverwriteWhileActive { id: ChangefeedId, state: FeedState },
+    OverwriteWhileActive {
+        /// The changefeed.
+        id: ChangefeedId,
+        /// Its state.
+        state: FeedState,
+    },
+    /// A checkpoint overwrite at or past the target ts.
     #[error(
         "checkpoint {checkpoint} is not below the target ts {target} of changefeed {id}, so it \
          would finish at once; choose a smaller checkpoint"
     )]
     OverwritePastTarget {
+        /// The changefeed.
         id: ChangefeedId,
+        /// The checkpoint asked for.
         checkpoint: CheckpointTs,
+        /// Its target ts.
         target: CommitTs,
     },
+    /// A resume of a changefeed that reached its target ts.
     #[error(
         "changefeed {id} already reached its target ts {target}; resume it with a checkpoint \
          below the target ts, or remove it"
     )]
-    AtTarget { id: ChangefeedId, target: CommitTs },
+    AtTarget {
+        /// The changefeed.
+        id: ChangefeedId,
+        /// Its target ts.
+        target: CommitTs,
+    },
+    /// An update whose target ts is not after the checkpoint.
     #[error(
         "target ts {target} of changefeed {id} is not after its checkpoint {checkpoint}, so it \
          would finish at once; choose a later target ts"
     )]
     TargetNotAfterCheckpoint {
+        /// The changefeed.
         id: ChangefeedId,
+        /// The target ts asked for.
         target: CommitTs,
+        /// Its checkpoint.
         checkpoint: CheckpointTs,
     },
+    /// An update names another changefeed.
     #[error("changefeed {id} cannot be renamed to {new_id}; create a new changefeed instead")]
     IdChanged {
+        /// The changefeed.
         id: ChangefeedId,
+        /// The id the update gives.
         new_id: ChangefeedId,
     },
+    /// An update changes the start ts.
     #[error(
         "the start ts of changefeed {id} cannot change (from {start} to {new_start}); to \
          replicate from another ts, resume it with an overwritten checkpoint"
     )]
     StartTsChanged {
+        /// The changefeed.
         id: ChangefeedId,
+        /// Its start ts.
         start: CommitTs,
+        /// The start ts the update gives.
         new_start: CommitTs,
     },
 }
@@ -158,18 +235,25 @@ impl std::error::Error for Fenced {}
 /// A stored changefeed record this build cannot read.
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
+    /// Written by a build with another stored-form version.
     #[error(
         "stored {what} has version {found}, this build reads version {supported}; run a build \
          that knows version {found}"
     )]
     Version {
+        /// Which record (`changefeed info`, `changefeed status`).
         what: &'static str,
+        /// The version found.
         found: u32,
+        /// The version this build reads.
         supported: u32,
     },
+    /// Not the JSON of the record.
     #[error("stored {what} is malformed")]
     Malformed {
+        /// Which record.
         what: &'static str,
+        /// What the parser said.
         #[source]
         source: serde_json::Error,
     },
@@ -179,7 +263,9 @@ pub enum DecodeError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("backoff option {field} {problem}")]
 pub struct BackoffConfigError {
+    /// The option.
     pub field: &'static str,
+    /// What is wrong with its value.
     pub problem: String,
 }
 

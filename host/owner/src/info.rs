@@ -71,6 +71,7 @@ pub fn bound_message(message: &str) -> String {
 pub struct ChangefeedInfo {
     /// Version of this stored form ([`INFO_VERSION`]).
     pub version: u32,
+    /// The changefeed's tenant and name.
     pub id: ChangefeedId,
     /// What to replicate: the source, the filters, the sink and the pipeline
     /// tuning, validated, with every default filled in.
@@ -85,6 +86,7 @@ pub struct ChangefeedInfo {
     pub target_ts: Option<CommitTs>,
     /// When the changefeed was created, in milliseconds since the Unix epoch.
     pub created_at_ms: u64,
+    /// Its lifecycle state.
     pub state: FeedState,
     /// The epoch of the latest (re)start; [`Epoch::NONE`] before the first.
     pub epoch: Epoch,
@@ -366,7 +368,9 @@ pub struct ErrorRecord {
     pub at_ms: u64,
     /// The epoch of the pipeline that reported it.
     pub epoch: Epoch,
+    /// What the owner does about it.
     pub kind: ErrorKind,
+    /// What went wrong (bounded, escaped).
     pub message: String,
 }
 
@@ -378,6 +382,7 @@ pub struct WarningRecord {
     pub at_ms: u64,
     /// The epoch of the pipeline that reported it.
     pub epoch: Epoch,
+    /// What it said (bounded, escaped).
     pub message: String,
 }
 
@@ -386,9 +391,15 @@ pub struct WarningRecord {
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum FailReason {
     /// A config error.
-    Config { message: String },
+    Config {
+        /// What was wrong.
+        message: String,
+    },
     /// A fatal error.
-    Fatal { message: String },
+    Fatal {
+        /// What went wrong.
+        message: String,
+    },
     /// Retryable errors without checkpoint progress for too long.
     #[serde(rename_all = "kebab-case")]
     NoProgress {
@@ -441,7 +452,9 @@ impl fmt::Display for DisplayMillis {
 /// One changefeed as the owner holds it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Changefeed {
+    /// Its description.
     pub info: ChangefeedInfo,
+    /// Where it stands.
     pub status: ChangefeedStatus,
 }
 
@@ -472,18 +485,22 @@ impl Changefeed {
         Ok(Self { info, status })
     }
 
+    /// Its tenant and name.
     pub fn id(&self) -> &ChangefeedId {
         &self.info.id
     }
 
+    /// Its lifecycle state.
     pub fn state(&self) -> FeedState {
         self.info.state
     }
 
+    /// The epoch of its latest (re)start.
     pub fn epoch(&self) -> Epoch {
         self.info.epoch
     }
 
+    /// Every row with commit ts at or below this is downstream.
     pub fn checkpoint(&self) -> CheckpointTs {
         self.status.checkpoint_ts
     }

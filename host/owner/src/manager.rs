@@ -37,7 +37,9 @@ pub enum Decision {
     Run,
     /// Stop any old pipeline and start one under `epoch`, from `checkpoint`.
     Restart {
+        /// The changefeed's new epoch.
         epoch: Epoch,
+        /// Replicate what commits after this.
         checkpoint: CheckpointTs,
     },
     /// No pipeline may run; call [`FeedStateManager::tick`] at or after this time
@@ -127,6 +129,7 @@ impl<C: Clock, J: JitterSource> FeedStateManager<C, J> {
         self.changefeed
     }
 
+    /// The backoff options it runs with.
     pub fn config(&self) -> &BackoffConfig {
         &self.config
     }
