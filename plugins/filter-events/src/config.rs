@@ -26,8 +26,11 @@ pub struct Rule {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Event {
+    /// Inserted rows.
     Insert,
+    /// Updated rows.
     Update,
+    /// Deleted rows.
     Delete,
     /// Inserts, updates and deletes.
     AllDml,

@@ -18,7 +18,9 @@ pub struct Config {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Read {
+    /// Scan each column's buffers once per batch.
     #[default]
     Columns,
+    /// Decode every value through the row accessors.
     Rows,
 }
