@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_core::{CheckpointTs, CommitTs};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
@@ -27,6 +27,16 @@ use crate::state::FeedState;
 
 /// How often the owner looks at every changefeed without being woken.
 const TICK: Duration = Duration::from_millis(200);
+
+/// Requests waiting for the owner task; past this a request is refused as
+/// unavailable (retry) instead of queueing without bound.
+pub const MAX_QUEUED_COMMANDS: usize = 1024;
+/// Creates and updates whose plugins are being checked; past this a new one is
+/// refused as unavailable, so a flood of creates holds no more than this many
+/// descriptions and reservations.
+pub const MAX_PENDING_CHECKS: usize = 64;
+/// Plugin checks (each loads its plugins) that run at once; the others wait.
+pub const CONCURRENT_CHECKS: usize = 2;
 
 /// A changefeed as the owner last published it.
 #[derive(Clone)]
@@ -181,7 +191,7 @@ enum Command {
 /// A handle on the owner task: commands go to it, queries read its snapshot.
 #[derive(Clone)]
 pub struct Owner {
-    commands: mpsc::UnboundedSender<Command>,
+    commands: mpsc::Sender<Command>,
     snapshot: watch::Receiver<Arc<Snapshot>>,
 }
 
@@ -200,9 +210,10 @@ impl Owner {
     ) -> Result<(Self, JoinHandle<()>), OwnerError> {
         let runtime = Runtime::load(ctx, config).await?;
         let (publish, snapshot) = watch::channel(Arc::new(runtime.snapshot()));
-        let (commands, inbox) = mpsc::unbounded_channel();
+        let (commands, inbox) = mpsc::channel(MAX_QUEUED_COMMANDS);
+        let (checked, checks) = mpsc::unbounded_channel();
         let task = tokio::spawn(
-            run(runtime, inbox, commands.clone(), wake, publish)
+            run(runtime, inbox, (checked, checks), wake, publish)
                 .instrument(tracing::info_span!("owner")),
         );
         Ok((Self { commands, snapshot }, task))
@@ -215,7 +226,28 @@ impl Owner {
 
     async fn ask<T>(&self, command: impl FnOnce(Reply<T>) -> Command) -> Result<T, OwnerError> {
         let (reply, answer) = oneshot::channel();
-        self.commands.send(command(reply)).map_err(|_| gone())?;
+        self.commands
+            .try_send(command(reply))
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => OwnerError::Unavailable(format!(
+                    "the owner has {MAX_QUEUED_COMMANDS} requests waiting; retry shortly"
+                )),
+                mpsc::error::TrySendError::Closed(_) => gone(),
+            })?;
+        answer.await.map_err(|_| gone())?
+    }
+
+    /// Like `ask`, but waits for room in the queue (close and shutdown must
+    /// not be refused).
+    async fn ask_waiting<T>(
+        &self,
+        command: impl FnOnce(Reply<T>) -> Command,
+    ) -> Result<T, OwnerError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(command(reply))
+            .await
+            .map_err(|_| gone())?;
         answer.await.map_err(|_| gone())?
     }
 
@@ -315,27 +347,37 @@ impl Owner {
 
     /// Refuses admin jobs and new work from now on (the server is stopping).
     pub async fn close(&self) {
-        let _ = self.ask(|reply| Command::Close { reply }).await;
+        let _ = self.ask_waiting(|reply| Command::Close { reply }).await;
     }
 
     /// Stops every changefeed's work (cleanly, or at once with `abort`), saves
     /// every status and ends the owner task.
     pub async fn shutdown(&self, abort: bool) {
-        let _ = self.ask(|reply| Command::Shutdown { abort, reply }).await;
+        let _ = self
+            .ask_waiting(|reply| Command::Shutdown { abort, reply })
+            .await;
     }
 }
 
 async fn run<C: OwnerContext>(
     mut runtime: Runtime<C>,
-    mut inbox: mpsc::UnboundedReceiver<Command>,
-    outbox: mpsc::UnboundedSender<Command>,
+    mut inbox: mpsc::Receiver<Command>,
+    (outbox, mut checks): (
+        mpsc::UnboundedSender<Command>,
+        mpsc::UnboundedReceiver<Command>,
+    ),
     mut wake: mpsc::UnboundedReceiver<ChangefeedId>,
     publish: watch::Sender<Arc<Snapshot>>,
 ) {
     let mut ticks = tokio::time::interval(TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let check_slots = Arc::new(Semaphore::new(CONCURRENT_CHECKS));
+    let mut pending_checks = 0usize;
     loop {
         let command = tokio::select! {
+            // Finished checks first: they release reservations.
+            biased;
+            Some(command) = checks.recv() => Some(command),
             command = inbox.recv() => match command {
                 Some(command) => Some(command),
                 None => break,
@@ -359,6 +401,17 @@ async fn run<C: OwnerContext>(
         match command {
             Command::Begin {
                 info,
+                create: _,
+                reply,
+            } if pending_checks >= MAX_PENDING_CHECKS => {
+                let _ = reply.send(Err(OwnerError::Unavailable(format!(
+                    "{MAX_PENDING_CHECKS} creates and updates are having their plugins \
+                     checked; retry {} shortly",
+                    info.id
+                ))));
+            }
+            Command::Begin {
+                info,
                 create,
                 reply,
             } => match runtime.begin(&info, create) {
@@ -369,9 +422,14 @@ async fn run<C: OwnerContext>(
                     // Loading and validating plugins takes a while: not here.
                     let ctx = runtime.context();
                     let outbox = outbox.clone();
+                    let slots = check_slots.clone();
+                    pending_checks += 1;
                     tokio::spawn(
                         async move {
-                            let checked = ctx.check_plugins(&info).await;
+                            let checked = match slots.acquire_owned().await {
+                                Ok(_slot) => ctx.check_plugins(&info).await,
+                                Err(_) => Err(gone()),
+                            };
                             let _ = outbox.send(Command::Checked {
                                 token,
                                 info,
@@ -389,6 +447,7 @@ async fn run<C: OwnerContext>(
                 checked,
                 reply,
             } => {
+                pending_checks -= 1;
                 let id = info.id.clone();
                 let result = runtime.finish(token, *info, checked).await;
                 let _ = reply.send(result.and_then(|()| answer(&runtime, &id)));

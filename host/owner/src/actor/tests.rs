@@ -339,3 +339,67 @@ async fn a_restart_takes_the_checkpoint_of_the_current_epoch_under_a_new_epoch()
     let err = owner.create(info("broken")).await.unwrap_err();
     assert!(matches!(err, OwnerError::Precondition(_)), "{err:?}");
 }
+
+#[tokio::test]
+async fn a_flood_of_creates_is_bounded_and_refused_past_the_bound() {
+    use super::{CONCURRENT_CHECKS, MAX_PENDING_CHECKS};
+    let gate = Arc::new(Notify::new());
+    let (owner, ctx) = owner(FakeContext {
+        gate: Some(gate.clone()),
+        ..FakeContext::default()
+    })
+    .await;
+    const FLOOD: usize = 200;
+    let creates: Vec<_> = (0..FLOOD)
+        .map(|i| {
+            let owner = owner.clone();
+            tokio::spawn(async move { owner.create(info(&format!("feed-{i}"))).await })
+        })
+        .collect();
+    // While every check waits, only CONCURRENT_CHECKS of them run, and every
+    // create past MAX_PENDING_CHECKS is answered at once.
+    let refused_at_once = loop {
+        let done = creates.iter().filter(|c| c.is_finished()).count();
+        if done >= FLOOD - MAX_PENDING_CHECKS {
+            break done;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(refused_at_once, FLOOD - MAX_PENDING_CHECKS);
+    while ctx.plugin_checks.load(Ordering::SeqCst) < CONCURRENT_CHECKS {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        ctx.plugin_checks.load(Ordering::SeqCst),
+        CONCURRENT_CHECKS,
+        "checks run at most {CONCURRENT_CHECKS} at a time"
+    );
+    // Queries still answer meanwhile.
+    assert_eq!(owner.snapshot().list("acme").len(), 0);
+    // Let the checks through, a wave at a time.
+    while !creates.iter().all(|c| c.is_finished()) {
+        gate.notify_waiters();
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let mut created = 0;
+    let mut unavailable = 0;
+    for c in creates {
+        match c.await.unwrap() {
+            Ok(_) => created += 1,
+            Err(OwnerError::Unavailable(m)) => {
+                assert!(m.contains("retry"), "{m}");
+                unavailable += 1;
+            }
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    assert_eq!(created, MAX_PENDING_CHECKS);
+    assert_eq!(unavailable, FLOOD - MAX_PENDING_CHECKS);
+    assert_eq!(owner.snapshot().list("acme").len(), MAX_PENDING_CHECKS);
+    assert_eq!(
+        ctx.plugin_checks.load(Ordering::SeqCst),
+        MAX_PENDING_CHECKS,
+        "a refused create checks no plugin"
+    );
+}
