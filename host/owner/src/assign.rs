@@ -427,6 +427,9 @@ struct Reports {
     captures: BTreeMap<String, Option<TaskReport>>,
     /// Set once a newer run took over a capture's position.
     fenced: bool,
+    /// Set when an assigned capture's position does not decode: what to tell
+    /// the operator (nobody knows which rows reached the sink).
+    unreadable: Option<String>,
 }
 
 impl Reports {
@@ -448,7 +451,15 @@ impl Reports {
             Ok(r) if r.changefeed_epoch == self.epoch.0 => *slot = Some(r),
             Ok(r) if r.changefeed_epoch > self.epoch.0 => self.fenced = true,
             Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "Ignoring an unreadable task position."),
+            Err(e) => {
+                tracing::error!(key = %kv.key, error = %e, "A task position does not decode.");
+                self.unreadable = Some(format!(
+                    "the task position {} is unreadable ({e}), so which rows reached the sink \
+                     is unknown; remove the changefeed and create it again with --start-ts at \
+                     its checkpoint (rows after it are delivered again)",
+                    kv.key
+                ));
+            }
         }
     }
 
@@ -476,6 +487,12 @@ impl Reports {
     /// How the work ended, once every capture's run has: a failure first, then
     /// a fence, then a stop; finished only if every capture finished.
     fn outcome(&self) -> Option<Outcome> {
+        if let Some(message) = &self.unreadable {
+            return Some(Outcome::Failed {
+                kind: ErrorKind::Fatal,
+                message: message.clone(),
+            });
+        }
         if self.fenced {
             return Some(Outcome::Fenced);
         }
@@ -523,6 +540,7 @@ async fn follow(
         epoch: record.changefeed_epoch,
         captures: captures.iter().map(|c| (c.clone(), None)).collect(),
         fenced: false,
+        unreadable: None,
     };
     // Set once a stop is written: the capture's report is waited for until then.
     let mut deadline: Option<tokio::time::Instant> = None;
@@ -671,6 +689,7 @@ mod tests {
                 .into_iter()
                 .collect(),
             fenced: false,
+            unreadable: None,
         };
         reports.take(
             &kv(
@@ -864,6 +883,41 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(outcome, Outcome::Fenced);
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_position_fails_the_work_with_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetaStore> = Arc::new(
+            sluice_meta::EmbeddedMetaStore::open(dir.path().join("meta.redb"))
+                .await
+                .unwrap(),
+        );
+        store.put("/owner", b"1".to_vec(), None).await.unwrap();
+        let created = store.get("/owner").await.unwrap().unwrap().create_revision;
+        let guard = Compare::create_revision("/owner", created);
+        let (wake, _woken) = mpsc::unbounded_channel();
+        let assigner = Assigner::new(store.clone(), guard, Arc::new(|_| {}), "c-1".into(), wake);
+        let info = ChangefeedInfo::new(
+            ChangefeedId::new("t", "c").unwrap(),
+            crate::info::tests::sample_config(),
+            CommitTs::new(100),
+        );
+        let task = keys::task_position("t", "c", "c-1").unwrap();
+        store
+            .put(&task, b"\xff{\"checkpoint-ts\":".to_vec(), None)
+            .await
+            .unwrap();
+        let work = assigner.assign(&info, Epoch(1), CheckpointTs::new(100), Revision(1));
+        let outcome = tokio::time::timeout(Duration::from_secs(5), work.join())
+            .await
+            .unwrap();
+        let Outcome::Failed { kind, message } = outcome else {
+            panic!("{outcome:?}");
+        };
+        assert_eq!(kind, ErrorKind::Fatal);
+        assert!(message.contains(&task), "{message}");
+        assert!(message.contains("create it again"), "{message}");
     }
 
     #[tokio::test]
