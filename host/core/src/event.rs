@@ -273,6 +273,20 @@ impl TableChanges {
         rows_of(&self.ops, &self.before, &self.after)
     }
 
+    /// Append every row of `other` (changes of the same table and version).
+    pub fn append(&mut self, other: &TableChanges) {
+        self.ops.extend_from_slice(&other.ops);
+        for (image, theirs) in [
+            (&mut self.before, &other.before),
+            (&mut self.after, &other.after),
+        ] {
+            for (mine, col) in image.iter_mut().zip(theirs) {
+                mine.extend_from(col, 0..col.len());
+            }
+        }
+        self.bytes += other.bytes;
+    }
+
     /// The parts, to move them into a batch.
     pub(crate) fn into_parts(mut self) -> (Vec<u8>, Vec<ColumnData>, Vec<ColumnData>) {
         (
@@ -371,6 +385,20 @@ impl RowWriter<'_> {
     pub fn text(&mut self, args: std::fmt::Arguments<'_>) -> &mut Self {
         if let Some(c) = self.column() {
             let len = c.push_fmt(args);
+            self.changes.bytes += match len {
+                Some(n) => n + BYTES_VALUE_OVERHEAD,
+                None => FIXED_VALUE_BYTES,
+            };
+        }
+        self
+    }
+
+    /// A byte-like value that `write` appends straight to the column's buffer
+    /// (digits and pieces, without formatting machinery or a temporary). `write`
+    /// must only append.
+    pub fn bytes_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) -> &mut Self {
+        if let Some(c) = self.column() {
+            let len = c.push_with(write);
             self.changes.bytes += match len {
                 Some(n) => n + BYTES_VALUE_OVERHEAD,
                 None => FIXED_VALUE_BYTES,
@@ -501,5 +529,194 @@ impl DdlEvent {
     /// name affects every table of its schema.
     pub fn affects(&self, schema: &str, table: &str) -> bool {
         self.schema_name == schema && (self.table_name.is_empty() || self.table_name == table)
+    }
+}
+
+/// Where one transaction's rows of a table end in a [`RunPart`]: cumulative
+/// counts, so segment `i` spans from the ends of segment `i - 1` (or 0) to these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    /// Index of the transaction in [`TransactionRun::transactions`].
+    pub txn: u32,
+    /// End of its rows (ops).
+    pub rows: usize,
+    /// End of its before images.
+    pub before: usize,
+    /// End of its after images.
+    pub after: usize,
+    /// End of its wire bytes.
+    pub bytes: usize,
+}
+
+/// The rows of consecutive transactions of one table (one schema version), back
+/// to back in one set of columns, and where each transaction's rows end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunPart {
+    /// The rows, in commit-ts order.
+    pub changes: TableChanges,
+    /// One per transaction that touched the table, in order.
+    pub segments: Vec<Segment>,
+}
+
+impl RunPart {
+    /// Where segment `i` starts: (rows, before, after, bytes).
+    pub fn start_of(&self, i: usize) -> (usize, usize, usize, usize) {
+        match i.checked_sub(1).map(|p| self.segments[p]) {
+            Some(s) => (s.rows, s.before, s.after, s.bytes),
+            None => (0, 0, 0, 0),
+        }
+    }
+
+    /// Segment `i`'s rows as changes of their own (a copy).
+    pub fn segment(&self, i: usize) -> TableChanges {
+        let (r0, b0, a0, y0) = self.start_of(i);
+        let end = self.segments[i];
+        let mut out = TableChanges::new(self.changes.schema.clone());
+        out.ops.extend_from_slice(&self.changes.ops[r0..end.rows]);
+        for (mine, theirs) in out.before.iter_mut().zip(&self.changes.before) {
+            mine.extend_from(theirs, b0..end.before);
+        }
+        for (mine, theirs) in out.after.iter_mut().zip(&self.changes.after) {
+            mine.extend_from(theirs, a0..end.after);
+        }
+        out.bytes = end.bytes - y0;
+        out
+    }
+}
+
+/// One transaction of a [`TransactionRun`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunTransaction {
+    /// Its commit ts.
+    pub commit_ts: CommitTs,
+    /// Where the source is after it.
+    pub position: Option<SourcePosition>,
+}
+
+/// Consecutive transactions gathered into one set of columns per table, so that
+/// the pipeline moves or copies many transactions' rows at once. The event
+/// cache's reader builds runs from the transactions a source yields, on the
+/// source's thread, while their columns are still in its cache.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TransactionRun {
+    /// The transactions, in commit-ts order.
+    pub transactions: Vec<RunTransaction>,
+    /// One part per table touched, in first-touched order.
+    pub parts: Vec<RunPart>,
+    rows: usize,
+    bytes: usize,
+}
+
+impl TransactionRun {
+    /// An empty run.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add `txn` at the end, moving its first changes of a table and copying
+    /// later ones. A transaction that has a table at another schema version than
+    /// the run's part of it is given back: it starts the next run.
+    pub fn push(&mut self, txn: Transaction) -> Result<(), Transaction> {
+        let clash = txn.tables.iter().any(|t| {
+            self.parts.iter().any(|p| {
+                p.changes.schema.table_id == t.schema.table_id
+                    && p.changes.schema.version != t.schema.version
+            })
+        });
+        if clash {
+            return Err(txn);
+        }
+        let at = self.transactions.len() as u32;
+        let Transaction {
+            commit_ts,
+            position,
+            tables,
+        } = txn;
+        for changes in tables {
+            if changes.is_empty() {
+                continue;
+            }
+            self.rows += changes.len();
+            self.bytes += changes.bytes;
+            match self
+                .parts
+                .iter_mut()
+                .find(|p| p.changes.schema.table_id == changes.schema.table_id)
+            {
+                Some(part) => {
+                    part.changes.append(&changes);
+                    let c = &part.changes;
+                    part.segments.push(Segment {
+                        txn: at,
+                        rows: c.ops.len(),
+                        before: c.before.first().map_or(0, ColumnData::len),
+                        after: c.after.first().map_or(0, ColumnData::len),
+                        bytes: c.bytes,
+                    });
+                }
+                None => {
+                    let mut changes = changes;
+                    // Moved in: the buffers stay with the run, not the pool.
+                    changes.pool = None;
+                    let segment = Segment {
+                        txn: at,
+                        rows: changes.ops.len(),
+                        before: changes.before.first().map_or(0, ColumnData::len),
+                        after: changes.after.first().map_or(0, ColumnData::len),
+                        bytes: changes.bytes,
+                    };
+                    self.parts.push(RunPart {
+                        changes,
+                        segments: vec![segment],
+                    });
+                }
+            }
+        }
+        self.transactions.push(RunTransaction {
+            commit_ts,
+            position,
+        });
+        Ok(())
+    }
+
+    /// Transactions in the run.
+    pub fn len(&self) -> usize {
+        self.transactions.len()
+    }
+
+    /// Whether the run has no transactions.
+    pub fn is_empty(&self) -> bool {
+        self.transactions.is_empty()
+    }
+
+    /// Rows in all tables.
+    pub fn row_count(&self) -> usize {
+        self.rows
+    }
+
+    /// Approximate wire bytes of all rows.
+    pub fn wire_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The transactions again, one by one (copies of their rows).
+    pub fn into_transactions(self) -> Vec<Transaction> {
+        let mut out: Vec<Transaction> = self
+            .transactions
+            .into_iter()
+            .map(|t| Transaction {
+                commit_ts: t.commit_ts,
+                position: t.position,
+                tables: Vec::new(),
+            })
+            .collect();
+        // Parts are in first-touched order, so each transaction gets its tables
+        // in the order it touched them among the run's tables.
+        for part in &self.parts {
+            for (i, s) in part.segments.iter().enumerate() {
+                out[s.txn as usize].tables.push(part.segment(i));
+            }
+        }
+        out
     }
 }

@@ -1,35 +1,177 @@
 //! The event cache: a bounded queue between the source task and the pipeline.
 //!
-//! It is bounded by count (`event-cache-count`, the channel's capacity) and by
-//! bytes (`event-cache-bytes`, a semaphore of wire bytes). The reader takes an
-//! event's bytes before it queues it and blocks while the cache is full: it never
-//! drops. An event larger than the whole byte bound takes all of it, so it waits
-//! alone. The bytes come back when the pipeline drops the event's [`CachePermit`]
-//! (rows held behind a DDL barrier keep theirs, so they count as cached).
+//! It is bounded by count (`event-cache-count` events) and by bytes
+//! (`event-cache-bytes`, a semaphore of wire bytes). The reader takes an event's
+//! bytes before it keeps it and blocks while the cache is full: it never drops.
+//! An event larger than the whole byte bound takes all of it, so it waits alone.
+//!
+//! Events travel in chunks: while the source has its next event ready at once,
+//! the reader gathers events (up to [`CHUNK_EVENTS`] of them, or a sixteenth of
+//! the byte bound) and sends them in one message; as soon as the source would
+//! wait, what is gathered goes out first, so no event waits for a chunk to fill.
+//! One channel hop and one wake-up then serve many small transactions. The
+//! pipeline splits a chunk's bytes back into one [`CachePermit`] per event; the
+//! bytes come back when it drops them (rows held behind a DDL barrier keep
+//! theirs, so they count as cached).
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
-use sluice_core::{Checkpoint, Source, SourceEvent};
+use sluice_core::{Checkpoint, Source, SourceEvent, TransactionRun};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::error::PipelineError;
 
-/// Bytes an event holds in the event cache, given back when it is dropped.
-pub(crate) struct CachePermit(
-    #[expect(dead_code, reason = "held for its drop")] OwnedSemaphorePermit,
-);
+/// Most events in one chunk.
+pub(crate) const CHUNK_EVENTS: usize = 1024;
 
-/// An event out of the cache, with the bytes it holds there.
-pub(crate) type Cached = (Result<SourceEvent, PipelineError>, CachePermit);
+/// Bytes an event holds in the event cache, given back when it is dropped.
+pub(crate) struct CachePermit(Option<OwnedSemaphorePermit>);
+
+impl CachePermit {
+    /// `n` of these bytes as a permit of their own (fewer if fewer are left).
+    pub(crate) fn split(&mut self, n: usize) -> CachePermit {
+        let Some(p) = &mut self.0 else {
+            return CachePermit(None);
+        };
+        let n = n.min(p.num_permits());
+        CachePermit(if n == 0 { None } else { p.split(n) })
+    }
+}
+
+/// What the cache hands out: one source event, or consecutive transactions
+/// gathered into a run.
+pub(crate) enum Item {
+    /// A source event other than a transaction that joined a run.
+    Event(Result<SourceEvent, PipelineError>),
+    /// Transactions in a row (see [`TransactionRun`]).
+    Run(TransactionRun),
+}
+
+/// Items read in a row, each with the wire bytes it holds in the cache, and the
+/// permit for all of those bytes.
+pub(crate) struct Chunk {
+    items: Vec<(Item, usize)>,
+    permit: CachePermit,
+}
+
+impl Chunk {
+    /// The items in source order, each with a permit for its own bytes.
+    pub(crate) fn into_items(self) -> impl Iterator<Item = (Item, CachePermit)> {
+        let mut permit = self.permit;
+        self.items
+            .into_iter()
+            .map(move |(item, bytes)| (item, permit.split(bytes)))
+    }
+}
 
 /// The reading end of the cache, and the reader task (aborted when this is dropped).
 pub(crate) struct EventCache {
-    pub(crate) rx: mpsc::Receiver<Cached>,
+    pub(crate) rx: mpsc::Receiver<Chunk>,
     bytes: Arc<Semaphore>,
     budget: usize,
     _reader: JoinSet<()>,
+}
+
+/// The chunk a reader is gathering, and where it goes.
+struct Gather {
+    tx: mpsc::Sender<Chunk>,
+    semaphore: Arc<Semaphore>,
+    chunk: Chunk,
+    /// Source events in the chunk.
+    events: usize,
+    bytes: usize,
+    max_events: usize,
+    max_bytes: usize,
+}
+
+impl Gather {
+    fn empty(max_events: usize) -> Chunk {
+        Chunk {
+            items: Vec::with_capacity(max_events.min(64)),
+            permit: CachePermit(None),
+        }
+    }
+
+    /// Send the gathered items, if any; false if the pipeline is gone.
+    async fn send(&mut self) -> bool {
+        if self.chunk.items.is_empty() {
+            return true;
+        }
+        let chunk = std::mem::replace(&mut self.chunk, Self::empty(self.max_events));
+        (self.events, self.bytes) = (0, 0);
+        self.tx.send(chunk).await.is_ok()
+    }
+
+    /// Add an event of `size` wire bytes, taking its bytes first (sending what is
+    /// gathered if the cache is full or the chunk would pass its bounds); false
+    /// if the pipeline is gone.
+    async fn push(&mut self, event: Result<SourceEvent, PipelineError>, size: u32) -> bool {
+        if !self.chunk.items.is_empty() && self.bytes + size as usize > self.max_bytes {
+            if !self.send().await {
+                return false;
+            }
+        }
+        if size > 0 {
+            let permit = match self.semaphore.clone().try_acquire_many_owned(size) {
+                Ok(p) => p,
+                Err(_) => {
+                    // The cache is full: what is gathered goes first, then wait.
+                    if !self.send().await {
+                        return false;
+                    }
+                    match self.semaphore.clone().acquire_many_owned(size).await {
+                        Ok(p) => p,
+                        Err(_) => return false,
+                    }
+                }
+            };
+            match &mut self.chunk.permit.0 {
+                Some(p) => p.merge(permit),
+                None => self.chunk.permit.0 = Some(permit),
+            }
+        }
+        let size = size as usize;
+        match event {
+            Ok(SourceEvent::Transaction(txn)) => {
+                let txn = match self.chunk.items.last_mut() {
+                    Some((Item::Run(run), bytes)) => match run.push(txn) {
+                        Ok(()) => {
+                            *bytes += size;
+                            None
+                        }
+                        Err(txn) => Some(txn),
+                    },
+                    _ => Some(txn),
+                };
+                if let Some(txn) = txn {
+                    let mut run = TransactionRun::new();
+                    let pushed = run.push(txn);
+                    debug_assert!(pushed.is_ok(), "an empty run takes any transaction");
+                    self.chunk.items.push((Item::Run(run), size));
+                }
+            }
+            event => self.chunk.items.push((Item::Event(event), size)),
+        }
+        self.events += 1;
+        self.bytes += size;
+        if self.events >= self.max_events || self.bytes >= self.max_bytes {
+            return self.send().await;
+        }
+        true
+    }
+}
+
+/// Poll `future` once: its output if it is ready, else `None` (it stays usable).
+async fn poll_once<F: Future>(mut future: Pin<&mut F>) -> Option<F::Output> {
+    std::future::poll_fn(|cx| match future.as_mut().poll(cx) {
+        Poll::Ready(out) => Poll::Ready(Some(out)),
+        Poll::Pending => Poll::Ready(None),
+    })
+    .await
 }
 
 impl EventCache {
@@ -44,29 +186,46 @@ impl EventCache {
         source
             .resume(start)
             .map_err(|e| PipelineError::Source(Box::new(e)))?;
-        let (tx, rx) = mpsc::channel::<Cached>(count.max(1));
+        // `count` events in all: the chunks queued, and the one being gathered.
+        let count = count.max(1);
+        let max_events = (count / 2).clamp(1, CHUNK_EVENTS);
+        let (tx, rx) = mpsc::channel::<Chunk>((count / max_events).saturating_sub(1).max(1));
         let budget = bytes.clamp(1, u32::MAX as usize);
         let semaphore = Arc::new(Semaphore::new(budget));
-        let cached_bytes = semaphore.clone();
+        let mut gather = Gather {
+            tx,
+            semaphore: semaphore.clone(),
+            chunk: Gather::empty(max_events),
+            events: 0,
+            bytes: 0,
+            max_events,
+            max_bytes: (budget / 16).max(1),
+        };
         let mut reader = JoinSet::new();
         reader.spawn(
             async move {
                 loop {
-                    let event = source
-                        .next_event()
-                        .await
-                        .map_err(|e| PipelineError::Source(Box::new(e)));
+                    let mut next = std::pin::pin!(source.next_event());
+                    let event = match poll_once(next.as_mut()).await {
+                        Some(event) => event,
+                        None => {
+                            // The source waits: what is gathered goes out now.
+                            if !gather.send().await {
+                                break;
+                            }
+                            next.await
+                        }
+                    };
+                    let event = event.map_err(|e| PipelineError::Source(Box::new(e)));
                     let last = matches!(event, Ok(SourceEvent::End) | Err(_));
                     let size = match &event {
                         Ok(SourceEvent::Transaction(t)) => t.wire_bytes(),
                         _ => 0,
                     };
                     // An event larger than the whole budget takes all of it.
-                    let want = size.min(budget) as u32;
-                    let Ok(permit) = cached_bytes.clone().acquire_many_owned(want).await else {
-                        break;
-                    };
-                    if tx.send((event, CachePermit(permit))).await.is_err() || last {
+                    let size = size.min(budget) as u32;
+                    if !gather.push(event, size).await || (last && !gather.send().await) || last
+                    {
                         break;
                     }
                 }

@@ -371,29 +371,75 @@ impl RowRng {
     }
 }
 
+/// Append the decimal digits of `n`.
+fn put_u64(buf: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    buf.extend_from_slice(&digits[at..]);
+}
+
+/// Append the decimal digits of `n`, with a sign if it is negative.
+fn put_i64(buf: &mut Vec<u8>, n: i64) {
+    if n < 0 {
+        buf.push(b'-');
+    }
+    put_u64(buf, n.unsigned_abs());
+}
+
 /// Write the image of row version `live` of table `schema` (one of datagen's):
 /// the same arguments always give the same values, so a before image is
-/// regenerated rather than stored.
+/// regenerated rather than stored. Text is written straight into the columns.
 fn write_image(seed: u64, schema: &TableSchema, live: Live, w: &mut RowWriter<'_>) {
     let mut r = RowRng::new(seed, schema.table_id, live);
     let (id, ms) = (live.id, live.millis);
     match schema.table_name.as_str() {
         "users" => {
-            let first = r.pick(&FIRST);
-            let last = r.pick(&LAST);
+            let first = r.pick(&FIRST).as_bytes();
+            let last = r.pick(&LAST).as_bytes();
             let cents = r.below(10_000_000) as i64;
             w.int(id)
-                .text(format_args!("{first} {last}"))
-                .text(format_args!("{first}.{last}{id}@example.com"))
-                .text(format_args!("{}.{:02}", cents / 100, cents % 100))
+                .bytes_with(|b| {
+                    // "{first} {last}"
+                    b.extend_from_slice(first);
+                    b.push(b' ');
+                    b.extend_from_slice(last);
+                })
+                .bytes_with(|b| {
+                    // "{first}.{last}{id}@example.com"
+                    b.extend_from_slice(first);
+                    b.push(b'.');
+                    b.extend_from_slice(last);
+                    put_i64(b, id);
+                    b.extend_from_slice(b"@example.com");
+                })
+                .bytes_with(|b| {
+                    // "{cents / 100}.{cents % 100:02}"
+                    put_i64(b, cents / 100);
+                    b.push(b'.');
+                    b.push(b'0' + (cents % 100 / 10) as u8);
+                    b.push(b'0' + (cents % 10) as u8);
+                })
                 .int(ms * 1000 + r.below(1000) as i64);
             if r.below(5) != 0 {
-                w.text(format_args!(
-                    r#"{{"tier":{},"tags":["{}","{}"]}}"#,
-                    r.below(4),
-                    first,
-                    last
-                ));
+                let tier = r.below(4);
+                w.bytes_with(|b| {
+                    // {"tier":{tier},"tags":["{first}","{last}"]}
+                    b.extend_from_slice(br#"{"tier":"#);
+                    put_u64(b, tier);
+                    b.extend_from_slice(br#","tags":[""#);
+                    b.extend_from_slice(first);
+                    b.extend_from_slice(br#"",""#);
+                    b.extend_from_slice(last);
+                    b.extend_from_slice(br#""]}"#);
+                });
             } else {
                 w.null();
             }
@@ -412,10 +458,12 @@ fn write_image(seed: u64, schema: &TableSchema, live: Live, w: &mut RowWriter<'_
             if r.below(3) == 0 {
                 w.null();
             } else {
-                w.text(format_args!(
-                    "deliver \"fast\", line {}\nthanks",
-                    r.below(100)
-                ));
+                let line = r.below(100);
+                w.bytes_with(|b| {
+                    b.extend_from_slice(b"deliver \"fast\", line ");
+                    put_u64(b, line);
+                    b.extend_from_slice(b"\nthanks");
+                });
             }
             w.int(ms / 86_400_000 - r.below(30) as i64)
                 .int(live.version);
@@ -424,9 +472,16 @@ fn write_image(seed: u64, schema: &TableSchema, live: Live, w: &mut RowWriter<'_
             let kind = r.below(256);
             w.int(id)
                 .uint(kind)
-                .text(format_args!(
-                    r#"{{"kind":{kind},"seq":{id},"msg":"ev\u00e9nement {id}"}}"#
-                ))
+                .bytes_with(|b| {
+                    // {"kind":{kind},"seq":{id},"msg":"ev\u00e9nement {id}"}
+                    b.extend_from_slice(br#"{"kind":"#);
+                    put_u64(b, kind);
+                    b.extend_from_slice(br#","seq":"#);
+                    put_i64(b, id);
+                    b.extend_from_slice(br#","msg":"ev\u00e9nement "#);
+                    put_i64(b, id);
+                    b.extend_from_slice(br#""}"#);
+                })
                 .int(ms * 1000)
                 .int(r.below(2) as i64)
                 .int(live.version);
