@@ -28,17 +28,36 @@ use crate::error::PipelineError;
 /// Most events in one chunk.
 pub(crate) const CHUNK_EVENTS: usize = 1024;
 
-/// Bytes an event holds in the event cache, given back when it is dropped.
-pub(crate) struct CachePermit(Option<OwnedSemaphorePermit>);
+/// The bytes and the event slots an item holds in the event cache, given back
+/// when it is dropped.
+pub(crate) struct CachePermit {
+    bytes: Option<OwnedSemaphorePermit>,
+    events: Option<OwnedSemaphorePermit>,
+}
+
+/// `n` permits of `from` as a permit of their own (fewer if fewer are left).
+fn split_off(from: &mut Option<OwnedSemaphorePermit>, n: usize) -> Option<OwnedSemaphorePermit> {
+    let p = from.as_mut()?;
+    let n = n.min(p.num_permits());
+    if n == 0 { None } else { p.split(n) }
+}
+
+/// Add `permit` to `into`.
+fn merge(into: &mut Option<OwnedSemaphorePermit>, permit: OwnedSemaphorePermit) {
+    match into {
+        Some(p) => p.merge(permit),
+        None => *into = Some(permit),
+    }
+}
 
 impl CachePermit {
-    /// `n` of these bytes as a permit of their own (fewer if fewer are left).
-    pub(crate) fn split(&mut self, n: usize) -> CachePermit {
-        let Some(p) = &mut self.0 else {
-            return CachePermit(None);
-        };
-        let n = n.min(p.num_permits());
-        CachePermit(if n == 0 { None } else { p.split(n) })
+    /// `bytes` of these bytes and `events` of these slots as a permit of their
+    /// own (fewer if fewer are left).
+    pub(crate) fn split(&mut self, bytes: usize, events: usize) -> CachePermit {
+        CachePermit {
+            bytes: split_off(&mut self.bytes, bytes),
+            events: split_off(&mut self.events, events),
+        }
     }
 }
 
@@ -51,20 +70,20 @@ pub(crate) enum Item {
     Run(TransactionRun),
 }
 
-/// Items read in a row, each with the wire bytes it holds in the cache, and the
-/// permit for all of those bytes.
+/// Items read in a row, each with the wire bytes and the events it holds in the
+/// cache, and the permit for all of those.
 pub(crate) struct Chunk {
-    items: Vec<(Item, usize)>,
+    items: Vec<(Item, usize, usize)>,
     permit: CachePermit,
 }
 
 impl Chunk {
-    /// The items in source order, each with a permit for its own bytes.
+    /// The items in source order, each with a permit for its own bytes and events.
     pub(crate) fn into_items(self) -> impl Iterator<Item = (Item, CachePermit)> {
         let mut permit = self.permit;
         self.items
             .into_iter()
-            .map(move |(item, bytes)| (item, permit.split(bytes)))
+            .map(move |(item, bytes, events)| (item, permit.split(bytes, events)))
     }
 }
 
@@ -79,7 +98,10 @@ pub(crate) struct EventCache {
 /// The chunk a reader is gathering, and where it goes.
 struct Gather {
     tx: mpsc::Sender<Chunk>,
+    /// Wire bytes (`event-cache-bytes`).
     semaphore: Arc<Semaphore>,
+    /// Event slots (`event-cache-count`).
+    slots: Arc<Semaphore>,
     chunk: Chunk,
     /// Source events in the chunk.
     events: usize,
@@ -92,7 +114,10 @@ impl Gather {
     fn empty(max_events: usize) -> Chunk {
         Chunk {
             items: Vec::with_capacity(max_events.min(64)),
-            permit: CachePermit(None),
+            permit: CachePermit {
+                bytes: None,
+                events: None,
+            },
         }
     }
 
@@ -115,11 +140,25 @@ impl Gather {
                 return false;
             }
         }
+        // A slot for the event, then its bytes; while the cache is full, what is
+        // gathered goes first, then the reader waits.
+        let slot = match self.slots.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                if !self.send().await {
+                    return false;
+                }
+                match self.slots.clone().acquire_owned().await {
+                    Ok(p) => p,
+                    Err(_) => return false,
+                }
+            }
+        };
+        merge(&mut self.chunk.permit.events, slot);
         if size > 0 {
             let permit = match self.semaphore.clone().try_acquire_many_owned(size) {
                 Ok(p) => p,
                 Err(_) => {
-                    // The cache is full: what is gathered goes first, then wait.
                     if !self.send().await {
                         return false;
                     }
@@ -129,18 +168,16 @@ impl Gather {
                     }
                 }
             };
-            match &mut self.chunk.permit.0 {
-                Some(p) => p.merge(permit),
-                None => self.chunk.permit.0 = Some(permit),
-            }
+            merge(&mut self.chunk.permit.bytes, permit);
         }
         let size = size as usize;
         match event {
             Ok(SourceEvent::Transaction(txn)) => {
                 let txn = match self.chunk.items.last_mut() {
-                    Some((Item::Run(run), bytes)) => match run.push(txn) {
+                    Some((Item::Run(run), bytes, events)) => match run.push(txn) {
                         Ok(()) => {
                             *bytes += size;
+                            *events += 1;
                             None
                         }
                         Err(txn) => Some(txn),
@@ -151,10 +188,10 @@ impl Gather {
                     let mut run = TransactionRun::new();
                     let pushed = run.push(txn);
                     debug_assert!(pushed.is_ok(), "an empty run takes any transaction");
-                    self.chunk.items.push((Item::Run(run), size));
+                    self.chunk.items.push((Item::Run(run), size, 1));
                 }
             }
-            event => self.chunk.items.push((Item::Event(event), size)),
+            event => self.chunk.items.push((Item::Event(event), size, 1)),
         }
         self.events += 1;
         self.bytes += size;
@@ -176,30 +213,33 @@ async fn poll_once<F: Future>(mut future: Pin<&mut F>) -> Option<F::Output> {
 
 impl EventCache {
     /// Resume `source` from `start` and read it into a cache of `count` events
-    /// and `bytes` bytes, in the caller's span.
+    /// and `bytes` bytes, in chunks of at most `max_chunk_bytes` (and a
+    /// sixteenth of `bytes`) unless one event is larger, in the caller's span.
     pub(crate) fn start<S: Source + 'static>(
         mut source: S,
         start: &Checkpoint,
         count: usize,
         bytes: usize,
+        max_chunk_bytes: usize,
     ) -> Result<Self, PipelineError> {
         source
             .resume(start)
             .map_err(|e| PipelineError::Source(Box::new(e)))?;
-        // `count` events in all: the chunks queued, and the one being gathered.
-        let count = count.max(1);
-        let max_events = (count / 2).clamp(1, CHUNK_EVENTS);
-        let (tx, rx) = mpsc::channel::<Chunk>((count / max_events).saturating_sub(1).max(1));
+        let count = count.clamp(1, Semaphore::MAX_PERMITS);
+        let max_events = count.min(CHUNK_EVENTS);
+        // Every chunk holds at least one event's slot, so the slots bound the chunks too.
+        let (tx, rx) = mpsc::channel::<Chunk>(count);
         let budget = bytes.clamp(1, u32::MAX as usize);
         let semaphore = Arc::new(Semaphore::new(budget));
         let mut gather = Gather {
             tx,
             semaphore: semaphore.clone(),
+            slots: Arc::new(Semaphore::new(count)),
             chunk: Gather::empty(max_events),
             events: 0,
             bytes: 0,
             max_events,
-            max_bytes: (budget / 16).max(1),
+            max_bytes: max_chunk_bytes.clamp(1, (budget / 16).max(1)),
         };
         let mut reader = JoinSet::new();
         reader.spawn(

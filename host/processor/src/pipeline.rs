@@ -217,6 +217,9 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             &self.start,
             self.config.event_cache_count,
             self.config.event_cache_bytes,
+            // A run is dispatched whole before the next flush check: keep it well
+            // below the replay buffer's bound.
+            self.config.max_pending_bytes / 4,
         )?;
 
         self.open_all().await?;
@@ -318,7 +321,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         if !simple {
             // One by one: each transaction passes the stage on its own.
             for txn in run.into_transactions() {
-                let own = permit.split(txn.wire_bytes());
+                let own = permit.split(txn.wire_bytes(), 1);
                 self.on_event(SourceEvent::Transaction(txn), own, cache)
                     .await?;
             }
@@ -327,8 +330,6 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         self.stage
             .admit_run(&run)
             .map_err(|e| PipelineError::Source(Box::new(e)))?;
-        // The rows go into batches now: their cache bytes come back.
-        drop(permit);
         let TransactionRun {
             transactions,
             parts,
@@ -346,6 +347,8 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
                 self.positions.push_back((t.commit_ts, position));
             }
         }
+        // The rows are in batches or written: their cache bytes come back.
+        drop(permit);
         if self.unacked_bytes > self.config.max_pending_bytes
             || self.last_flush.elapsed() >= self.config.flush_interval
         {
