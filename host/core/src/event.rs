@@ -720,3 +720,95 @@ impl TransactionRun {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::{Column, ColumnType};
+
+    fn schema(table_id: u32, version: u32) -> Arc<TableSchema> {
+        let col = |name: &str, ty| Column {
+            name: name.into(),
+            ty,
+            sql_type: String::new(),
+            nullable: true,
+            key: false,
+        };
+        Arc::new(TableSchema {
+            table_id,
+            version,
+            schema_name: "s".into(),
+            table_name: format!("t{table_id}"),
+            columns: vec![col("id", ColumnType::Int), col("name", ColumnType::Text)],
+        })
+    }
+
+    fn txn(ts: u64, rows: &[(&Arc<TableSchema>, Op, i64)]) -> Transaction {
+        let mut t = Transaction::new(CommitTs::new(ts));
+        t.position = Some(SourcePosition {
+            version: 1,
+            bytes: ts.to_le_bytes().to_vec(),
+        });
+        for &(schema, op, id) in rows {
+            let image = [Value::Int(id), Value::Bytes(format!("n{id}").into_bytes())];
+            let null = [Value::Int(id), Value::Null];
+            let changes = t.table(schema);
+            match op {
+                Op::Insert => changes.push_values(op, None, Some(&image)),
+                Op::Update => changes.push_values(op, Some(&null), Some(&image)),
+                Op::Delete => changes.push_values(op, Some(&image), None),
+            }
+        }
+        t
+    }
+
+    #[test]
+    fn a_run_gives_back_exactly_its_transactions() {
+        let (a, b) = (schema(1, 1), schema(2, 1));
+        let txns = vec![
+            txn(10, &[(&a, Op::Insert, 1), (&b, Op::Insert, 2)]),
+            txn(11, &[(&b, Op::Update, 2)]),
+            txn(12, &[]),
+            txn(
+                13,
+                &[
+                    (&a, Op::Delete, 1),
+                    (&a, Op::Insert, 3),
+                    (&b, Op::Delete, 2),
+                ],
+            ),
+        ];
+        let mut run = TransactionRun::new();
+        for t in txns.clone() {
+            run.push(t).unwrap();
+        }
+        assert_eq!(run.len(), 4);
+        assert_eq!(run.row_count(), 6);
+        assert_eq!(
+            run.wire_bytes(),
+            txns.iter().map(Transaction::wire_bytes).sum::<usize>()
+        );
+        // Two parts, their rows back to back, each transaction's rows a segment.
+        assert_eq!(run.parts.len(), 2);
+        assert_eq!(run.parts[0].changes.len(), 3);
+        assert_eq!(
+            run.parts[0]
+                .segments
+                .iter()
+                .map(|s| s.txn)
+                .collect::<Vec<_>>(),
+            vec![0, 3]
+        );
+        assert_eq!(run.into_transactions(), txns);
+    }
+
+    #[test]
+    fn a_run_refuses_a_table_at_another_schema_version() {
+        let (v1, v2) = (schema(1, 1), schema(1, 2));
+        let mut run = TransactionRun::new();
+        run.push(txn(10, &[(&v1, Op::Insert, 1)])).unwrap();
+        let refused = run.push(txn(11, &[(&v2, Op::Insert, 2)])).unwrap_err();
+        assert_eq!(refused.commit_ts, CommitTs::new(11));
+        assert_eq!(run.len(), 1);
+    }
+}

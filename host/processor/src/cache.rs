@@ -1,18 +1,24 @@
 //! The event cache: a bounded queue between the source task and the pipeline.
 //!
-//! It is bounded by count (`event-cache-count` events) and by bytes
-//! (`event-cache-bytes`, a semaphore of wire bytes). The reader takes an event's
-//! bytes before it keeps it and blocks while the cache is full: it never drops.
+//! It is bounded by count (`event-cache-count` events, a semaphore of slots) and
+//! by bytes (`event-cache-bytes`, a semaphore of wire bytes). The reader takes an
+//! event's slot and bytes before it keeps it and blocks while the cache is full:
+//! it never drops.
 //! An event larger than the whole byte bound takes all of it, so it waits alone.
 //!
 //! Events travel in chunks: while the source has its next event ready at once,
-//! the reader gathers events (up to [`CHUNK_EVENTS`] of them, or a sixteenth of
-//! the byte bound) and sends them in one message; as soon as the source would
-//! wait, what is gathered goes out first, so no event waits for a chunk to fill.
-//! One channel hop and one wake-up then serve many small transactions. The
-//! pipeline splits a chunk's bytes back into one [`CachePermit`] per event; the
-//! bytes come back when it drops them (rows held behind a DDL barrier keep
-//! theirs, so they count as cached).
+//! the reader gathers events (up to [`CHUNK_EVENTS`] of them, or the chunk byte
+//! bound) and sends them in one message; as soon as the source would wait, what
+//! is gathered goes out first, so no event waits for a chunk to fill. Consecutive
+//! transactions in a chunk are gathered into one [`TransactionRun`] (one set of
+//! columns per table), copied on the reader's thread while the source's columns
+//! are still in its cache, so that the dispatchers move or copy many
+//! transactions' rows at once. One channel hop and one wake-up then serve many
+//! small transactions. Every event holds one of `event-cache-count` slots and
+//! its wire bytes until the pipeline is done with it: the pipeline splits a
+//! chunk's permit back into one [`CachePermit`] per item and drops it when the
+//! item's rows are in batches (rows held behind a DDL barrier keep theirs, so
+//! they count as cached).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -264,8 +270,7 @@ impl EventCache {
                     };
                     // An event larger than the whole budget takes all of it.
                     let size = size.min(budget) as u32;
-                    if !gather.push(event, size).await || (last && !gather.send().await) || last
-                    {
+                    if !gather.push(event, size).await || (last && !gather.send().await) || last {
                         break;
                     }
                 }

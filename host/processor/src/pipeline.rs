@@ -298,7 +298,10 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         let rows_bound = self.config.max_batch_rows.max(1);
         let bytes_bound = self.config.max_batch_bytes;
         let start = CommitTs::from(self.start.ts);
-        let simple = run.transactions.first().is_some_and(|t| t.commit_ts > start)
+        let simple = run
+            .transactions
+            .first()
+            .is_some_and(|t| t.commit_ts > start)
             && run.parts.iter().all(|part| {
                 let fits = part.segments.iter().enumerate().all(|(i, s)| {
                     let (r0, _, _, y0) = part.start_of(i);
@@ -417,7 +420,8 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             if i == 0 && j == p.segments.len() && d.batch.is_none() && d.spare.is_none() {
                 // The whole part into an empty batch: moved, not copied.
                 let p = part.take().expect("checked");
-                let (mut commit_ts, mut flags) = (Vec::with_capacity(rows), Vec::with_capacity(rows));
+                let (mut commit_ts, mut flags) =
+                    (Vec::with_capacity(rows), Vec::with_capacity(rows));
                 let mut from = 0;
                 for s in &p.segments {
                     let (ts, f) = stamp(s.txn);
@@ -447,7 +451,13 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
                 from = s.rows;
                 (ts.get(), f, n)
             });
-            batch.extend_rows(&p.changes, r0..end.rows, b0..end.before, a0..end.after, stamps);
+            batch.extend_rows(
+                &p.changes,
+                r0..end.rows,
+                b0..end.before,
+                a0..end.after,
+                stamps,
+            );
             d.batch_bytes += bytes;
             d.first_unwritten.get_or_insert(first_ts);
             if d.rows() >= rows_bound {

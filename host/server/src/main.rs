@@ -45,6 +45,7 @@ enum Command {
     },
 }
 
+// The global allocator, chosen by measurement (see the features in Cargo.toml).
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
