@@ -109,7 +109,7 @@ pub const BYTES_VALUE_OVERHEAD: usize = 4;
 /// [`crate::TableBatch`]). Written through [`TableChanges::insert`],
 /// [`TableChanges::update`] and [`TableChanges::delete`]; the wire size is
 /// counted as values are pushed.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct TableChanges {
     schema: Arc<TableSchema>,
     pub(crate) ops: Vec<u8>,
@@ -118,6 +118,18 @@ pub struct TableChanges {
     bytes: usize,
     /// Where the buffers go back when dropped (see [`ChangesPool`]).
     pool: Option<ChangesPool>,
+}
+
+impl PartialEq for TableChanges {
+    /// The same rows of the same schema; where the buffers go back is not part
+    /// of the data.
+    fn eq(&self, other: &Self) -> bool {
+        self.schema == other.schema
+            && self.ops == other.ops
+            && self.before == other.before
+            && self.after == other.after
+            && self.bytes == other.bytes
+    }
 }
 
 /// Most spare [`TableChanges`] a pool keeps.
@@ -677,6 +689,54 @@ impl TransactionRun {
             position,
         });
         Ok(())
+    }
+
+    /// The changes of `schema`'s table in the transaction being written (the
+    /// rows written since the last [`TransactionRun::end_transaction`]), or
+    /// `None` if the run holds the table at another schema version (end the run
+    /// first).
+    pub fn table(&mut self, schema: &Arc<TableSchema>) -> Option<&mut TableChanges> {
+        let at = match self
+            .parts
+            .iter()
+            .position(|p| p.changes.schema.table_id == schema.table_id)
+        {
+            Some(at) if self.parts[at].changes.schema.version != schema.version => return None,
+            Some(at) => at,
+            None => {
+                self.parts.push(RunPart {
+                    changes: TableChanges::new(schema.clone()),
+                    segments: Vec::new(),
+                });
+                self.parts.len() - 1
+            }
+        };
+        Some(&mut self.parts[at].changes)
+    }
+
+    /// End the transaction whose rows were written through
+    /// [`TransactionRun::table`], at `commit_ts`, with the source position after it.
+    pub fn end_transaction(&mut self, commit_ts: CommitTs, position: Option<SourcePosition>) {
+        let at = self.transactions.len() as u32;
+        for part in &mut self.parts {
+            let c = &part.changes;
+            let done = part.segments.last().map_or(0, |s| s.rows);
+            if c.ops.len() > done {
+                self.rows += c.ops.len() - done;
+                self.bytes += c.bytes - part.segments.last().map_or(0, |s| s.bytes);
+                part.segments.push(Segment {
+                    txn: at,
+                    rows: c.ops.len(),
+                    before: c.before.first().map_or(0, ColumnData::len),
+                    after: c.after.first().map_or(0, ColumnData::len),
+                    bytes: c.bytes,
+                });
+            }
+        }
+        self.transactions.push(RunTransaction {
+            commit_ts,
+            position,
+        });
     }
 
     /// Transactions in the run.

@@ -137,6 +137,59 @@ impl Gather {
         self.tx.send(chunk).await.is_ok()
     }
 
+    /// Room left in the chunk: (events, bytes).
+    fn room(&self) -> (usize, usize) {
+        (
+            self.max_events.saturating_sub(self.events).max(1),
+            self.max_bytes.saturating_sub(self.bytes).max(1),
+        )
+    }
+
+    /// Take `n` permits of `semaphore` (sending what is gathered first if they
+    /// are not free now); `None` if the pipeline is gone.
+    async fn take(&mut self, semaphore: &Arc<Semaphore>, n: u32) -> Option<OwnedSemaphorePermit> {
+        match semaphore.clone().try_acquire_many_owned(n) {
+            Ok(p) => Some(p),
+            Err(_) => {
+                if !self.send().await {
+                    return None;
+                }
+                semaphore.clone().acquire_many_owned(n).await.ok()
+            }
+        }
+    }
+
+    /// Add a run the source wrote (its transactions' slots and bytes taken
+    /// first); false if the pipeline is gone.
+    async fn push_run(&mut self, run: TransactionRun, budget: usize) -> bool {
+        let events = run.len().max(1);
+        let size = run.wire_bytes().min(budget);
+        if !self.chunk.items.is_empty()
+            && (self.bytes + size > self.max_bytes || self.events + events > self.max_events)
+            && !self.send().await
+        {
+            return false;
+        }
+        let (slots, bytes) = (self.slots.clone(), self.semaphore.clone());
+        let Some(slot) = self.take(&slots, events as u32).await else {
+            return false;
+        };
+        merge(&mut self.chunk.permit.events, slot);
+        if size > 0 {
+            let Some(permit) = self.take(&bytes, size as u32).await else {
+                return false;
+            };
+            merge(&mut self.chunk.permit.bytes, permit);
+        }
+        self.chunk.items.push((Item::Run(run), size, events));
+        self.events += events;
+        self.bytes += size;
+        if self.events >= self.max_events || self.bytes >= self.max_bytes {
+            return self.send().await;
+        }
+        true
+    }
+
     /// Add an event of `size` wire bytes, taking its bytes first (sending what is
     /// gathered if the cache is full or the chunk would pass its bounds); false
     /// if the pipeline is gone.
@@ -251,6 +304,34 @@ impl EventCache {
         reader.spawn(
             async move {
                 loop {
+                    // Transactions the source writes straight into a run, if it does.
+                    let (events, room) = gather.room();
+                    let run = {
+                        let mut run = std::pin::pin!(source.next_run(events, room));
+                        match poll_once(run.as_mut()).await {
+                            Some(run) => run,
+                            None => {
+                                if !gather.send().await {
+                                    break;
+                                }
+                                run.await
+                            }
+                        }
+                    };
+                    match run {
+                        Ok(Some(run)) => {
+                            if !gather.push_run(run, budget).await {
+                                break;
+                            }
+                            continue;
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            let _ = gather.push(Err(PipelineError::Source(Box::new(e))), 0).await
+                                && gather.send().await;
+                            break;
+                        }
+                    }
                     let mut next = std::pin::pin!(source.next_event());
                     let event = match poll_once(next.as_mut()).await {
                         Some(event) => event,

@@ -9,7 +9,7 @@ use rand_chacha::rand_core::{Rng, SeedableRng};
 use serde::Deserialize;
 use sluice_core::{
     ChangesPool, Checkpoint, Column, ColumnType, CommitTs, ResolvedTs, ResumeError, RowWriter,
-    Source, SourceEvent, SourcePosition, TableSchema, Transaction,
+    Source, SourceEvent, SourcePosition, TableChanges, TableSchema, Transaction, TransactionRun,
 };
 
 /// Weights of the operation mix (they need not sum to anything in particular);
@@ -561,9 +561,9 @@ impl DatagenSource {
         if n == 0 { 0 } else { self.rng.next_u64() % n }
     }
 
-    /// One row change into `txn`; with `dry`, only the generator's state moves
-    /// (skipping on a resume), no values are written.
-    fn row(&mut self, txn: &mut Transaction, dry: bool) {
+    /// One row change into `into`; into [`Into::Nothing`], only the generator's
+    /// state moves (skipping on a resume), no values are written.
+    fn row(&mut self, into: &mut Into<'_>) {
         let table = self.below(self.tables.len() as u64) as usize;
         let (insert, update, delete) = (
             u64::from(self.config.mix.insert),
@@ -589,8 +589,7 @@ impl DatagenSource {
                 millis,
             };
             state.live.push(now);
-            if !dry {
-                let changes = txn.table_from(&state.schema, &self.pool);
+            if let Some(changes) = into.table(&state.schema, &self.pool) {
                 write_image(seed, &state.schema, now, &mut changes.insert());
             }
         } else if pick < insert + update {
@@ -603,8 +602,7 @@ impl DatagenSource {
                 millis,
             };
             state.live[pos] = now;
-            if !dry {
-                let changes = txn.table_from(&state.schema, &self.pool);
+            if let Some(changes) = into.table(&state.schema, &self.pool) {
                 let mut w = changes.update();
                 write_image(seed, &state.schema, was, &mut w);
                 write_image(seed, &state.schema, now, &mut w);
@@ -613,8 +611,7 @@ impl DatagenSource {
             let pos = self.below(live) as usize;
             let state = &mut self.tables[table];
             let was = state.live.swap_remove(pos);
-            if !dry {
-                let changes = txn.table_from(&state.schema, &self.pool);
+            if let Some(changes) = into.table(&state.schema, &self.pool) {
                 write_image(seed, &state.schema, was, &mut changes.delete());
             }
         }
@@ -627,6 +624,19 @@ impl DatagenSource {
     }
 
     fn generate(&mut self, dry: bool) -> Option<Transaction> {
+        let mut txn = Transaction::new(self.next_ts);
+        let mut into = if dry {
+            Into::Nothing
+        } else {
+            Into::Transaction(&mut txn)
+        };
+        self.step(&mut into)?;
+        Some(txn)
+    }
+
+    /// Generate the next transaction into `into`; its commit ts, or `None` when
+    /// the total is reached (or commit ts ran out).
+    fn step(&mut self, into: &mut Into<'_>) -> Option<CommitTs> {
         if self.exhausted
             || (self.config.total_rows > 0 && self.emitted_rows >= self.config.total_rows)
         {
@@ -637,14 +647,15 @@ impl DatagenSource {
             n = n.min(self.config.total_rows - self.emitted_rows);
         }
         let commit_ts = self.next_ts;
-        let mut txn = Transaction::new(commit_ts);
         for _ in 0..n {
-            self.row(&mut txn, dry);
+            self.row(into);
         }
         self.emitted_rows += n;
         self.generated += 1;
-        if !dry {
-            txn.position = Some(self.position(commit_ts));
+        match into {
+            Into::Nothing => {}
+            Into::Transaction(txn) => txn.position = Some(self.position(commit_ts)),
+            Into::Run(run) => run.end_transaction(commit_ts, Some(self.position(commit_ts))),
         }
         // Advance 1..=3 ms per transaction, logical part for a little variety.
         let step = 1 + self.below(3);
@@ -655,7 +666,32 @@ impl DatagenSource {
         } else {
             self.next_ts = CommitTs::compose(millis, logical);
         }
-        Some(txn)
+        Some(commit_ts)
+    }
+}
+
+/// Where generated rows go.
+enum Into<'a> {
+    /// Nowhere: skipping on a resume.
+    Nothing,
+    /// One transaction.
+    Transaction(&'a mut Transaction),
+    /// The transaction being written into a run.
+    Run(&'a mut TransactionRun),
+}
+
+impl Into<'_> {
+    fn table(
+        &mut self,
+        schema: &Arc<TableSchema>,
+        pool: &ChangesPool,
+    ) -> Option<&mut TableChanges> {
+        match self {
+            Into::Nothing => None,
+            Into::Transaction(txn) => Some(txn.table_from(schema, pool)),
+            // Datagen's schemas never change, so the run never refuses a table.
+            Into::Run(run) => run.table(schema),
+        }
     }
 }
 
@@ -739,6 +775,39 @@ impl Source for DatagenSource {
         }
     }
 
+    async fn next_run(
+        &mut self,
+        max_transactions: usize,
+        max_bytes: usize,
+    ) -> Result<Option<TransactionRun>, DatagenError> {
+        // Paced, resuming, skipping or ending: one event at a time.
+        if self.config.rate > 0
+            || self.pending_resolved.is_some()
+            || self.ended
+            || self.exhausted
+            || self.skip_to.is_some()
+            || self.next_ts <= self.skip_until
+        {
+            return Ok(None);
+        }
+        let mut run = TransactionRun::new();
+        let mut last = None;
+        while run.len() < max_transactions && run.wire_bytes() < max_bytes {
+            match self.step(&mut Into::Run(&mut run)) {
+                Some(ts) => last = Some(ts),
+                None => break,
+            }
+        }
+        let Some(last) = last else {
+            return Ok(None);
+        };
+        // The next transaction has a larger ts: the run is resolved (one mark
+        // per run, announced by the next event).
+        self.pending_resolved = Some(ResolvedTs::from(last));
+        self.unannounced = None;
+        Ok(Some(run))
+    }
+
     fn resume(&mut self, from: &Checkpoint) -> Result<(), ResumeError> {
         self.skip_until = CommitTs::from(from.ts);
         if let Some(position) = &from.position {
@@ -771,6 +840,47 @@ mod tests {
     fn drain(config: DatagenConfig) -> Vec<Transaction> {
         let mut g = DatagenSource::new(config).unwrap();
         std::iter::from_fn(|| g.next_transaction()).collect()
+    }
+
+    #[tokio::test]
+    async fn runs_carry_exactly_the_transactions_of_the_event_stream() {
+        let config = DatagenConfig {
+            total_rows: 3_000,
+            ..Default::default()
+        };
+        let one_by_one = drain(config.clone());
+        let mut g = DatagenSource::new(config).unwrap();
+        let (mut txns, mut runs) = (Vec::new(), 0);
+        loop {
+            if let Some(run) = g.next_run(100, 1 << 20).await.unwrap() {
+                assert!(run.len() <= 100);
+                runs += 1;
+                txns.extend(run.into_transactions());
+                continue;
+            }
+            match g.next_event().await.unwrap() {
+                SourceEvent::Transaction(t) => txns.push(t),
+                SourceEvent::Resolved(r) => {
+                    // Each run is resolved by the mark that follows it.
+                    assert_eq!(r, ResolvedTs::from(txns.last().unwrap().commit_ts));
+                }
+                SourceEvent::End => break,
+                SourceEvent::Ddl(_) => unreachable!("datagen has no DDL"),
+            }
+        }
+        assert!(runs >= one_by_one.len() / 100, "{runs} runs");
+        // A run gives a transaction's tables back in the run's table order.
+        let by_table = |mut txns: Vec<Transaction>| {
+            for t in &mut txns {
+                t.tables.sort_by_key(|c| c.schema().table_id);
+            }
+            txns
+        };
+        let (txns, one_by_one) = (by_table(txns), by_table(one_by_one));
+        assert_eq!(txns.len(), one_by_one.len());
+        for (a, b) in txns.iter().zip(&one_by_one) {
+            assert!(a == b, "transaction at {} differs", b.commit_ts);
+        }
     }
 
     #[test]
