@@ -194,10 +194,11 @@ impl Gather {
     /// gathered if the cache is full or the chunk would pass its bounds); false
     /// if the pipeline is gone.
     async fn push(&mut self, event: Result<SourceEvent, PipelineError>, size: u32) -> bool {
-        if !self.chunk.items.is_empty() && self.bytes + size as usize > self.max_bytes {
-            if !self.send().await {
-                return false;
-            }
+        if !self.chunk.items.is_empty()
+            && self.bytes + size as usize > self.max_bytes
+            && !self.send().await
+        {
+            return false;
         }
         // A slot for the event, then its bytes; while the cache is full, what is
         // gathered goes first, then the reader waits.
@@ -327,7 +328,9 @@ impl EventCache {
                         }
                         Ok(None) => {}
                         Err(e) => {
-                            let _ = gather.push(Err(PipelineError::Source(Box::new(e))), 0).await
+                            let _ = gather
+                                .push(Err(PipelineError::Source(Box::new(e))), 0)
+                                .await
                                 && gather.send().await;
                             break;
                         }
@@ -351,7 +354,12 @@ impl EventCache {
                     };
                     // An event larger than the whole budget takes all of it.
                     let size = size.min(budget) as u32;
-                    if !gather.push(event, size).await || (last && !gather.send().await) || last {
+                    if !gather.push(event, size).await {
+                        break;
+                    }
+                    if last {
+                        // The end (or an error) goes out at once.
+                        let _ = gather.send().await;
                         break;
                     }
                 }
