@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use sluice_core::{
     Checkpoint, CheckpointTs, CommitTs, ResolvedTs, ResumeError, Source, SourceEvent,
+    TransactionRun,
 };
 use sluice_owner::{ChangefeedId, ChangefeedInfo, Epoch, ErrorKind, Outcome, TaskState};
 use sluice_processor::{Pipeline, PipelineError, Progress, ProgressStoreError};
@@ -491,6 +492,19 @@ impl<S: Source> Source for UpTo<S> {
             return Ok(SourceEvent::Resolved(ResolvedTs::from(target)));
         }
         Ok(event)
+    }
+
+    /// Runs pass through when there is no target; with one, transactions come
+    /// one by one, so that the first past the target is seen and not produced.
+    async fn next_run(
+        &mut self,
+        max_transactions: usize,
+        max_bytes: usize,
+    ) -> Result<Option<TransactionRun>, S::Error> {
+        if self.reached || self.target.is_some() {
+            return Ok(None);
+        }
+        self.inner.next_run(max_transactions, max_bytes).await
     }
 
     fn resume(&mut self, from: &Checkpoint) -> Result<(), ResumeError> {

@@ -336,6 +336,33 @@ impl ColumnData {
         }
     }
 
+    /// Append a byte value that `write` appends to the column's data buffer (it
+    /// must only append); returns its length, or `None` (and stores NULL) if
+    /// this is not a bytes column.
+    pub fn push_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) -> Option<usize> {
+        match &mut self.values {
+            ColumnValues::Bytes(b) => {
+                if b.offsets.is_empty() {
+                    b.offsets.push(0);
+                }
+                let start = b.data.len();
+                write(&mut b.data);
+                // A writer that shortened the buffer (a caller bug) must not leave
+                // offsets out of order.
+                debug_assert!(b.data.len() >= start, "push_with must only append");
+                if b.data.len() < start {
+                    b.data.resize(start, 0);
+                }
+                b.offsets.push(b.data.len() as u32);
+                Some(b.data.len() - start)
+            }
+            _ => {
+                self.push_null();
+                None
+            }
+        }
+    }
+
     /// Append an owned value (NULL if it has the wrong kind for this column).
     pub fn push(&mut self, value: &Value) {
         match value {
@@ -602,6 +629,54 @@ impl TableBatch {
         }
         for (mine, theirs) in self.after.iter_mut().zip(changes.after()) {
             mine.extend_from(theirs, a0..a1);
+        }
+    }
+
+    /// A batch made of `changes` (rows of several transactions), moved (not
+    /// copied), with one commit ts and one flag byte per row.
+    ///
+    /// # Panics
+    /// If `commit_ts` or `flags` do not have one entry per row.
+    pub fn from_rows(changes: TableChanges, commit_ts: Vec<u64>, flags: Vec<u8>) -> Self {
+        let (table_id, schema_version) = (changes.schema().table_id, changes.schema().version);
+        let (ops, before, after) = changes.into_parts();
+        assert!(commit_ts.len() == ops.len() && flags.len() == ops.len());
+        Self {
+            table_id,
+            schema_version,
+            ops,
+            commit_ts,
+            flags,
+            before,
+            after,
+        }
+    }
+
+    /// Append rows `rows` of `changes` (of this table and schema version), whose
+    /// before images are `before` and after images `after`: one copy per column.
+    /// `stamps` gives the commit ts and flags of the rows in order, as
+    /// (commit ts, flags, rows) runs that add up to `rows.len()`.
+    pub fn extend_rows(
+        &mut self,
+        changes: &TableChanges,
+        rows: std::ops::Range<usize>,
+        before: std::ops::Range<usize>,
+        after: std::ops::Range<usize>,
+        stamps: impl IntoIterator<Item = (u64, u8, usize)>,
+    ) {
+        let n = rows.len();
+        self.ops.extend_from_slice(&changes.ops()[rows]);
+        let start = self.commit_ts.len();
+        for (ts, flags, count) in stamps {
+            self.commit_ts.extend(std::iter::repeat_n(ts, count));
+            self.flags.extend(std::iter::repeat_n(flags, count));
+        }
+        debug_assert_eq!(self.commit_ts.len() - start, n, "stamps cover the rows");
+        for (mine, theirs) in self.before.iter_mut().zip(changes.before()) {
+            mine.extend_from(theirs, before.clone());
+        }
+        for (mine, theirs) in self.after.iter_mut().zip(changes.after()) {
+            mine.extend_from(theirs, after.clone());
         }
     }
 

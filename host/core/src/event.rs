@@ -109,7 +109,7 @@ pub const BYTES_VALUE_OVERHEAD: usize = 4;
 /// [`crate::TableBatch`]). Written through [`TableChanges::insert`],
 /// [`TableChanges::update`] and [`TableChanges::delete`]; the wire size is
 /// counted as values are pushed.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct TableChanges {
     schema: Arc<TableSchema>,
     pub(crate) ops: Vec<u8>,
@@ -118,6 +118,18 @@ pub struct TableChanges {
     bytes: usize,
     /// Where the buffers go back when dropped (see [`ChangesPool`]).
     pool: Option<ChangesPool>,
+}
+
+impl PartialEq for TableChanges {
+    /// The same rows of the same schema; where the buffers go back is not part
+    /// of the data.
+    fn eq(&self, other: &Self) -> bool {
+        self.schema == other.schema
+            && self.ops == other.ops
+            && self.before == other.before
+            && self.after == other.after
+            && self.bytes == other.bytes
+    }
 }
 
 /// Most spare [`TableChanges`] a pool keeps.
@@ -273,6 +285,20 @@ impl TableChanges {
         rows_of(&self.ops, &self.before, &self.after)
     }
 
+    /// Append every row of `other` (changes of the same table and version).
+    pub fn append(&mut self, other: &TableChanges) {
+        self.ops.extend_from_slice(&other.ops);
+        for (image, theirs) in [
+            (&mut self.before, &other.before),
+            (&mut self.after, &other.after),
+        ] {
+            for (mine, col) in image.iter_mut().zip(theirs) {
+                mine.extend_from(col, 0..col.len());
+            }
+        }
+        self.bytes += other.bytes;
+    }
+
     /// The parts, to move them into a batch.
     pub(crate) fn into_parts(mut self) -> (Vec<u8>, Vec<ColumnData>, Vec<ColumnData>) {
         (
@@ -371,6 +397,20 @@ impl RowWriter<'_> {
     pub fn text(&mut self, args: std::fmt::Arguments<'_>) -> &mut Self {
         if let Some(c) = self.column() {
             let len = c.push_fmt(args);
+            self.changes.bytes += match len {
+                Some(n) => n + BYTES_VALUE_OVERHEAD,
+                None => FIXED_VALUE_BYTES,
+            };
+        }
+        self
+    }
+
+    /// A byte-like value that `write` appends straight to the column's buffer
+    /// (digits and pieces, without formatting machinery or a temporary). `write`
+    /// must only append.
+    pub fn bytes_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) -> &mut Self {
+        if let Some(c) = self.column() {
+            let len = c.push_with(write);
             self.changes.bytes += match len {
                 Some(n) => n + BYTES_VALUE_OVERHEAD,
                 None => FIXED_VALUE_BYTES,
@@ -501,5 +541,334 @@ impl DdlEvent {
     /// name affects every table of its schema.
     pub fn affects(&self, schema: &str, table: &str) -> bool {
         self.schema_name == schema && (self.table_name.is_empty() || self.table_name == table)
+    }
+}
+
+/// Where one transaction's rows of a table end in a [`RunPart`]: cumulative
+/// counts, so segment `i` spans from the ends of segment `i - 1` (or 0) to these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    /// Index of the transaction in [`TransactionRun::transactions`].
+    pub txn: u32,
+    /// End of its rows (ops).
+    pub rows: usize,
+    /// End of its before images.
+    pub before: usize,
+    /// End of its after images.
+    pub after: usize,
+    /// End of its wire bytes.
+    pub bytes: usize,
+}
+
+/// The rows of consecutive transactions of one table (one schema version), back
+/// to back in one set of columns, and where each transaction's rows end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunPart {
+    /// The rows, in commit-ts order.
+    pub changes: TableChanges,
+    /// One per transaction that touched the table, in order.
+    pub segments: Vec<Segment>,
+}
+
+impl RunPart {
+    /// Where segment `i` starts: (rows, before, after, bytes).
+    pub fn start_of(&self, i: usize) -> (usize, usize, usize, usize) {
+        match i.checked_sub(1).map(|p| self.segments[p]) {
+            Some(s) => (s.rows, s.before, s.after, s.bytes),
+            None => (0, 0, 0, 0),
+        }
+    }
+
+    /// Segment `i`'s rows as changes of their own (a copy).
+    pub fn segment(&self, i: usize) -> TableChanges {
+        let (r0, b0, a0, y0) = self.start_of(i);
+        let end = self.segments[i];
+        let mut out = TableChanges::new(self.changes.schema.clone());
+        out.ops.extend_from_slice(&self.changes.ops[r0..end.rows]);
+        for (mine, theirs) in out.before.iter_mut().zip(&self.changes.before) {
+            mine.extend_from(theirs, b0..end.before);
+        }
+        for (mine, theirs) in out.after.iter_mut().zip(&self.changes.after) {
+            mine.extend_from(theirs, a0..end.after);
+        }
+        out.bytes = end.bytes - y0;
+        out
+    }
+}
+
+/// One transaction of a [`TransactionRun`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunTransaction {
+    /// Its commit ts.
+    pub commit_ts: CommitTs,
+    /// Where the source is after it.
+    pub position: Option<SourcePosition>,
+}
+
+/// Consecutive transactions gathered into one set of columns per table, so that
+/// the pipeline moves or copies many transactions' rows at once. The event
+/// cache's reader builds runs from the transactions a source yields, on the
+/// source's thread, while their columns are still in its cache.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TransactionRun {
+    /// The transactions, in commit-ts order.
+    pub transactions: Vec<RunTransaction>,
+    /// One part per table touched, in first-touched order.
+    pub parts: Vec<RunPart>,
+    rows: usize,
+    bytes: usize,
+}
+
+impl TransactionRun {
+    /// An empty run.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add `txn` at the end, moving its first changes of a table and copying
+    /// later ones. A transaction that has a table at another schema version than
+    /// the run's part of it is given back: it starts the next run.
+    pub fn push(&mut self, txn: Transaction) -> Result<(), Transaction> {
+        let clash = txn.tables.iter().any(|t| {
+            self.parts.iter().any(|p| {
+                p.changes.schema.table_id == t.schema.table_id
+                    && p.changes.schema.version != t.schema.version
+            })
+        });
+        if clash {
+            return Err(txn);
+        }
+        let at = self.transactions.len() as u32;
+        let Transaction {
+            commit_ts,
+            position,
+            tables,
+        } = txn;
+        for changes in tables {
+            if changes.is_empty() {
+                continue;
+            }
+            self.rows += changes.len();
+            self.bytes += changes.bytes;
+            match self
+                .parts
+                .iter_mut()
+                .find(|p| p.changes.schema.table_id == changes.schema.table_id)
+            {
+                Some(part) => {
+                    part.changes.append(&changes);
+                    let c = &part.changes;
+                    part.segments.push(Segment {
+                        txn: at,
+                        rows: c.ops.len(),
+                        before: c.before.first().map_or(0, ColumnData::len),
+                        after: c.after.first().map_or(0, ColumnData::len),
+                        bytes: c.bytes,
+                    });
+                }
+                None => {
+                    let mut changes = changes;
+                    // Moved in: the buffers stay with the run, not the pool.
+                    changes.pool = None;
+                    let segment = Segment {
+                        txn: at,
+                        rows: changes.ops.len(),
+                        before: changes.before.first().map_or(0, ColumnData::len),
+                        after: changes.after.first().map_or(0, ColumnData::len),
+                        bytes: changes.bytes,
+                    };
+                    self.parts.push(RunPart {
+                        changes,
+                        segments: vec![segment],
+                    });
+                }
+            }
+        }
+        self.transactions.push(RunTransaction {
+            commit_ts,
+            position,
+        });
+        Ok(())
+    }
+
+    /// The changes of `schema`'s table in the transaction being written (the
+    /// rows written since the last [`TransactionRun::end_transaction`]), or
+    /// `None` if the run holds the table at another schema version (end the run
+    /// first).
+    pub fn table(&mut self, schema: &Arc<TableSchema>) -> Option<&mut TableChanges> {
+        let at = match self
+            .parts
+            .iter()
+            .position(|p| p.changes.schema.table_id == schema.table_id)
+        {
+            Some(at) if self.parts[at].changes.schema.version != schema.version => return None,
+            Some(at) => at,
+            None => {
+                self.parts.push(RunPart {
+                    changes: TableChanges::new(schema.clone()),
+                    segments: Vec::new(),
+                });
+                self.parts.len() - 1
+            }
+        };
+        Some(&mut self.parts[at].changes)
+    }
+
+    /// End the transaction whose rows were written through
+    /// [`TransactionRun::table`], at `commit_ts`, with the source position after it.
+    pub fn end_transaction(&mut self, commit_ts: CommitTs, position: Option<SourcePosition>) {
+        let at = self.transactions.len() as u32;
+        for part in &mut self.parts {
+            let c = &part.changes;
+            let done = part.segments.last().map_or(0, |s| s.rows);
+            if c.ops.len() > done {
+                self.rows += c.ops.len() - done;
+                self.bytes += c.bytes - part.segments.last().map_or(0, |s| s.bytes);
+                part.segments.push(Segment {
+                    txn: at,
+                    rows: c.ops.len(),
+                    before: c.before.first().map_or(0, ColumnData::len),
+                    after: c.after.first().map_or(0, ColumnData::len),
+                    bytes: c.bytes,
+                });
+            }
+        }
+        self.transactions.push(RunTransaction {
+            commit_ts,
+            position,
+        });
+    }
+
+    /// Transactions in the run.
+    pub fn len(&self) -> usize {
+        self.transactions.len()
+    }
+
+    /// Whether the run has no transactions.
+    pub fn is_empty(&self) -> bool {
+        self.transactions.is_empty()
+    }
+
+    /// Rows in all tables.
+    pub fn row_count(&self) -> usize {
+        self.rows
+    }
+
+    /// Approximate wire bytes of all rows.
+    pub fn wire_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The transactions again, one by one (copies of their rows).
+    pub fn into_transactions(self) -> Vec<Transaction> {
+        let mut out: Vec<Transaction> = self
+            .transactions
+            .into_iter()
+            .map(|t| Transaction {
+                commit_ts: t.commit_ts,
+                position: t.position,
+                tables: Vec::new(),
+            })
+            .collect();
+        // Parts are in first-touched order, so each transaction gets its tables
+        // in the order it touched them among the run's tables.
+        for part in &self.parts {
+            for (i, s) in part.segments.iter().enumerate() {
+                out[s.txn as usize].tables.push(part.segment(i));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::{Column, ColumnType};
+
+    fn schema(table_id: u32, version: u32) -> Arc<TableSchema> {
+        let col = |name: &str, ty| Column {
+            name: name.into(),
+            ty,
+            sql_type: String::new(),
+            nullable: true,
+            key: false,
+        };
+        Arc::new(TableSchema {
+            table_id,
+            version,
+            schema_name: "s".into(),
+            table_name: format!("t{table_id}"),
+            columns: vec![col("id", ColumnType::Int), col("name", ColumnType::Text)],
+        })
+    }
+
+    fn txn(ts: u64, rows: &[(&Arc<TableSchema>, Op, i64)]) -> Transaction {
+        let mut t = Transaction::new(CommitTs::new(ts));
+        t.position = Some(SourcePosition {
+            version: 1,
+            bytes: ts.to_le_bytes().to_vec(),
+        });
+        for &(schema, op, id) in rows {
+            let image = [Value::Int(id), Value::Bytes(format!("n{id}").into_bytes())];
+            let null = [Value::Int(id), Value::Null];
+            let changes = t.table(schema);
+            match op {
+                Op::Insert => changes.push_values(op, None, Some(&image)),
+                Op::Update => changes.push_values(op, Some(&null), Some(&image)),
+                Op::Delete => changes.push_values(op, Some(&image), None),
+            }
+        }
+        t
+    }
+
+    #[test]
+    fn a_run_gives_back_exactly_its_transactions() {
+        let (a, b) = (schema(1, 1), schema(2, 1));
+        let txns = vec![
+            txn(10, &[(&a, Op::Insert, 1), (&b, Op::Insert, 2)]),
+            txn(11, &[(&b, Op::Update, 2)]),
+            txn(12, &[]),
+            txn(
+                13,
+                &[
+                    (&a, Op::Delete, 1),
+                    (&a, Op::Insert, 3),
+                    (&b, Op::Delete, 2),
+                ],
+            ),
+        ];
+        let mut run = TransactionRun::new();
+        for t in txns.clone() {
+            run.push(t).unwrap();
+        }
+        assert_eq!(run.len(), 4);
+        assert_eq!(run.row_count(), 6);
+        assert_eq!(
+            run.wire_bytes(),
+            txns.iter().map(Transaction::wire_bytes).sum::<usize>()
+        );
+        // Two parts, their rows back to back, each transaction's rows a segment.
+        assert_eq!(run.parts.len(), 2);
+        assert_eq!(run.parts[0].changes.len(), 3);
+        assert_eq!(
+            run.parts[0]
+                .segments
+                .iter()
+                .map(|s| s.txn)
+                .collect::<Vec<_>>(),
+            vec![0, 3]
+        );
+        assert_eq!(run.into_transactions(), txns);
+    }
+
+    #[test]
+    fn a_run_refuses_a_table_at_another_schema_version() {
+        let (v1, v2) = (schema(1, 1), schema(1, 2));
+        let mut run = TransactionRun::new();
+        run.push(txn(10, &[(&v1, Op::Insert, 1)])).unwrap();
+        let refused = run.push(txn(11, &[(&v2, Op::Insert, 2)])).unwrap_err();
+        assert_eq!(refused.commit_ts, CommitTs::new(11));
+        assert_eq!(run.len(), 1);
     }
 }

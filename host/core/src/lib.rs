@@ -14,8 +14,8 @@ pub use batch::{
 };
 pub use error::{BatchError, MAX_MESSAGE_BYTES, PluginError, bounded_text};
 pub use event::{
-    ChangesPool, Checkpoint, DdlEvent, Op, RowWriter, SourcePosition, TableChanges, Transaction,
-    Value,
+    ChangesPool, Checkpoint, DdlEvent, Op, RowWriter, RunPart, RunTransaction, Segment,
+    SourcePosition, TableChanges, Transaction, TransactionRun, Value,
 };
 pub use traits::{Filter, ResumeError, Sink, Source, SourceEvent};
 pub use ts::{CheckpointTs, CommitTs, ResolvedTs};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::batch::{Batch, TableSchema};
 use crate::error::PluginError;
-use crate::event::{Checkpoint, DdlEvent, Transaction};
+use crate::event::{Checkpoint, DdlEvent, Transaction, TransactionRun};
 use crate::ts::{CommitTs, ResolvedTs};
 
 /// A source cannot resume from a saved position.
@@ -34,6 +34,21 @@ pub trait Source: Send {
 
     /// The next event, in commit-ts order.
     fn next_event(&mut self) -> impl Future<Output = Result<SourceEvent, Self::Error>> + Send;
+
+    /// Up to `max_transactions` transactions (and about `max_bytes` wire bytes)
+    /// written straight into one run, when the source has them at hand: the
+    /// next events of the stream, in commit-ts order, exactly as `next_event`
+    /// would have yielded them one by one. `Ok(None)` means "ask `next_event`"
+    /// (the default, for sources that do not write runs); a source returns it
+    /// whenever its next event is not a transaction it can write into a run.
+    fn next_run(
+        &mut self,
+        max_transactions: usize,
+        max_bytes: usize,
+    ) -> impl Future<Output = Result<Option<TransactionRun>, Self::Error>> + Send {
+        let _ = (max_transactions, max_bytes);
+        async { Ok(None) }
+    }
 
     /// Resume after `from`: events with commit ts <= `from.ts` are not produced
     /// again. With a position, the source continues from it (it was saved with

@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use sluice_core::{
     Batch, Checkpoint, CheckpointTs, ColumnData, CommitTs, DdlEvent, FLAG_REPLAY, FLAG_SPLIT,
-    Filter, PluginError, ResolvedTs, Sink, Source, SourceEvent, SourcePosition, TableBatch,
-    TableChanges, TableSchema, Transaction,
+    Filter, PluginError, ResolvedTs, RunPart, RunTransaction, Sink, Source, SourceEvent,
+    SourcePosition, TableBatch, TableChanges, TableSchema, Transaction, TransactionRun,
 };
 use tokio::sync::watch;
 
-use crate::cache::{CachePermit, EventCache};
+use crate::cache::{CachePermit, Chunk, EventCache, Item};
 use crate::config::PipelineConfig;
 use crate::dispatcher::{Dispatcher, Held, changefeed_checkpoint};
 use crate::error::PipelineError;
@@ -217,6 +217,9 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             &self.start,
             self.config.event_cache_count,
             self.config.event_cache_bytes,
+            // A run is dispatched whole before the next flush check: keep it well
+            // below the replay buffer's bound.
+            self.config.max_pending_bytes / 4,
         )?;
 
         self.open_all().await?;
@@ -230,20 +233,15 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
                     self.report.interrupted = true;
                     break Ok(());
                 }
-                event = cache.rx.recv() => {
-                    let Some((event, permit)) = event else {
+                chunk = cache.rx.recv() => {
+                    let Some(chunk) = chunk else {
                         // The reader stopped without saying End: it panicked (or was cancelled).
                         break Err(PipelineError::Source("the source task stopped unexpectedly (it panicked); see the log".into()));
                     };
                     let held = cache.held_bytes();
                     self.progress.event_cache_peak_bytes = self.progress.event_cache_peak_bytes.max(held);
-                    let event = match event {
-                        Ok(SourceEvent::End) => break Ok(()),
-                        Ok(event) => event,
-                        Err(e) => break Err(e),
-                    };
-                    if let Err(e) = self.on_event(event, permit, &cache).await {
-                        break Err(e);
+                    if let Some(end) = self.on_chunk(chunk, &cache).await {
+                        break end;
                     }
                 },
                 _ = ticker.tick() => {
@@ -264,6 +262,210 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             *self.report.rows_in.entry(d.name.clone()).or_default() += d.rows_in;
         }
         Ok(self.report.clone())
+    }
+
+    /// Take a chunk's items in order; `Some` when the run ends with one of them
+    /// (the source's End, or an error).
+    async fn on_chunk(
+        &mut self,
+        chunk: Chunk,
+        cache: &EventCache,
+    ) -> Option<Result<(), PipelineError>> {
+        for (item, permit) in chunk.into_items() {
+            let result = match item {
+                Item::Event(Ok(SourceEvent::End)) => return Some(Ok(())),
+                Item::Event(Err(e)) => return Some(Err(e)),
+                Item::Event(Ok(event)) => self.on_event(event, permit, cache).await,
+                Item::Run(run) => self.on_run(run, permit, cache).await,
+            };
+            if let Err(e) = result {
+                return Some(Err(e));
+            }
+        }
+        None
+    }
+
+    /// Transactions in a row: each table's rows are moved or copied into its
+    /// batch many transactions at a time. Runs that need care (rows already
+    /// downstream, a table behind a DDL, a transaction larger than a batch) go
+    /// through the transaction-by-transaction path instead.
+    async fn on_run(
+        &mut self,
+        run: TransactionRun,
+        mut permit: CachePermit,
+        cache: &EventCache,
+    ) -> Result<(), PipelineError> {
+        let rows_bound = self.config.max_batch_rows.max(1);
+        let bytes_bound = self.config.max_batch_bytes;
+        let start = CommitTs::from(self.start.ts);
+        let simple = run
+            .transactions
+            .first()
+            .is_some_and(|t| t.commit_ts > start)
+            && run.parts.iter().all(|part| {
+                let fits = part.segments.iter().enumerate().all(|(i, s)| {
+                    let (r0, _, _, y0) = part.start_of(i);
+                    s.rows - r0 <= rows_bound && s.bytes - y0 <= bytes_bound
+                });
+                let schema = part.changes.schema();
+                let free = match self.by_table.get(&schema.table_id) {
+                    Some(&at) => {
+                        let d = &self.dispatchers[at];
+                        d.held.is_empty() && d.blocked_by.is_none()
+                    }
+                    // A new table is blocked from the start by a pending DDL of its schema.
+                    None => !self
+                        .barriers
+                        .iter()
+                        .any(|b| b.affects(&schema.schema_name, &schema.table_name)),
+                };
+                fits && free
+            });
+        if !simple {
+            // One by one: each transaction passes the stage on its own.
+            for txn in run.into_transactions() {
+                let own = permit.split(txn.wire_bytes(), 1);
+                self.on_event(SourceEvent::Transaction(txn), own, cache)
+                    .await?;
+            }
+            return Ok(());
+        }
+        self.stage
+            .admit_run(&run)
+            .map_err(|e| PipelineError::Source(Box::new(e)))?;
+        let TransactionRun {
+            transactions,
+            parts,
+            ..
+        } = run;
+        for part in parts {
+            self.dispatch_part(part, &transactions).await?;
+        }
+        self.progress.transactions += transactions.len() as u64;
+        if let Some(last) = transactions.last() {
+            self.read_through = self.read_through.max(last.commit_ts);
+        }
+        for t in transactions {
+            if let Some(position) = t.position {
+                self.positions.push_back((t.commit_ts, position));
+            }
+        }
+        // The rows are in batches or written: their cache bytes come back.
+        drop(permit);
+        if self.unacked_bytes > self.config.max_pending_bytes
+            || self.last_flush.elapsed() >= self.config.flush_interval
+        {
+            self.flush_point().await?;
+        }
+        Ok(())
+    }
+
+    /// Append a run's rows of one table to the table's batch, as many
+    /// transactions at once as fit; a transaction is never cut (each fits a
+    /// batch: see `on_run`).
+    async fn dispatch_part(
+        &mut self,
+        part: RunPart,
+        transactions: &[RunTransaction],
+    ) -> Result<(), PipelineError> {
+        let rows_bound = self.config.max_batch_rows.max(1);
+        let bytes_bound = self.config.max_batch_bytes;
+        let replay_until = self.config.replay_until;
+        let stamp = |txn: u32| {
+            let ts = transactions[txn as usize].commit_ts;
+            (ts, if ts <= replay_until { FLAG_REPLAY } else { 0 })
+        };
+        let at = self.dispatcher(part.changes.schema());
+        let rows = part.changes.len();
+        self.progress.rows_read += rows as u64;
+        self.dispatchers[at].rows_in += rows as u64;
+        let mut part = Some(part);
+        let mut i = 0;
+        loop {
+            let p = part.as_ref().expect("kept until moved whole");
+            if i >= p.segments.len() {
+                break;
+            }
+            let d = &self.dispatchers[at];
+            if d.batch.is_some() && d.schema.version != p.changes.schema().version {
+                self.emit_table(at).await?;
+                continue;
+            }
+            // The transactions that fit what is left of the batch.
+            let (r0, b0, a0, y0) = p.start_of(i);
+            let (room_rows, room_bytes) = (
+                rows_bound.saturating_sub(d.rows()),
+                bytes_bound.saturating_sub(d.batch_bytes),
+            );
+            let mut j = i;
+            while j < p.segments.len()
+                && p.segments[j].rows - r0 <= room_rows
+                && p.segments[j].bytes - y0 <= room_bytes
+            {
+                j += 1;
+            }
+            if j == i {
+                // The next transaction does not fit: write the batch first (it
+                // is not empty, as each transaction fits an empty batch).
+                self.emit_table(at).await?;
+                continue;
+            }
+            let end = p.segments[j - 1];
+            let first_ts = stamp(p.segments[i].txn).0;
+            let bytes = end.bytes - y0;
+            let d = &mut self.dispatchers[at];
+            if !Arc::ptr_eq(&d.schema, p.changes.schema()) {
+                d.schema = p.changes.schema().clone();
+            }
+            if i == 0 && j == p.segments.len() && d.batch.is_none() && d.spare.is_none() {
+                // The whole part into an empty batch: moved, not copied.
+                let p = part.take().expect("checked");
+                let (mut commit_ts, mut flags) =
+                    (Vec::with_capacity(rows), Vec::with_capacity(rows));
+                let mut from = 0;
+                for s in &p.segments {
+                    let (ts, f) = stamp(s.txn);
+                    commit_ts.extend(std::iter::repeat_n(ts.get(), s.rows - from));
+                    flags.extend(std::iter::repeat_n(f, s.rows - from));
+                    from = s.rows;
+                }
+                d.batch = Some(TableBatch::from_rows(p.changes, commit_ts, flags));
+                d.batch_bytes = bytes;
+                d.first_unwritten = Some(first_ts);
+                if d.rows() >= rows_bound {
+                    self.emit_table(at).await?;
+                }
+                return Ok(());
+            }
+            let (schema, spare) = (&d.schema, &mut d.spare);
+            let batch = d.batch.get_or_insert_with(|| {
+                spare
+                    .take()
+                    .filter(|b| b.table_id == schema.table_id && b.schema_version == schema.version)
+                    .unwrap_or_else(|| TableBatch::new(schema))
+            });
+            let mut from = r0;
+            let stamps = p.segments[i..j].iter().map(|s| {
+                let (ts, f) = stamp(s.txn);
+                let n = s.rows - from;
+                from = s.rows;
+                (ts.get(), f, n)
+            });
+            batch.extend_rows(
+                &p.changes,
+                r0..end.rows,
+                b0..end.before,
+                a0..end.after,
+                stamps,
+            );
+            d.batch_bytes += bytes;
+            d.first_unwritten.get_or_insert(first_ts);
+            if d.rows() >= rows_bound {
+                self.emit_table(at).await?;
+            }
+            i = j;
+        }
+        Ok(())
     }
 
     async fn on_event(

@@ -10,7 +10,7 @@
 //! invariant "the sink only receives events with commit ts <= the persisted redo
 //! resolved ts". Nothing else in the pipeline needs to change for it.
 
-use sluice_core::{CommitTs, SourceEvent};
+use sluice_core::{CommitTs, SourceEvent, TransactionRun};
 
 /// A stage could not take an event; the changefeed fails with it (and is restarted
 /// from its checkpoint by the owner).
@@ -28,6 +28,10 @@ pub trait EventStage: Send {
     /// Take `event` (in source order) before the dispatchers see it.
     fn admit(&mut self, event: &SourceEvent) -> Result<(), StageError>;
 
+    /// Take consecutive transactions gathered into a run (in source order, like
+    /// `admit`), before the dispatchers see them.
+    fn admit_run(&mut self, run: &TransactionRun) -> Result<(), StageError>;
+
     /// Rows with commit ts <= this may reach the sink.
     fn released_through(&self) -> CommitTs;
 }
@@ -38,6 +42,10 @@ pub struct PassThrough;
 
 impl EventStage for PassThrough {
     fn admit(&mut self, _event: &SourceEvent) -> Result<(), StageError> {
+        Ok(())
+    }
+
+    fn admit_run(&mut self, _run: &TransactionRun) -> Result<(), StageError> {
         Ok(())
     }
 

@@ -9,7 +9,7 @@ use rand_chacha::rand_core::{Rng, SeedableRng};
 pub use sluice_config::source::{DatagenConfig, Mix};
 use sluice_core::{
     ChangesPool, Checkpoint, Column, ColumnType, CommitTs, ResolvedTs, ResumeError, RowWriter,
-    Source, SourceEvent, SourcePosition, TableSchema, Transaction,
+    Source, SourceEvent, SourcePosition, TableChanges, TableSchema, Transaction, TransactionRun,
 };
 
 /// Bad datagen settings.
@@ -210,29 +210,75 @@ impl RowRng {
     }
 }
 
+/// Append the decimal digits of `n`.
+fn put_u64(buf: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    buf.extend_from_slice(&digits[at..]);
+}
+
+/// Append the decimal digits of `n`, with a sign if it is negative.
+fn put_i64(buf: &mut Vec<u8>, n: i64) {
+    if n < 0 {
+        buf.push(b'-');
+    }
+    put_u64(buf, n.unsigned_abs());
+}
+
 /// Write the image of row version `live` of table `schema` (one of datagen's):
 /// the same arguments always give the same values, so a before image is
-/// regenerated rather than stored.
+/// regenerated rather than stored. Text is written straight into the columns.
 fn write_image(seed: u64, schema: &TableSchema, live: Live, w: &mut RowWriter<'_>) {
     let mut r = RowRng::new(seed, schema.table_id, live);
     let (id, ms) = (live.id, live.millis);
     match schema.table_name.as_str() {
         "users" => {
-            let first = r.pick(&FIRST);
-            let last = r.pick(&LAST);
+            let first = r.pick(&FIRST).as_bytes();
+            let last = r.pick(&LAST).as_bytes();
             let cents = r.below(10_000_000) as i64;
             w.int(id)
-                .text(format_args!("{first} {last}"))
-                .text(format_args!("{first}.{last}{id}@example.com"))
-                .text(format_args!("{}.{:02}", cents / 100, cents % 100))
+                .bytes_with(|b| {
+                    // "{first} {last}"
+                    b.extend_from_slice(first);
+                    b.push(b' ');
+                    b.extend_from_slice(last);
+                })
+                .bytes_with(|b| {
+                    // "{first}.{last}{id}@example.com"
+                    b.extend_from_slice(first);
+                    b.push(b'.');
+                    b.extend_from_slice(last);
+                    put_i64(b, id);
+                    b.extend_from_slice(b"@example.com");
+                })
+                .bytes_with(|b| {
+                    // "{cents / 100}.{cents % 100:02}"
+                    put_i64(b, cents / 100);
+                    b.push(b'.');
+                    b.push(b'0' + (cents % 100 / 10) as u8);
+                    b.push(b'0' + (cents % 10) as u8);
+                })
                 .int(ms * 1000 + r.below(1000) as i64);
             if r.below(5) != 0 {
-                w.text(format_args!(
-                    r#"{{"tier":{},"tags":["{}","{}"]}}"#,
-                    r.below(4),
-                    first,
-                    last
-                ));
+                let tier = r.below(4);
+                w.bytes_with(|b| {
+                    // {"tier":{tier},"tags":["{first}","{last}"]}
+                    b.extend_from_slice(br#"{"tier":"#);
+                    put_u64(b, tier);
+                    b.extend_from_slice(br#","tags":[""#);
+                    b.extend_from_slice(first);
+                    b.extend_from_slice(br#"",""#);
+                    b.extend_from_slice(last);
+                    b.extend_from_slice(br#""]}"#);
+                });
             } else {
                 w.null();
             }
@@ -251,10 +297,12 @@ fn write_image(seed: u64, schema: &TableSchema, live: Live, w: &mut RowWriter<'_
             if r.below(3) == 0 {
                 w.null();
             } else {
-                w.text(format_args!(
-                    "deliver \"fast\", line {}\nthanks",
-                    r.below(100)
-                ));
+                let line = r.below(100);
+                w.bytes_with(|b| {
+                    b.extend_from_slice(b"deliver \"fast\", line ");
+                    put_u64(b, line);
+                    b.extend_from_slice(b"\nthanks");
+                });
             }
             w.int(ms / 86_400_000 - r.below(30) as i64)
                 .int(live.version);
@@ -263,9 +311,16 @@ fn write_image(seed: u64, schema: &TableSchema, live: Live, w: &mut RowWriter<'_
             let kind = r.below(256);
             w.int(id)
                 .uint(kind)
-                .text(format_args!(
-                    r#"{{"kind":{kind},"seq":{id},"msg":"ev\u00e9nement {id}"}}"#
-                ))
+                .bytes_with(|b| {
+                    // {"kind":{kind},"seq":{id},"msg":"ev\u00e9nement {id}"}
+                    b.extend_from_slice(br#"{"kind":"#);
+                    put_u64(b, kind);
+                    b.extend_from_slice(br#","seq":"#);
+                    put_i64(b, id);
+                    b.extend_from_slice(br#","msg":"ev\u00e9nement "#);
+                    put_i64(b, id);
+                    b.extend_from_slice(br#""}"#);
+                })
                 .int(ms * 1000)
                 .int(r.below(2) as i64)
                 .int(live.version);
@@ -347,9 +402,9 @@ impl DatagenSource {
         if n == 0 { 0 } else { self.rng.next_u64() % n }
     }
 
-    /// One row change into `txn`; with `dry`, only the generator's state moves
-    /// (skipping on a resume), no values are written.
-    fn row(&mut self, txn: &mut Transaction, dry: bool) {
+    /// One row change into `into`; into [`Into::Nothing`], only the generator's
+    /// state moves (skipping on a resume), no values are written.
+    fn row(&mut self, into: &mut Into<'_>) {
         let table = self.below(self.tables.len() as u64) as usize;
         let (insert, update, delete) = (
             u64::from(self.config.mix.insert),
@@ -375,8 +430,7 @@ impl DatagenSource {
                 millis,
             };
             state.live.push(now);
-            if !dry {
-                let changes = txn.table_from(&state.schema, &self.pool);
+            if let Some(changes) = into.table(&state.schema, &self.pool) {
                 write_image(seed, &state.schema, now, &mut changes.insert());
             }
         } else if pick < insert + update {
@@ -389,8 +443,7 @@ impl DatagenSource {
                 millis,
             };
             state.live[pos] = now;
-            if !dry {
-                let changes = txn.table_from(&state.schema, &self.pool);
+            if let Some(changes) = into.table(&state.schema, &self.pool) {
                 let mut w = changes.update();
                 write_image(seed, &state.schema, was, &mut w);
                 write_image(seed, &state.schema, now, &mut w);
@@ -399,8 +452,7 @@ impl DatagenSource {
             let pos = self.below(live) as usize;
             let state = &mut self.tables[table];
             let was = state.live.swap_remove(pos);
-            if !dry {
-                let changes = txn.table_from(&state.schema, &self.pool);
+            if let Some(changes) = into.table(&state.schema, &self.pool) {
                 write_image(seed, &state.schema, was, &mut changes.delete());
             }
         }
@@ -413,6 +465,19 @@ impl DatagenSource {
     }
 
     fn generate(&mut self, dry: bool) -> Option<Transaction> {
+        let mut txn = Transaction::new(self.next_ts);
+        let mut into = if dry {
+            Into::Nothing
+        } else {
+            Into::Transaction(&mut txn)
+        };
+        self.step(&mut into)?;
+        Some(txn)
+    }
+
+    /// Generate the next transaction into `into`; its commit ts, or `None` when
+    /// the total is reached (or commit ts ran out).
+    fn step(&mut self, into: &mut Into<'_>) -> Option<CommitTs> {
         if self.exhausted
             || (self.config.total_rows > 0 && self.emitted_rows >= self.config.total_rows)
         {
@@ -423,14 +488,15 @@ impl DatagenSource {
             n = n.min(self.config.total_rows - self.emitted_rows);
         }
         let commit_ts = self.next_ts;
-        let mut txn = Transaction::new(commit_ts);
         for _ in 0..n {
-            self.row(&mut txn, dry);
+            self.row(into);
         }
         self.emitted_rows += n;
         self.generated += 1;
-        if !dry {
-            txn.position = Some(self.position(commit_ts));
+        match into {
+            Into::Nothing => {}
+            Into::Transaction(txn) => txn.position = Some(self.position(commit_ts)),
+            Into::Run(run) => run.end_transaction(commit_ts, Some(self.position(commit_ts))),
         }
         // Advance 1..=3 ms per transaction, logical part for a little variety.
         let step = 1 + self.below(3);
@@ -441,7 +507,32 @@ impl DatagenSource {
         } else {
             self.next_ts = CommitTs::compose(millis, logical);
         }
-        Some(txn)
+        Some(commit_ts)
+    }
+}
+
+/// Where generated rows go.
+enum Into<'a> {
+    /// Nowhere: skipping on a resume.
+    Nothing,
+    /// One transaction.
+    Transaction(&'a mut Transaction),
+    /// The transaction being written into a run.
+    Run(&'a mut TransactionRun),
+}
+
+impl Into<'_> {
+    fn table(
+        &mut self,
+        schema: &Arc<TableSchema>,
+        pool: &ChangesPool,
+    ) -> Option<&mut TableChanges> {
+        match self {
+            Into::Nothing => None,
+            Into::Transaction(txn) => Some(txn.table_from(schema, pool)),
+            // Datagen's schemas never change, so the run never refuses a table.
+            Into::Run(run) => run.table(schema),
+        }
     }
 }
 
@@ -525,6 +616,39 @@ impl Source for DatagenSource {
         }
     }
 
+    async fn next_run(
+        &mut self,
+        max_transactions: usize,
+        max_bytes: usize,
+    ) -> Result<Option<TransactionRun>, DatagenError> {
+        // Paced, resuming, skipping or ending: one event at a time.
+        if self.config.rate > 0
+            || self.pending_resolved.is_some()
+            || self.ended
+            || self.exhausted
+            || self.skip_to.is_some()
+            || self.next_ts <= self.skip_until
+        {
+            return Ok(None);
+        }
+        let mut run = TransactionRun::new();
+        let mut last = None;
+        while run.len() < max_transactions && run.wire_bytes() < max_bytes {
+            match self.step(&mut Into::Run(&mut run)) {
+                Some(ts) => last = Some(ts),
+                None => break,
+            }
+        }
+        let Some(last) = last else {
+            return Ok(None);
+        };
+        // The next transaction has a larger ts: the run is resolved (one mark
+        // per run, announced by the next event).
+        self.pending_resolved = Some(ResolvedTs::from(last));
+        self.unannounced = None;
+        Ok(Some(run))
+    }
+
     fn resume(&mut self, from: &Checkpoint) -> Result<(), ResumeError> {
         self.skip_until = CommitTs::from(from.ts);
         if let Some(position) = &from.position {
@@ -558,6 +682,47 @@ mod tests {
     fn drain(config: DatagenConfig) -> Vec<Transaction> {
         let mut g = DatagenSource::new(config).unwrap();
         std::iter::from_fn(|| g.next_transaction()).collect()
+    }
+
+    #[tokio::test]
+    async fn runs_carry_exactly_the_transactions_of_the_event_stream() {
+        let config = DatagenConfig {
+            total_rows: 3_000,
+            ..Default::default()
+        };
+        let one_by_one = drain(config.clone());
+        let mut g = DatagenSource::new(config).unwrap();
+        let (mut txns, mut runs) = (Vec::new(), 0);
+        loop {
+            if let Some(run) = g.next_run(100, 1 << 20).await.unwrap() {
+                assert!(run.len() <= 100);
+                runs += 1;
+                txns.extend(run.into_transactions());
+                continue;
+            }
+            match g.next_event().await.unwrap() {
+                SourceEvent::Transaction(t) => txns.push(t),
+                SourceEvent::Resolved(r) => {
+                    // Each run is resolved by the mark that follows it.
+                    assert_eq!(r, ResolvedTs::from(txns.last().unwrap().commit_ts));
+                }
+                SourceEvent::End => break,
+                SourceEvent::Ddl(_) => unreachable!("datagen has no DDL"),
+            }
+        }
+        assert!(runs >= one_by_one.len() / 100, "{runs} runs");
+        // A run gives a transaction's tables back in the run's table order.
+        let by_table = |mut txns: Vec<Transaction>| {
+            for t in &mut txns {
+                t.tables.sort_by_key(|c| c.schema().table_id);
+            }
+            txns
+        };
+        let (txns, one_by_one) = (by_table(txns), by_table(one_by_one));
+        assert_eq!(txns.len(), one_by_one.len());
+        for (a, b) in txns.iter().zip(&one_by_one) {
+            assert!(a == b, "transaction at {} differs", b.commit_ts);
+        }
     }
 
     #[test]
