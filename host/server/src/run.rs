@@ -200,14 +200,26 @@ fn describe_ts(ts: CommitTs) -> String {
     format!("{} ({h:02}:{m:02}:{s:02}.{:03} UTC)", ts.get(), ms % 1000)
 }
 
+/// Prints the run's summary. The run is over by then: a closed stdout (say, piped
+/// into `head`) loses only the summary, so write errors are ignored.
 fn print_summary(id: &str, report: &Report, pipeline: &Pipeline<WasmSink, WasmFilter>) {
+    use std::io::Write;
+    let text = summary(id, report, pipeline);
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+fn summary(id: &str, report: &Report, pipeline: &Pipeline<WasmSink, WasmFilter>) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
     let p = &report.progress;
     let how = if report.interrupted {
         "stopped"
     } else {
         "finished"
     };
-    println!(
+    let _ = writeln!(
+        out,
         "changefeed {id} {how} in {:.2}s: {} rows in {} transactions read, {} rows written, checkpoint {}",
         report.elapsed.as_secs_f64(),
         p.rows_read,
@@ -215,27 +227,35 @@ fn print_summary(id: &str, report: &Report, pipeline: &Pipeline<WasmSink, WasmFi
         p.rows_written,
         describe_ts(CommitTs::from(p.checkpoint_ts))
     );
-    println!("{:<24} {:>10} {:>10}", "table", "rows in", "rows out");
+    let _ = writeln!(out, "{:<24} {:>10} {:>10}", "table", "rows in", "rows out");
     for (table, n) in &report.rows_in {
-        let out = report.rows_out.get(table).copied().unwrap_or(0);
-        println!("{table:<24} {n:>10} {out:>10}");
+        let written = report.rows_out.get(table).copied().unwrap_or(0);
+        let _ = writeln!(out, "{table:<24} {n:>10} {written:>10}");
     }
     for filter in pipeline.filters() {
         use sluice_core::Filter;
-        print_plugin("filter", filter.name(), filter.stats());
+        plugin_line(&mut out, "filter", filter.name(), filter.stats());
     }
     use sluice_core::Sink;
-    print_plugin("sink", pipeline.sink().name(), pipeline.sink().stats());
+    plugin_line(
+        &mut out,
+        "sink",
+        pipeline.sink().name(),
+        pipeline.sink().stats(),
+    );
+    out
 }
 
-fn print_plugin(role: &str, name: &str, stats: &sluice_runtime::PluginStats) {
+fn plugin_line(out: &mut String, role: &str, name: &str, stats: &sluice_runtime::PluginStats) {
+    use std::fmt::Write;
     use std::sync::atomic::Ordering;
     let counters: Vec<String> = stats
         .counters()
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    println!(
+    let _ = writeln!(
+        out,
         "{role} {name}: instances {}, stopped {}, peak memory {} KiB{}{}",
         stats.instantiations.load(Ordering::Relaxed),
         stats.stops.load(Ordering::Relaxed),
@@ -262,7 +282,10 @@ pub fn check_plugin(path: &Path, kind: &str) -> anyhow::Result<()> {
     let component = runtime
         .load_file(kind, path)
         .with_context(|| format!("{} is not a usable {} plugin", path.display(), kind.world()))?;
-    println!(
+    // The check is done; a closed stdout loses only this line.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stdout().lock(),
         "{}: ok, implements the {} world, sha256 {}",
         path.display(),
         kind.world(),
