@@ -3,6 +3,7 @@
 //! host batches to SDK batches (to run plugin logic natively on the same data).
 
 pub mod etcd;
+pub mod mariadb;
 
 use std::path::PathBuf;
 use std::sync::Arc;

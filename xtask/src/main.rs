@@ -3,8 +3,9 @@
 //! - `build-plugins`: build every plugin and test guest for `wasm32-wasip2` and copy
 //!   them to `target/plugins/` and `target/test-plugins/`.
 //! - `quickstart`: build the plugins and run `examples/quickstart.toml`.
-//! - `test`: install what is missing (the wasm32-wasip2 target; `protoc` and `etcd`
-//!   from Debian's packages), build the plugins, run the whole test suite.
+//! - `test`: install what is missing (the wasm32-wasip2 target; `protoc`, `etcd`
+//!   and MariaDB from Debian's packages), build the plugins, run the whole test
+//!   suite.
 //! - `ci`: `cargo fmt --check`, clippy and rustdoc with warnings denied, then
 //!   `test`.
 //! - `bench`: build the plugins and run the boundary benchmark (release build).
@@ -155,7 +156,8 @@ fn ensure_wasm_target() -> Result<()> {
 
 /// Install the system tools the build and tests need, from Debian's packages, if
 /// missing: `protoc` with protobuf's well-known types (the etcd client's and the
-/// admin API's build) and `etcd` (the meta store tests).
+/// admin API's build), `etcd` (the meta store tests) and MariaDB's server and
+/// client (the binlog source tests start private servers from them).
 fn ensure_system_tools() -> Result<()> {
     let missing: Vec<&str> = [
         ("command -v protoc", "protobuf-compiler"),
@@ -164,6 +166,11 @@ fn ensure_system_tools() -> Result<()> {
             "libprotobuf-dev",
         ),
         ("command -v etcd", "etcd-server"),
+        (
+            "command -v mariadbd || test -x /usr/sbin/mariadbd",
+            "mariadb-server",
+        ),
+        ("command -v mariadb", "mariadb-client"),
     ]
     .into_iter()
     .filter(|(check, _)| {
@@ -184,7 +191,7 @@ fn ensure_system_tools() -> Result<()> {
         .args(&missing)
         .env("DEBIAN_FRONTEND", "noninteractive"))
     .context(
-        "installing the system tools failed; install protobuf-compiler, libprotobuf-dev and etcd-server yourself",
+        "installing the system tools failed; install protobuf-compiler, libprotobuf-dev, etcd-server, mariadb-server and mariadb-client yourself",
     )
 }
 

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ConfigError, invalid};
+pub use crate::mysql::{MysqlConfig, StartPosition, redact_url};
 
 /// `[source]`, chosen by `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -13,6 +14,8 @@ use crate::error::{ConfigError, invalid};
 pub enum SourceConfig {
     /// The built-in deterministic data generator.
     Datagen(DatagenConfig),
+    /// A MySQL or MariaDB server's binlog.
+    Mysql(MysqlConfig),
 }
 
 impl SourceConfig {
@@ -20,6 +23,7 @@ impl SourceConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         match self {
             SourceConfig::Datagen(d) => d.validate(),
+            SourceConfig::Mysql(m) => m.validate(),
         }
     }
 
@@ -27,6 +31,7 @@ impl SourceConfig {
     pub fn total_rows(&self) -> Option<u64> {
         match self {
             SourceConfig::Datagen(d) => (d.total_rows > 0).then_some(d.total_rows),
+            SourceConfig::Mysql(_) => None,
         }
     }
 }

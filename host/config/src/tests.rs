@@ -78,7 +78,9 @@ fn parses_a_complete_changefeed_for_sluice_run() {
     );
     assert_eq!(feed.filters.len(), 1);
     assert_eq!(feed.filters[0].name(), "filter-mask");
-    let SourceConfig::Datagen(d) = &feed.source;
+    let SourceConfig::Datagen(d) = &feed.source else {
+        panic!("a datagen source")
+    };
     assert_eq!(d.total_rows, 100);
     assert_eq!(feed.source.total_rows(), Some(100));
     assert_eq!(feed.pipeline, PipelineConfig::default());

@@ -451,6 +451,11 @@ impl Drop for RowWriter<'_> {
 
 /// One upstream transaction: its commit ts, the source position after it, and
 /// its rows grouped per table (in first-touched order).
+///
+/// A transaction too large to hold whole comes as several parts with the same
+/// commit ts, in order: every part but the last has `more` set and no position.
+/// Its rows are written as they come (flagged split); the commit ts counts as
+/// read, and the checkpoint may pass it, only once the last part is in.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transaction {
     /// The commit ts of every row.
@@ -459,6 +464,8 @@ pub struct Transaction {
     pub position: Option<SourcePosition>,
     /// The rows, per table.
     pub tables: Vec<TableChanges>,
+    /// More parts of this transaction follow.
+    pub more: bool,
 }
 
 impl Transaction {
@@ -468,6 +475,7 @@ impl Transaction {
             commit_ts,
             position: None,
             tables: Vec::new(),
+            more: false,
         }
     }
 
@@ -627,7 +635,9 @@ impl TransactionRun {
 
     /// Add `txn` at the end, moving its first changes of a table and copying
     /// later ones. A transaction that has a table at another schema version than
-    /// the run's part of it is given back: it starts the next run.
+    /// the run's part of it is given back: it starts the next run. A part of a
+    /// large transaction (`more` set) is given back too: it goes on its own,
+    /// never in a run.
     pub fn push(&mut self, txn: Transaction) -> Result<(), Transaction> {
         let clash = txn.tables.iter().any(|t| {
             self.parts.iter().any(|p| {
@@ -639,10 +649,15 @@ impl TransactionRun {
             return Err(txn);
         }
         let at = self.transactions.len() as u32;
+        if txn.more {
+            // A part of a large transaction goes on its own.
+            return Err(txn);
+        }
         let Transaction {
             commit_ts,
             position,
             tables,
+            more: _,
         } = txn;
         for changes in tables {
             if changes.is_empty() {
@@ -768,6 +783,7 @@ impl TransactionRun {
                 commit_ts: t.commit_ts,
                 position: t.position,
                 tables: Vec::new(),
+                more: false,
             })
             .collect();
         // Parts are in first-touched order, so each transaction gets its tables

@@ -13,6 +13,8 @@ use crate::cache::CachePermit;
 pub(crate) struct Held {
     pub(crate) commit_ts: CommitTs,
     pub(crate) changes: TableChanges,
+    /// Part of a transaction that came in parts.
+    pub(crate) split: bool,
     pub(crate) _permit: Option<CachePermit>,
 }
 

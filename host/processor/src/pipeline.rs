@@ -83,6 +83,9 @@ pub struct Pipeline<K: Sink, F: Filter> {
     by_table: HashMap<u32, usize>,
     /// Every event with commit ts <= this has been received and dispatched (or held).
     read_through: CommitTs,
+    /// The commit ts of a transaction whose parts are coming (its last part not
+    /// in yet).
+    open_parts: Option<CommitTs>,
     /// DDLs waiting for their tables to be flushed, in commit-ts order.
     barriers: VecDeque<DdlEvent>,
     /// Rows held behind barriers: count of held parts, and their wire bytes.
@@ -145,6 +148,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             dispatchers: Vec::new(),
             by_table: HashMap::new(),
             read_through: from,
+            open_parts: None,
             barriers: VecDeque::new(),
             held_parts: 0,
             held_bytes: 0,
@@ -544,8 +548,15 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             commit_ts,
             position,
             tables,
+            more,
         } = txn;
-        self.progress.transactions += 1;
+        // Rows of a transaction that comes in parts are flagged split, the last
+        // part's too (it is the part after one with `more`).
+        let split = more || self.open_parts == Some(commit_ts);
+        self.open_parts = more.then_some(commit_ts);
+        if !more {
+            self.progress.transactions += 1;
+        }
         let mut permit = Some(permit);
         for changes in tables {
             self.progress.rows_read += changes.len() as u64;
@@ -560,11 +571,16 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
                 d.held.push_back(Held {
                     commit_ts,
                     changes,
+                    split,
                     _permit: permit.take(),
                 });
                 continue;
             }
-            self.dispatch(at, commit_ts, changes).await?;
+            self.dispatch(at, commit_ts, changes, split).await?;
+        }
+        if more {
+            // Its commit ts is not read through until its last part is in.
+            return Ok(());
         }
         // Every row of the transaction is in a batch, written, or held.
         self.read_through = self.read_through.max(commit_ts);
@@ -582,6 +598,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         at: usize,
         commit_ts: CommitTs,
         changes: TableChanges,
+        split: bool,
     ) -> Result<(), PipelineError> {
         let rows_bound = self.config.max_batch_rows.max(1);
         let bytes_bound = self.config.max_batch_bytes;
@@ -589,7 +606,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         if rows == 0 {
             return Ok(());
         }
-        let mut flags = 0;
+        let mut flags = if split { FLAG_SPLIT } else { 0 };
         if commit_ts <= self.config.replay_until {
             flags |= FLAG_REPLAY;
         }
@@ -688,7 +705,8 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
                 let held = d.held.pop_front().expect("checked");
                 self.held_parts -= 1;
                 self.held_bytes -= held.changes.wire_bytes();
-                self.dispatch(at, held.commit_ts, held.changes).await?;
+                self.dispatch(at, held.commit_ts, held.changes, held.split)
+                    .await?;
             }
         }
         Ok(())

@@ -2,14 +2,17 @@
 //! [`SourceConfig`], used by `sluice run` and by a server's processors alike.
 
 use sluice_config::SourceConfig;
-use sluice_core::{Checkpoint, CommitTs, ResumeError, Source, SourceEvent};
+use sluice_core::{Checkpoint, CommitTs, ResumeError, Source, SourceEvent, TransactionRun};
 
 use crate::datagen::{DatagenError, DatagenSource};
+use crate::mysql::{MysqlError, MysqlSource};
 
 /// A source of any kind, built by [`build`].
 pub enum AnySource {
     /// The deterministic data generator.
     Datagen(DatagenSource),
+    /// A MySQL/MariaDB binlog.
+    Mysql(MysqlSource),
 }
 
 /// Why a source could not be built or failed while reading.
@@ -18,6 +21,20 @@ pub enum SourceError {
     /// The data generator's error.
     #[error(transparent)]
     Datagen(#[from] DatagenError),
+    /// The binlog reader's error.
+    #[error(transparent)]
+    Mysql(#[from] MysqlError),
+}
+
+impl SourceError {
+    /// Whether restarting the changefeed cannot help (the upstream or the
+    /// position must be fixed first).
+    pub fn is_fatal(&self) -> bool {
+        match self {
+            SourceError::Datagen(_) => false,
+            SourceError::Mysql(e) => e.is_fatal(),
+        }
+    }
 }
 
 /// Builds the source `config` describes (validated). `start_ts` is the
@@ -29,6 +46,9 @@ pub fn build(config: &SourceConfig, start_ts: CommitTs) -> Result<AnySource, Sou
         SourceConfig::Datagen(d) => {
             AnySource::Datagen(DatagenSource::new(d.clone())?.begin_after(start_ts))
         }
+        SourceConfig::Mysql(m) => {
+            AnySource::Mysql(MysqlSource::new(m.clone()).begin_after(start_ts))
+        }
     })
 }
 
@@ -38,12 +58,25 @@ impl Source for AnySource {
     async fn next_event(&mut self) -> Result<SourceEvent, SourceError> {
         match self {
             AnySource::Datagen(s) => Ok(s.next_event().await?),
+            AnySource::Mysql(s) => Ok(s.next_event().await?),
+        }
+    }
+
+    async fn next_run(
+        &mut self,
+        max_transactions: usize,
+        max_bytes: usize,
+    ) -> Result<Option<TransactionRun>, SourceError> {
+        match self {
+            AnySource::Datagen(s) => Ok(s.next_run(max_transactions, max_bytes).await?),
+            AnySource::Mysql(_) => Ok(None),
         }
     }
 
     fn resume(&mut self, from: &Checkpoint) -> Result<(), ResumeError> {
         match self {
             AnySource::Datagen(s) => s.resume(from),
+            AnySource::Mysql(s) => s.resume(from),
         }
     }
 }

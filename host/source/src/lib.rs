@@ -1,6 +1,6 @@
 //! `sluice-source`: upstream readers behind the `sluice_core::Source` trait.
 //!
-//! Today: [`DatagenSource`], a seeded, deterministic synthetic workload over several
+//! [`mysql::MysqlSource`] reads a MySQL/MariaDB binlog; [`DatagenSource`] is a seeded, deterministic synthetic workload over several
 //! tables covering every column type, for the demo, tests and benchmarks.
 //!
 //! Sources are built from their config (`sluice_config::SourceConfig`) in one
@@ -8,6 +8,7 @@
 
 mod build;
 mod datagen;
+pub mod mysql;
 
 pub use build::{AnySource, SourceError, build};
 

@@ -1,0 +1,359 @@
+//! `[source]` with `type = "mysql"`: a MySQL or MariaDB server's binlog.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bytes::ByteSize;
+use crate::error::{ConfigError, invalid};
+
+/// `[source]` with `type = "mysql"`.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct MysqlConfig {
+    /// `mysql://user:password@host:port`: a user with REPLICATION SLAVE,
+    /// REPLICATION CLIENT (MariaDB: BINLOG MONITOR) and SELECT. The password is
+    /// never shown: logs, errors and status show [`MysqlConfig::redacted_url`].
+    pub url: String,
+    /// The replica server id this reader registers with: unique among the
+    /// server's replicas. 0 (the default) picks a random one per connection.
+    #[serde(default)]
+    pub server_id: u32,
+    /// Where reading starts when the changefeed has no checkpoint yet: `now`,
+    /// `gtid:<domain-server-seq,...>`, `file:<binlog file>:<offset>`, or
+    /// `time:<YYYY-MM-DD HH:MM:SS>` (UTC). A server pins `now` and `time:` to a
+    /// GTID position when the changefeed is created.
+    #[serde(default)]
+    pub start_position: StartPosition,
+    /// Resume by GTID (the default); `false` resumes by binlog file and offset.
+    #[serde(default = "yes")]
+    pub use_gtid: bool,
+    /// How long connecting may take, in milliseconds.
+    #[serde(default = "default_connect_ms")]
+    pub connect_timeout_ms: u64,
+    /// A transaction larger than this is handed on in parts of about this
+    /// size, so that it is never held whole.
+    #[serde(default = "default_part_bytes")]
+    pub txn_part_bytes: ByteSize,
+    /// The heartbeat the server sends when it has nothing to send, in
+    /// milliseconds; the resolved ts moves with it.
+    #[serde(default = "default_heartbeat_ms")]
+    pub heartbeat_ms: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_connect_ms() -> u64 {
+    10_000
+}
+fn default_part_bytes() -> ByteSize {
+    ByteSize(4 << 20)
+}
+fn default_heartbeat_ms() -> u64 {
+    1_000
+}
+
+/// Longest `url`.
+pub const MAX_URL_CHARS: usize = 2048;
+/// `connect-timeout-ms`: 100 ..= 600000.
+pub const MAX_CONNECT_MS: u64 = 600_000;
+/// `txn-part-bytes`: 64 KiB ..= 256 MiB.
+pub const MIN_PART_BYTES: u64 = 64 << 10;
+/// Largest `txn-part-bytes`.
+pub const MAX_PART_BYTES: u64 = 256 << 20;
+/// `heartbeat-ms`: 100 ..= 60000.
+pub const MAX_HEARTBEAT_MS: u64 = 60_000;
+
+impl fmt::Debug for MysqlConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MysqlConfig")
+            .field("url", &self.redacted_url())
+            .field("server_id", &self.server_id)
+            .field("start_position", &self.start_position)
+            .field("use_gtid", &self.use_gtid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MysqlConfig {
+    /// A config reading `url` with every default.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            server_id: 0,
+            start_position: StartPosition::Now,
+            use_gtid: true,
+            connect_timeout_ms: default_connect_ms(),
+            txn_part_bytes: default_part_bytes(),
+            heartbeat_ms: default_heartbeat_ms(),
+        }
+    }
+
+    /// The url with its password replaced by `***`.
+    pub fn redacted_url(&self) -> String {
+        redact_url(&self.url)
+    }
+
+    /// Every number against its range, the url's shape (no I/O).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.url.chars().count() > MAX_URL_CHARS || self.url.chars().any(char::is_control) {
+            return invalid!(
+                "source.url must be at most {MAX_URL_CHARS} characters without control characters"
+            );
+        }
+        let Some(rest) = self.url.strip_prefix("mysql://") else {
+            return invalid!(
+                "source.url must look like mysql://user:password@host:3306 (it is {})",
+                self.redacted_url()
+            );
+        };
+        let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+        let host = host.split(['/', '?']).next().unwrap_or("");
+        if host.is_empty() {
+            return invalid!("source.url names no host: {}", self.redacted_url());
+        }
+        if !(100..=MAX_CONNECT_MS).contains(&self.connect_timeout_ms) {
+            return invalid!(
+                "source.connect-timeout-ms is {}; it must be between 100 and {MAX_CONNECT_MS}",
+                self.connect_timeout_ms
+            );
+        }
+        if !(MIN_PART_BYTES..=MAX_PART_BYTES).contains(&self.txn_part_bytes.0) {
+            return invalid!(
+                "source.txn-part-bytes is {} bytes; it must be between 64KiB and 256MiB",
+                self.txn_part_bytes.0
+            );
+        }
+        if !(100..=MAX_HEARTBEAT_MS).contains(&self.heartbeat_ms) {
+            return invalid!(
+                "source.heartbeat-ms is {}; it must be between 100 and {MAX_HEARTBEAT_MS}",
+                self.heartbeat_ms
+            );
+        }
+        if let StartPosition::Gtid(_) = &self.start_position
+            && !self.use_gtid
+        {
+            return invalid!(
+                "source.start-position is a GTID position but source.use-gtid is false"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// `url` with the password (between `user:` and `@`) replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((auth, host)) = rest.rsplit_once('@') else {
+        return url.to_string();
+    };
+    match auth.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+/// Where a binlog source starts when there is no checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum StartPosition {
+    /// The server's current end.
+    #[default]
+    Now,
+    /// After a MariaDB GTID position (`0-1-100,1-2-7`; empty: from the oldest binlog).
+    Gtid(String),
+    /// At a binlog file and offset (a transaction boundary).
+    File {
+        /// The binlog file name.
+        name: String,
+        /// The offset in it.
+        pos: u64,
+    },
+    /// The first transaction committed at or after this time (`YYYY-MM-DD
+    /// HH:MM:SS`, UTC), as seconds since the epoch.
+    Time(i64),
+}
+
+impl fmt::Display for StartPosition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartPosition::Now => f.write_str("now"),
+            StartPosition::Gtid(g) => write!(f, "gtid:{g}"),
+            StartPosition::File { name, pos } => write!(f, "file:{name}:{pos}"),
+            StartPosition::Time(secs) => {
+                let (y, mo, d, h, mi, s) = civil(*secs);
+                write!(f, "time:{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}")
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for StartPosition {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s == "now" {
+            return Ok(StartPosition::Now);
+        }
+        if let Some(g) = s.strip_prefix("gtid:") {
+            for part in g.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                let nums: Vec<&str> = part.split('-').collect();
+                if nums.len() != 3 || nums.iter().any(|n| n.parse::<u64>().is_err()) {
+                    return Err(format!(
+                        "`{part}` is not a MariaDB GTID (domain-server-sequence, as in 0-1-100)"
+                    ));
+                }
+            }
+            return Ok(StartPosition::Gtid(g.trim().to_string()));
+        }
+        if let Some(f) = s.strip_prefix("file:") {
+            let Some((name, pos)) = f.rsplit_once(':') else {
+                return Err("write a file position as file:<binlog file>:<offset>".into());
+            };
+            let pos: u64 = pos
+                .parse()
+                .map_err(|_| format!("`{pos}` is not a binlog offset"))?;
+            if name.is_empty() || name.len() > 512 || name.contains(['/', '\\']) || pos < 4 {
+                return Err(
+                    "write a file position as file:<binlog file name>:<offset of at least 4>"
+                        .into(),
+                );
+            }
+            return Ok(StartPosition::File {
+                name: name.to_string(),
+                pos,
+            });
+        }
+        if let Some(t) = s.strip_prefix("time:") {
+            return parse_time(t.trim()).map(StartPosition::Time);
+        }
+        Err(format!(
+            "`{s}` is not a start position: write now, gtid:0-1-100, file:mysql-bin.000001:4 or time:2026-01-01 00:00:00"
+        ))
+    }
+}
+
+impl Serialize for StartPosition {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for StartPosition {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Seconds since the epoch of `YYYY-MM-DD HH:MM:SS` (UTC), years 1970..=2999.
+fn parse_time(t: &str) -> Result<i64, String> {
+    let bad = || format!("`{t}` is not a time: write YYYY-MM-DD HH:MM:SS (UTC)");
+    let (date, time) = t.split_once([' ', 'T']).ok_or_else(bad)?;
+    let d: Vec<i64> = date
+        .split('-')
+        .map(|x| x.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    let c: Vec<i64> = time
+        .split(':')
+        .map(|x| x.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    let (&[y, mo, dd], &[h, mi, s]) = (d.as_slice(), c.as_slice()) else {
+        return Err(bad());
+    };
+    if !(1970..=2999).contains(&y)
+        || !(1..=12).contains(&mo)
+        || !(1..=31).contains(&dd)
+        || !(0..24).contains(&h)
+        || !(0..60).contains(&mi)
+        || !(0..60).contains(&s)
+    {
+        return Err(bad());
+    }
+    let days = days_from_civil(y, mo, dd);
+    if civil(days * 86_400).2 != dd as u32 {
+        return Err(bad());
+    }
+    Ok(days * 86_400 + h * 3600 + mi * 60 + s)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
+/// days-from-civil).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// (year, month, day, hour, minute, second) of seconds since the epoch.
+fn civil(secs: i64) -> (i64, u32, u32, i64, i64, i64) {
+    let z = secs.div_euclid(86_400) + 719_468;
+    let rem = secs.rem_euclid(86_400);
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d, rem / 3600, (rem / 60) % 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_positions_parse_and_print_back() {
+        for s in [
+            "now",
+            "gtid:0-1-100,1-2-7",
+            "gtid:",
+            "file:mysql-bin.000003:1234",
+            "time:2026-12-01 10:20:30",
+        ] {
+            let p: StartPosition = s.parse().unwrap();
+            assert_eq!(p.to_string(), s);
+        }
+        assert_eq!(
+            "time:1970-01-01 00:00:01".parse::<StartPosition>().unwrap(),
+            StartPosition::Time(1)
+        );
+        for bad in [
+            "later",
+            "gtid:0-1",
+            "file:x",
+            "file:x:2",
+            "file:../x:100",
+            "time:2026-02-30 00:00:00",
+            "time:yesterday",
+        ] {
+            assert!(bad.parse::<StartPosition>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn urls_are_checked_and_passwords_never_shown() {
+        let c = MysqlConfig::new("mysql://repl:s3cret@127.0.0.1:3306");
+        c.validate().unwrap();
+        assert_eq!(c.redacted_url(), "mysql://repl:***@127.0.0.1:3306");
+        assert!(!format!("{c:?}").contains("s3cret"));
+        assert!(MysqlConfig::new("postgres://x@y").validate().is_err());
+        let e = MysqlConfig::new("mysql://u:pw@").validate().unwrap_err();
+        assert!(!e.to_string().contains("pw"), "{e}");
+        let mut c = MysqlConfig::new("mysql://u@h");
+        c.heartbeat_ms = 0;
+        assert!(c.validate().is_err());
+        c.heartbeat_ms = 1000;
+        c.txn_part_bytes = ByteSize(1);
+        assert!(c.validate().is_err());
+    }
+}

@@ -1,0 +1,162 @@
+//! What the source asks of a server, checked on every connect (and so at create
+//! time): binary logging in ROW format with full images and full metadata,
+//! no binlog compression, and a user allowed to read it. Each failure says which
+//! setting or grant to change.
+
+use mysql_async::Conn;
+use mysql_async::prelude::Queryable;
+
+use super::MysqlError;
+use super::decode::{Collations, Flavor};
+
+/// What a connect learned about the server.
+#[derive(Debug, Clone)]
+pub(crate) struct ServerInfo {
+    pub flavor: Flavor,
+    pub version: String,
+    pub collations: Collations,
+}
+
+fn setting(e: impl Into<String>) -> MysqlError {
+    MysqlError::Setup(e.into())
+}
+
+/// Checks the server's settings and the user's grants; `Err` says what to change.
+pub(crate) async fn check(conn: &mut Conn) -> Result<ServerInfo, MysqlError> {
+    let version: String = conn
+        .query_first("SELECT VERSION()")
+        .await
+        .map_err(MysqlError::query)?
+        .unwrap_or_default();
+    let flavor = if version.to_ascii_lowercase().contains("mariadb") {
+        Flavor::MariaDb
+    } else {
+        Flavor::MySql
+    };
+    let vars: Vec<(String, String)> = conn
+        .query(
+            "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', \
+             'binlog_row_image', 'binlog_row_metadata', 'log_bin_compress')",
+        )
+        .await
+        .map_err(MysqlError::query)?;
+    let var = |name: &str| {
+        vars.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.to_ascii_uppercase())
+    };
+    if var("log_bin").as_deref() != Some("ON") {
+        return Err(setting(
+            "binary logging is off on the server: start it with log_bin (e.g. --log-bin=mysql-bin) and a server_id",
+        ));
+    }
+    match var("binlog_format").as_deref() {
+        Some("ROW") => {}
+        other => {
+            return Err(setting(format!(
+                "binlog_format is {}; set binlog_format=ROW (SET GLOBAL binlog_format=ROW, and in the server's config)",
+                other.unwrap_or("unknown")
+            )));
+        }
+    }
+    match var("binlog_row_image").as_deref() {
+        Some("FULL") => {}
+        other => {
+            return Err(setting(format!(
+                "binlog_row_image is {}; set binlog_row_image=FULL so that every row carries every column",
+                other.unwrap_or("unknown")
+            )));
+        }
+    }
+    match var("binlog_row_metadata").as_deref() {
+        Some("FULL") => {}
+        None => {
+            return Err(setting(format!(
+                "the server ({version}) has no binlog_row_metadata: Sluice needs MariaDB 10.5+ or MySQL 8.0+ with binlog_row_metadata=FULL"
+            )));
+        }
+        Some(other) => {
+            return Err(setting(format!(
+                "binlog_row_metadata is {other}; set binlog_row_metadata=FULL (without it the binlog has no column names and unsigned columns read as signed)"
+            )));
+        }
+    }
+    if var("log_bin_compress").as_deref() == Some("ON") {
+        return Err(setting(
+            "log_bin_compress is ON; set log_bin_compress=OFF (compressed row events cannot be read)",
+        ));
+    }
+    check_grants(conn, flavor).await?;
+    let collations = collations(conn).await?;
+    Ok(ServerInfo {
+        flavor,
+        version,
+        collations,
+    })
+}
+
+async fn check_grants(conn: &mut Conn, flavor: Flavor) -> Result<(), MysqlError> {
+    let grants: Vec<String> = conn.query("SHOW GRANTS").await.map_err(MysqlError::query)?;
+    let global: Vec<String> = grants
+        .iter()
+        .map(|g| g.to_ascii_uppercase())
+        .filter(|g| g.contains(" ON *.* "))
+        .collect();
+    let has = |what: &str| {
+        global
+            .iter()
+            .any(|g| g.contains("ALL PRIVILEGES") || g.contains(what))
+    };
+    let mut missing = Vec::new();
+    if !has("REPLICATION SLAVE") && !has("REPLICATION REPLICA") {
+        missing.push("REPLICATION SLAVE");
+    }
+    let client = match flavor {
+        Flavor::MariaDb => has("BINLOG MONITOR") || has("REPLICATION CLIENT") || has("SUPER"),
+        Flavor::MySql => has("REPLICATION CLIENT") || has("SUPER"),
+    };
+    if !client {
+        missing.push(match flavor {
+            Flavor::MariaDb => "BINLOG MONITOR (REPLICATION CLIENT)",
+            Flavor::MySql => "REPLICATION CLIENT",
+        });
+    }
+    if !global.iter().any(|g| {
+        g.contains("ALL PRIVILEGES")
+            || g.strip_prefix("GRANT ")
+                .and_then(|g| g.split(" ON ").next())
+                .is_some_and(|privs| privs.split(',').any(|p| p.trim() == "SELECT"))
+    }) {
+        missing.push("SELECT");
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(MysqlError::Setup(format!(
+        "the replication user lacks {}: GRANT {} ON *.* TO the user",
+        missing.join(", "),
+        missing
+            .iter()
+            .map(|m| m.split(" (").next().unwrap_or(m))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+}
+
+async fn collations(conn: &mut Conn) -> Result<Collations, MysqlError> {
+    let rows: Vec<(u64, String, u64)> = conn
+        .query(
+            "SELECT c.ID, c.CHARACTER_SET_NAME, s.MAXLEN FROM information_schema.COLLATIONS c \
+             JOIN information_schema.CHARACTER_SETS s ON c.CHARACTER_SET_NAME = s.CHARACTER_SET_NAME \
+             WHERE c.ID IS NOT NULL",
+        )
+        .await
+        .map_err(MysqlError::query)?;
+    let mut map = Collations::default();
+    for (id, name, maxlen) in rows {
+        if let (Ok(id), Ok(maxlen)) = (u16::try_from(id), u8::try_from(maxlen)) {
+            map.0.insert(id, (name, maxlen));
+        }
+    }
+    Ok(map)
+}

@@ -1,0 +1,950 @@
+//! The MySQL/MariaDB binlog source: it registers as a replica, reads row events
+//! (ROW format, full images, full metadata), and yields each committed
+//! transaction in binlog order with a strictly increasing commit ts and the
+//! position after it (a MariaDB GTID position, or a binlog file and offset).
+//!
+//! - Transactions: a GTID event opens a group; XID (or a `COMMIT` query) ends
+//!   it. A standalone group is one statement: a DDL becomes a [`DdlEvent`],
+//!   followed by an empty transaction at the same commit ts that carries the
+//!   position after it (so a checkpoint past a DDL never reads it again).
+//! - Commit ts: the group's binlog timestamp (seconds) in milliseconds, composed
+//!   TSO-style; strictly above the previous one (and above the checkpoint it
+//!   resumed from) even when the upstream clock steps back. When the server
+//!   sends a heartbeat and no group is open, the resolved ts moves up to now.
+//! - Large transactions go on in parts of about `txn-part-bytes`, so no
+//!   transaction is ever held whole.
+//! - Every event's CRC32 is checked; a mismatch fails the changefeed.
+//! - A lost connection reconnects from the last transaction boundary (a few
+//!   times, with backoff); a binlog purged past that position fails with
+//!   "position lost".
+
+mod check;
+pub mod ddl;
+mod decode;
+pub mod gtid;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::StreamExt;
+use mysql_async::prelude::Queryable;
+use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, Opts};
+use mysql_common::binlog::consts::BinlogChecksumAlg;
+use mysql_common::binlog::events::{Event, EventData, RowsEventData};
+use serde::{Deserialize, Serialize};
+use sluice_config::{MysqlConfig, StartPosition};
+use sluice_core::{
+    ChangesPool, Checkpoint, CommitTs, DdlEvent, ResolvedTs, ResumeError, SourceEvent,
+    SourcePosition, TableSchema, Transaction,
+};
+
+use self::check::ServerInfo;
+use self::decode::{Cursor, Flavor, TableLayout};
+use self::gtid::{GtidPos, parse_gtid_event, parse_gtid_list};
+
+pub use self::ddl::{Ddl, DdlKind, classify};
+
+/// Why the binlog source stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum MysqlError {
+    /// The server is not set up for change capture, or the user lacks a grant;
+    /// the message says what to change.
+    #[error("the upstream server is not ready for change capture: {0}")]
+    Setup(String),
+    /// The binlog no longer holds the position to resume from.
+    #[error("position lost: {0}")]
+    PositionLost(String),
+    /// The server could not be reached, or the connection broke.
+    #[error("upstream connection failed: {0}")]
+    Connection(String),
+    /// A query the source needs failed.
+    #[error("upstream query failed: {0}")]
+    Query(String),
+    /// The binlog holds something this source cannot read.
+    #[error("binlog cannot be read: {0}")]
+    Decode(String),
+}
+
+impl MysqlError {
+    fn query(e: mysql_async::Error) -> Self {
+        match e {
+            mysql_async::Error::Server(s) if s.code == 1227 || s.code == 1142 || s.code == 1045 => {
+                MysqlError::Setup(format!("{} (error {})", s.message, s.code))
+            }
+            e if e.is_fatal() => MysqlError::Connection(e.to_string()),
+            e => MysqlError::Query(e.to_string()),
+        }
+    }
+
+    /// Whether restarting the changefeed cannot help: the server or the
+    /// position must be fixed first.
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            MysqlError::Setup(_) | MysqlError::PositionLost(_) | MysqlError::Decode(_)
+        )
+    }
+}
+
+/// Layout version of [`Position`] in a [`SourcePosition`].
+pub const POSITION_VERSION: u32 = 1;
+
+/// Where the source is after a transaction.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Position {
+    /// The MariaDB GTID position (when resuming by GTID).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid: Option<String>,
+    /// The binlog file.
+    pub file: String,
+    /// The offset after the transaction in `file`.
+    pub pos: u64,
+}
+
+impl Position {
+    /// As a source position.
+    pub fn encode(&self) -> SourcePosition {
+        SourcePosition {
+            version: POSITION_VERSION,
+            bytes: serde_json::to_vec(self).expect("a position serializes"),
+        }
+    }
+
+    /// From a saved source position.
+    pub fn decode(p: &SourcePosition) -> Result<Self, ResumeError> {
+        if p.version != POSITION_VERSION {
+            return Err(ResumeError(format!(
+                "the saved position has layout version {}; this binlog source reads version {POSITION_VERSION}",
+                p.version
+            )));
+        }
+        serde_json::from_slice(&p.bytes)
+            .map_err(|e| ResumeError(format!("the saved binlog position does not decode: {e}")))
+    }
+}
+
+/// A table as the source has mapped it.
+struct Mapped {
+    schema: Arc<TableSchema>,
+    layout: TableLayout,
+    /// The raw table-map body it was built from (to spot a changed map).
+    raw: Vec<u8>,
+}
+
+/// What the source knows of a table by name: its stable id and current version.
+struct Known {
+    id: u32,
+    version: u32,
+    schema: Arc<TableSchema>,
+}
+
+/// An event group being read.
+struct Open {
+    commit_ts: CommitTs,
+    gtid: Option<gtid::Gtid>,
+    standalone: bool,
+    txn: Transaction,
+    /// Parts of it were handed on already.
+    parts: bool,
+}
+
+/// Reads a MySQL/MariaDB binlog.
+pub struct MysqlSource {
+    config: MysqlConfig,
+    /// Checkpoint to resume from (set by `resume`).
+    from: Checkpoint,
+    stream: Option<BinlogStream>,
+    server: Option<ServerInfo>,
+    /// The GTID position after the last whole group.
+    gtid: Option<GtidPos>,
+    /// The binlog file being read, and the offset after the last whole group.
+    file: String,
+    pos: u64,
+    /// Whether the start position has been settled (resume or start-position).
+    placed: bool,
+    last_ts: CommitTs,
+    tables: HashMap<u64, Arc<Mapped>>,
+    known: HashMap<(String, String), Known>,
+    next_table_id: u32,
+    open: Option<Open>,
+    pending: VecDeque<SourceEvent>,
+    pool: ChangesPool,
+    /// Reconnects since the last event read.
+    reconnects: u32,
+    /// Counters, for metrics and tests.
+    pub stats: Arc<BinlogStats>,
+}
+
+/// What the binlog reader has done.
+#[derive(Debug, Default)]
+pub struct BinlogStats {
+    /// Events read.
+    pub events: std::sync::atomic::AtomicU64,
+    /// Row changes decoded.
+    pub rows: std::sync::atomic::AtomicU64,
+    /// Binlog time (ms since the epoch) of the last event read.
+    pub event_millis: std::sync::atomic::AtomicU64,
+}
+
+/// Most reconnects in a row before the source gives up (the changefeed is then
+/// restarted by the owner, with its backoff).
+const MAX_RECONNECTS: u32 = 5;
+
+impl MysqlSource {
+    /// A source for `config` (validated); nothing connects until the first read.
+    pub fn new(config: MysqlConfig) -> Self {
+        Self {
+            config,
+            from: Checkpoint::default(),
+            stream: None,
+            server: None,
+            gtid: None,
+            file: String::new(),
+            pos: 4,
+            placed: false,
+            last_ts: CommitTs::ZERO,
+            tables: HashMap::new(),
+            known: HashMap::new(),
+            next_table_id: 1,
+            open: None,
+            pending: VecDeque::new(),
+            pool: ChangesPool::new(),
+            reconnects: 0,
+            stats: Arc::default(),
+        }
+    }
+
+    /// Commit ts start after `ts` (the changefeed's start ts).
+    pub fn begin_after(mut self, ts: CommitTs) -> Self {
+        self.last_ts = self.last_ts.max(ts);
+        self
+    }
+
+    fn opts(&self) -> Result<Opts, MysqlError> {
+        Opts::from_url(&self.config.url).map_err(|e| {
+            MysqlError::Setup(format!(
+                "source.url ({}) is not usable: {e}",
+                self.config.redacted_url()
+            ))
+        })
+    }
+
+    async fn connect_plain(&self) -> Result<Conn, MysqlError> {
+        let opts = self.opts()?;
+        let timeout = Duration::from_millis(self.config.connect_timeout_ms);
+        match tokio::time::timeout(timeout, Conn::new(opts)).await {
+            Err(_) => Err(MysqlError::Connection(format!(
+                "{} did not answer within {} ms",
+                self.config.redacted_url(),
+                self.config.connect_timeout_ms
+            ))),
+            Ok(Err(mysql_async::Error::Server(s))) if s.code == 1045 || s.code == 1044 => {
+                Err(MysqlError::Setup(format!(
+                    "{} refused the login: {}",
+                    self.config.redacted_url(),
+                    s.message
+                )))
+            }
+            Ok(Err(e)) => Err(MysqlError::Connection(format!(
+                "{}: {e}",
+                self.config.redacted_url()
+            ))),
+            Ok(Ok(conn)) => Ok(conn),
+        }
+    }
+
+    /// Settles where to start: the saved position, or the configured start.
+    async fn place(&mut self, conn: &mut Conn, flavor: Flavor) -> Result<(), MysqlError> {
+        if self.placed {
+            return Ok(());
+        }
+        let use_gtid = self.config.use_gtid && flavor == Flavor::MariaDb;
+        if let Some(p) = &self.from.position {
+            let p = Position::decode(p).map_err(|e| MysqlError::PositionLost(e.0))?;
+            self.file = p.file;
+            self.pos = p.pos;
+            self.gtid = match (use_gtid, p.gtid) {
+                (true, Some(g)) => Some(GtidPos::parse(&g).map_err(MysqlError::PositionLost)?),
+                (true, None) => Some(binlog_gtid_pos(conn, &self.file, self.pos).await?),
+                (false, _) => None,
+            };
+        } else {
+            match self.config.start_position.clone() {
+                StartPosition::Now => {
+                    let (file, pos) = master_status(conn).await?;
+                    self.gtid = if use_gtid {
+                        Some(binlog_gtid_pos(conn, &file, pos).await?)
+                    } else {
+                        None
+                    };
+                    (self.file, self.pos) = (file, pos);
+                }
+                StartPosition::Gtid(g) => {
+                    self.gtid = Some(GtidPos::parse(&g).map_err(MysqlError::Setup)?);
+                    self.file.clear();
+                    self.pos = 4;
+                }
+                StartPosition::File { name, pos } => {
+                    self.gtid = if use_gtid {
+                        Some(binlog_gtid_pos(conn, &name, pos).await?)
+                    } else {
+                        None
+                    };
+                    (self.file, self.pos) = (name, pos);
+                }
+                StartPosition::Time(secs) => {
+                    let (file, pos) = position_at_time(self, secs).await?;
+                    self.gtid = if use_gtid {
+                        Some(binlog_gtid_pos(conn, &file, pos).await?)
+                    } else {
+                        None
+                    };
+                    (self.file, self.pos) = (file, pos);
+                }
+            }
+        }
+        self.last_ts = self.last_ts.max(CommitTs::from(self.from.ts));
+        self.placed = true;
+        Ok(())
+    }
+
+    /// Connects, checks the server and opens the binlog stream at the current
+    /// position.
+    async fn connect(&mut self) -> Result<(), MysqlError> {
+        let mut conn = self.connect_plain().await?;
+        let info = check::check(&mut conn).await?;
+        self.place(&mut conn, info.flavor).await?;
+        if info.flavor == Flavor::MariaDb {
+            conn.query_drop("SET @mariadb_slave_capability=4")
+                .await
+                .map_err(MysqlError::query)?;
+            if let Some(g) = &self.gtid {
+                conn.query_drop(format!("SET @slave_connect_state='{g}'"))
+                    .await
+                    .map_err(MysqlError::query)?;
+                conn.query_drop("SET @slave_gtid_strict_mode=0")
+                    .await
+                    .map_err(MysqlError::query)?;
+                conn.query_drop("SET @slave_gtid_ignore_duplicates=0")
+                    .await
+                    .map_err(MysqlError::query)?;
+            }
+        }
+        let heartbeat_ns = self.config.heartbeat_ms * 1_000_000;
+        conn.query_drop(format!("SET @master_heartbeat_period={heartbeat_ns}"))
+            .await
+            .map_err(MysqlError::query)?;
+        let server_id = match self.config.server_id {
+            0 => rand_server_id(),
+            id => id,
+        };
+        let by_gtid = self.gtid.is_some();
+        let file = if by_gtid {
+            Vec::new()
+        } else {
+            self.file.clone().into_bytes()
+        };
+        let request = BinlogStreamRequest::new(server_id)
+            .with_filename(&file)
+            .with_pos(if by_gtid { 4 } else { self.pos });
+        let stream = conn.get_binlog_stream(request).await.map_err(|e| match e {
+            mysql_async::Error::Server(s) if s.code == 1236 => MysqlError::PositionLost(s.message),
+            e => MysqlError::query(e),
+        })?;
+        tracing::info!(
+            url = %self.config.redacted_url(),
+            server = %info.version,
+            gtid = %self.gtid.as_ref().map(ToString::to_string).unwrap_or_default(),
+            file = %self.file,
+            pos = self.pos,
+            "Reading the binlog."
+        );
+        self.server = Some(info);
+        self.stream = Some(stream);
+        // A new stream sends its table maps again.
+        self.tables.clear();
+        Ok(())
+    }
+
+    fn next_ts(&mut self, binlog_secs: u32) -> CommitTs {
+        let ts = CommitTs::compose(u64::from(binlog_secs) * 1000, 0)
+            .max(CommitTs::new(self.last_ts.get() + 1));
+        self.last_ts = ts;
+        ts
+    }
+
+    fn position(&self) -> Position {
+        Position {
+            gtid: self.gtid.as_ref().map(ToString::to_string),
+            file: self.file.clone(),
+            pos: self.pos,
+        }
+    }
+
+    /// Reads events until one is ready to hand on.
+    async fn read(&mut self) -> Result<(), MysqlError> {
+        loop {
+            if !self.pending.is_empty() {
+                return Ok(());
+            }
+            if self.stream.is_none() {
+                match self.connect().await {
+                    Ok(()) => {}
+                    Err(MysqlError::Connection(e))
+                        if self.reconnects < MAX_RECONNECTS && self.placed =>
+                    {
+                        self.reconnects += 1;
+                        let wait = Duration::from_millis(250 << self.reconnects.min(5));
+                        tracing::warn!(error = %e, ?wait, "Upstream connection failed; retrying.");
+                        tokio::time::sleep(wait).await;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let wait = Duration::from_millis(self.config.heartbeat_ms * 3 + 5_000);
+            let stream = self.stream.as_mut().expect("connected");
+            let item: Option<Result<(), String>> =
+                match tokio::time::timeout(wait, stream.next()).await {
+                    Err(_) => Some(Err(format!(
+                        "no event or heartbeat for {} ms",
+                        wait.as_millis()
+                    ))),
+                    Ok(None) => Some(Err("the server ended the binlog stream".to_string())),
+                    Ok(Some(Err(mysql_async::Error::Server(s)))) if s.code == 1236 => {
+                        return Err(MysqlError::PositionLost(s.message));
+                    }
+                    Ok(Some(Err(e))) => Some(Err(e.to_string())),
+                    Ok(Some(Ok(event))) => {
+                        self.reconnects = 0;
+                        self.on_event(event)?;
+                        None
+                    }
+                };
+            if let Some(Err(e)) = item {
+                self.lost(e)?;
+            }
+        }
+    }
+
+    /// The connection broke: start again from the last whole group, unless
+    /// parts of the open one went on already.
+    fn lost(&mut self, why: String) -> Result<(), MysqlError> {
+        self.stream = None;
+        if let Some(open) = self.open.take()
+            && open.parts
+        {
+            return Err(MysqlError::Connection(format!(
+                "{why}, in the middle of a transaction already partly handed on"
+            )));
+        }
+        if self.reconnects >= MAX_RECONNECTS {
+            return Err(MysqlError::Connection(why));
+        }
+        tracing::warn!(error = %why, "Binlog stream lost; reconnecting from the last transaction boundary.");
+        Ok(())
+    }
+
+    fn on_event(&mut self, event: Event) -> Result<(), MysqlError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let header = event.header();
+        let ty = header.event_type_raw();
+        self.stats.events.fetch_add(1, Relaxed);
+        if header.timestamp() > 0 {
+            self.stats
+                .event_millis
+                .store(u64::from(header.timestamp()) * 1000, Relaxed);
+        }
+        let fake = header.log_pos() == 0;
+        if !fake
+            && let Some(crc) = event.checksum()
+            && event.footer().get_checksum_alg().ok().flatten()
+                == Some(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32)
+        {
+            let want = u32::from_le_bytes(crc);
+            let got = event.calc_checksum(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32);
+            if want != got {
+                return Err(MysqlError::Decode(format!(
+                    "event at {}:{} fails its checksum (want {want:08x}, got {got:08x})",
+                    self.file,
+                    header.log_pos()
+                )));
+            }
+        }
+        match ty {
+            // ROTATE: the next file (the first, fake one may carry 4 checksum bytes).
+            4 => {
+                let data = event.data();
+                if data.len() >= 8 {
+                    let pos = u64::from_le_bytes(data[0..8].try_into().expect("8 bytes"));
+                    let mut name = &data[8..];
+                    if fake
+                        && name.len() > 4
+                        && !ends_like_binlog(name)
+                        && ends_like_binlog(&name[..name.len() - 4])
+                    {
+                        name = &name[..name.len() - 4];
+                    }
+                    self.file = String::from_utf8_lossy(name).into_owned();
+                    if self.open.is_none() {
+                        self.pos = pos;
+                    }
+                }
+            }
+            // MariaDB GTID: a group begins.
+            162 => {
+                let g = parse_gtid_event(event.data(), header.server_id())
+                    .map_err(MysqlError::Decode)?;
+                let commit_ts = self.next_ts(header.timestamp());
+                self.open = Some(Open {
+                    commit_ts,
+                    gtid: Some(g.gtid),
+                    standalone: g.standalone,
+                    txn: Transaction::new(commit_ts),
+                    parts: false,
+                });
+            }
+            // MariaDB GTID_LIST: the state when a file begins.
+            163 => {
+                let list = parse_gtid_list(event.data()).map_err(MysqlError::Decode)?;
+                if let Some(g) = &mut self.gtid
+                    && g.is_empty()
+                {
+                    *g = list;
+                }
+            }
+            // MySQL GTID / anonymous GTID: a group begins.
+            33 | 34 => {
+                let commit_ts = self.next_ts(header.timestamp());
+                self.open = Some(Open {
+                    commit_ts,
+                    gtid: None,
+                    standalone: false,
+                    txn: Transaction::new(commit_ts),
+                    parts: false,
+                });
+            }
+            // MariaDB's compressed query and rows events.
+            165..=171 => {
+                return Err(MysqlError::Setup(
+                    "the binlog holds compressed events: set log_bin_compress=OFF on the server"
+                        .into(),
+                ));
+            }
+            // QUERY
+            2 => {
+                let Ok(Some(EventData::QueryEvent(q))) = event.read_data() else {
+                    return Err(MysqlError::Decode("a query event does not decode".into()));
+                };
+                let query = q.query().into_owned();
+                let schema = q.schema().into_owned();
+                self.on_query(&query, &schema, header.timestamp(), header.log_pos())?;
+            }
+            // TABLE_MAP
+            19 => self.on_table_map(&event)?,
+            // Rows events (v1 and v2).
+            23..=25 | 30..=32 => self.on_rows(&event)?,
+            // XID: a transaction commits.
+            16 => self.commit(u64::from(header.log_pos())),
+            // HEARTBEAT: nothing to send; time moves on.
+            27 if self.open.is_none() && self.pending.is_empty() => {
+                let ts = CommitTs::compose(now_millis(), 0);
+                if ts > self.last_ts {
+                    self.last_ts = ts;
+                    self.pending
+                        .push_back(SourceEvent::Resolved(ResolvedTs::from(ts)));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn on_query(
+        &mut self,
+        query: &str,
+        schema: &str,
+        secs: u32,
+        log_pos: u32,
+    ) -> Result<(), MysqlError> {
+        let trimmed = query.trim();
+        if trimmed.eq_ignore_ascii_case("BEGIN") {
+            return Ok(());
+        }
+        if trimmed.eq_ignore_ascii_case("COMMIT") {
+            self.commit(u64::from(log_pos));
+            return Ok(());
+        }
+        if trimmed.eq_ignore_ascii_case("ROLLBACK") {
+            // A group of non-transactional changes rolled back: nothing applies,
+            // but the position moves past it.
+            self.commit(u64::from(log_pos));
+            return Ok(());
+        }
+        let commit_ts = match &self.open {
+            Some(o) => o.commit_ts,
+            None => self.next_ts(secs),
+        };
+        if let Some(ddl) = classify(trimmed, schema) {
+            let table = if ddl.tables.len() == 1 {
+                ddl.tables[0].1.clone()
+            } else {
+                String::new()
+            };
+            self.pending.push_back(SourceEvent::Ddl(DdlEvent {
+                commit_ts,
+                schema_name: ddl.schema.clone(),
+                table_name: table,
+                query: query.to_string(),
+            }));
+            // The tables it names get a new version at their next table map.
+            for (db, t) in &ddl.tables {
+                if let Some(k) = self.known.get_mut(&(db.clone(), t.clone())) {
+                    k.version += 1;
+                }
+            }
+        }
+        let standalone = self.open.as_ref().is_none_or(|o| o.standalone);
+        if standalone {
+            self.commit(u64::from(log_pos));
+        }
+        Ok(())
+    }
+
+    fn on_table_map(&mut self, event: &Event) -> Result<(), MysqlError> {
+        let Ok(Some(EventData::TableMapEvent(tme))) = event.read_data() else {
+            return Err(MysqlError::Decode(
+                "a table map event does not decode".into(),
+            ));
+        };
+        let id = tme.table_id();
+        if self.tables.get(&id).is_some_and(|m| m.raw == event.data()) {
+            return Ok(());
+        }
+        let db = tme.database_name().into_owned();
+        let name = tme.table_name().into_owned();
+        let server = self.server.as_ref().expect("connected");
+        let layout = decode::layout(&tme, server.flavor, &server.collations)
+            .map_err(|e| MysqlError::Decode(format!("table {db}.{name}: {e}")))?;
+        let key = (db.clone(), name.clone());
+        let schema = match self.known.get_mut(&key) {
+            Some(k) if k.schema.columns == layout.columns && k.schema.version == k.version => {
+                k.schema.clone()
+            }
+            Some(k) => {
+                if k.schema.version == k.version {
+                    k.version += 1;
+                }
+                k.schema = Arc::new(TableSchema {
+                    table_id: k.id,
+                    version: k.version,
+                    schema_name: db.clone(),
+                    table_name: name.clone(),
+                    columns: layout.columns.clone(),
+                });
+                k.schema.clone()
+            }
+            None => {
+                let id = self.next_table_id;
+                self.next_table_id += 1;
+                let schema = Arc::new(TableSchema {
+                    table_id: id,
+                    version: 1,
+                    schema_name: db.clone(),
+                    table_name: name.clone(),
+                    columns: layout.columns.clone(),
+                });
+                self.known.insert(
+                    key,
+                    Known {
+                        id,
+                        version: 1,
+                        schema: schema.clone(),
+                    },
+                );
+                schema
+            }
+        };
+        self.tables.insert(
+            id,
+            Arc::new(Mapped {
+                schema,
+                layout,
+                raw: event.data().to_vec(),
+            }),
+        );
+        Ok(())
+    }
+
+    fn on_rows(&mut self, event: &Event) -> Result<(), MysqlError> {
+        let Ok(Some(EventData::RowsEvent(rows))) = event.read_data() else {
+            return Err(MysqlError::Decode("a rows event does not decode".into()));
+        };
+        let Some(mapped) = self.tables.get(&rows.table_id()).cloned() else {
+            return Err(MysqlError::Decode(format!(
+                "a rows event for table id {} has no table map",
+                rows.table_id()
+            )));
+        };
+        let n = mapped.layout.decoders.len();
+        let full = |ones: Option<usize>| ones.is_none_or(|c| c == n);
+        if !full(rows.columns_before_image().map(|b| b.count_ones()))
+            || !full(rows.columns_after_image().map(|b| b.count_ones()))
+        {
+            return Err(MysqlError::Setup(format!(
+                "a row of {} lacks columns: set binlog_row_image=FULL",
+                mapped.schema.qualified_name()
+            )));
+        }
+        let Some(open) = self.open.as_mut() else {
+            return Err(MysqlError::Decode(
+                "a rows event outside a transaction".into(),
+            ));
+        };
+        let (before, after) = match &rows {
+            RowsEventData::WriteRowsEventV1(_) | RowsEventData::WriteRowsEvent(_) => (false, true),
+            RowsEventData::UpdateRowsEventV1(_) | RowsEventData::UpdateRowsEvent(_) => (true, true),
+            RowsEventData::DeleteRowsEventV1(_) | RowsEventData::DeleteRowsEvent(_) => {
+                (true, false)
+            }
+            RowsEventData::PartialUpdateRowsEvent(_) => {
+                return Err(MysqlError::Setup(
+                    "the binlog holds partial JSON updates: set binlog_row_value_options='' on the server".into(),
+                ));
+            }
+        };
+        let mut cur = Cursor {
+            data: rows.rows_data(),
+        };
+        let decoders = &mapped.layout.decoders;
+        let changes = open.txn.table_from(&mapped.schema, &self.pool);
+        let mut count = 0u64;
+        let err = |e: decode::DecodeError| {
+            MysqlError::Decode(format!("{}: {e}", mapped.schema.qualified_name()))
+        };
+        while !cur.is_empty() {
+            let mut w = match (before, after) {
+                (false, true) => changes.insert(),
+                (true, true) => changes.update(),
+                _ => changes.delete(),
+            };
+            if before {
+                decode::read_image(&mut cur, decoders, &mut w).map_err(err)?;
+            }
+            if after {
+                decode::read_image(&mut cur, decoders, &mut w).map_err(err)?;
+            }
+            count += 1;
+        }
+        self.stats
+            .rows
+            .fetch_add(count, std::sync::atomic::Ordering::Relaxed);
+        if open.txn.wire_bytes() as u64 >= self.config.txn_part_bytes.0 {
+            let commit_ts = open.commit_ts;
+            let mut part = std::mem::replace(&mut open.txn, Transaction::new(commit_ts));
+            part.more = true;
+            open.parts = true;
+            self.pending.push_back(SourceEvent::Transaction(part));
+        }
+        Ok(())
+    }
+
+    /// The open group ends at `log_pos` of the current file.
+    fn commit(&mut self, log_pos: u64) {
+        let open = self.open.take();
+        if log_pos > 0 {
+            self.pos = log_pos;
+        }
+        let (commit_ts, mut txn, gtid) = match open {
+            Some(o) => (o.commit_ts, o.txn, o.gtid),
+            None => {
+                let ts = self.last_ts;
+                (ts, Transaction::new(ts), None)
+            }
+        };
+        if let (Some(pos), Some(g)) = (&mut self.gtid, gtid) {
+            pos.apply(g);
+        }
+        txn.commit_ts = commit_ts;
+        txn.more = false;
+        txn.position = Some(self.position().encode());
+        self.pending.push_back(SourceEvent::Transaction(txn));
+    }
+}
+
+fn ends_like_binlog(name: &[u8]) -> bool {
+    // `<base>.<digits>`.
+    match name.iter().rposition(|&b| b == b'.') {
+        Some(dot) => dot + 1 < name.len() && name[dot + 1..].iter().all(u8::is_ascii_digit),
+        None => false,
+    }
+}
+
+fn now_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn rand_server_id() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(now_millis());
+    (1 << 30) | (h.finish() as u32 & 0x3FFF_FFFF)
+}
+
+/// The current end of the binlog: (file, offset).
+async fn master_status(conn: &mut Conn) -> Result<(String, u64), MysqlError> {
+    let row: Option<mysql_async::Row> = conn
+        .query_first("SHOW MASTER STATUS")
+        .await
+        .map_err(MysqlError::query)?;
+    let row = row.ok_or_else(|| {
+        MysqlError::Setup("SHOW MASTER STATUS shows nothing: binary logging is off".into())
+    })?;
+    let file: String = row
+        .get(0)
+        .ok_or_else(|| MysqlError::Query("SHOW MASTER STATUS has no file".into()))?;
+    let pos: u64 = row
+        .get(1)
+        .ok_or_else(|| MysqlError::Query("SHOW MASTER STATUS has no position".into()))?;
+    Ok((file, pos))
+}
+
+/// MariaDB's GTID position at a binlog file and offset.
+async fn binlog_gtid_pos(conn: &mut Conn, file: &str, pos: u64) -> Result<GtidPos, MysqlError> {
+    let g: Option<Option<String>> = conn
+        .exec_first("SELECT BINLOG_GTID_POS(?, ?)", (file, pos))
+        .await
+        .map_err(MysqlError::query)?;
+    match g.flatten() {
+        Some(g) => GtidPos::parse(&g).map_err(MysqlError::Decode),
+        None => Err(MysqlError::PositionLost(format!(
+            "the server has no binlog position {file}:{pos} (purged, or not a transaction boundary)"
+        ))),
+    }
+}
+
+/// The position of the first group committed at or after `secs`: the server's
+/// binlog files are scanned (newest first, by their first group's time).
+async fn position_at_time(source: &MysqlSource, secs: i64) -> Result<(String, u64), MysqlError> {
+    let mut conn = source.connect_plain().await?;
+    let logs: Vec<mysql_async::Row> = conn
+        .query("SHOW BINARY LOGS")
+        .await
+        .map_err(MysqlError::query)?;
+    let files: Vec<String> = logs.iter().filter_map(|r| r.get::<String, _>(0)).collect();
+    drop(conn);
+    let mut found = None;
+    for file in files.iter().rev() {
+        let first = scan_file(source, file, None).await?;
+        match first {
+            Some((ts, _)) if i64::from(ts) <= secs => {
+                found = Some(file.clone());
+                break;
+            }
+            _ => found = Some(file.clone()),
+        }
+    }
+    let Some(file) = found else {
+        return Err(MysqlError::PositionLost(
+            "the server has no binlog files".into(),
+        ));
+    };
+    match scan_file(source, &file, Some(secs)).await? {
+        Some((_, pos)) => Ok((file, pos)),
+        None => {
+            let mut conn = source.connect_plain().await?;
+            master_status(&mut conn).await
+        }
+    }
+}
+
+/// The first group of `file` (at or after `at_or_after`, if given): its time
+/// and the offset where it starts. Reads with a non-blocking dump.
+async fn scan_file(
+    source: &MysqlSource,
+    file: &str,
+    at_or_after: Option<i64>,
+) -> Result<Option<(u32, u64)>, MysqlError> {
+    let mut conn = source.connect_plain().await?;
+    conn.query_drop("SET @mariadb_slave_capability=4")
+        .await
+        .map_err(MysqlError::query)?;
+    let name = file.as_bytes().to_vec();
+    let request = BinlogStreamRequest::new(rand_server_id())
+        .with_filename(&name)
+        .with_pos(4)
+        .with_non_blocking();
+    let mut stream = conn
+        .get_binlog_stream(request)
+        .await
+        .map_err(MysqlError::query)?;
+    let mut last_end = 4u64;
+    let mut result = None;
+    while let Some(event) = stream.next().await {
+        let event = event.map_err(|e| MysqlError::Query(e.to_string()))?;
+        let h = event.header();
+        let start = last_end;
+        if h.log_pos() > 0 {
+            last_end = u64::from(h.log_pos());
+        }
+        if matches!(h.event_type_raw(), 162 | 33 | 34)
+            && at_or_after.is_none_or(|t| i64::from(h.timestamp()) >= t)
+        {
+            result = Some((h.timestamp(), start));
+            break;
+        }
+    }
+    let _ = stream.close().await;
+    Ok(result)
+}
+
+impl sluice_core::Source for MysqlSource {
+    type Error = MysqlError;
+
+    async fn next_event(&mut self) -> Result<SourceEvent, MysqlError> {
+        self.read().await?;
+        Ok(self.pending.pop_front().expect("read leaves an event"))
+    }
+
+    fn resume(&mut self, from: &Checkpoint) -> Result<(), ResumeError> {
+        if let Some(p) = &from.position {
+            Position::decode(p)?;
+        }
+        self.from = from.clone();
+        self.placed = false;
+        self.last_ts = self.last_ts.max(CommitTs::from(from.ts));
+        Ok(())
+    }
+}
+
+/// Checks a server for `config` the way a create does: connects, checks the
+/// settings and grants, and pins a `now` or `time:` start to the GTID position
+/// (or file and offset) it stands for, so that a restart before the first
+/// checkpoint starts from the same place. Returns the config to store.
+pub async fn prepare(config: &MysqlConfig) -> Result<MysqlConfig, MysqlError> {
+    let mut source = MysqlSource::new(config.clone());
+    let mut conn = source.connect_plain().await?;
+    let info = check::check(&mut conn).await?;
+    let mut out = config.clone();
+    match &config.start_position {
+        StartPosition::Now | StartPosition::Time(_) => {
+            source.place(&mut conn, info.flavor).await?;
+            out.start_position = match &source.gtid {
+                Some(g) => StartPosition::Gtid(g.to_string()),
+                None => StartPosition::File {
+                    name: source.file.clone(),
+                    pos: source.pos,
+                },
+            };
+        }
+        StartPosition::Gtid(_) | StartPosition::File { .. } => {
+            // The position must exist: check it now rather than at the first read.
+            source.place(&mut conn, info.flavor).await?;
+        }
+    }
+    let _ = conn.disconnect().await;
+    Ok(out)
+}
