@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sluice_config::{MysqlConfig, StartPosition};
 use sluice_core::{Checkpoint, ColumnType, Source, SourceEvent, Transaction, Value};
-use sluice_source::mysql::MysqlSource;
+use sluice_source::mysql::{MysqlError, MysqlSource};
 use sluice_tests::mariadb::PrivateMariaDb;
 
 fn rt() -> tokio::runtime::Runtime {
@@ -247,5 +247,357 @@ fn every_type_arrives_exactly_as_select_shows_it() {
     assert_eq!(
         txns[1].tables[0].rows().next().unwrap().before().unwrap()[0],
         Value::Int(3)
+    );
+}
+
+/// The ids of `table`'s rows in `events` (after images; deletes' before images),
+/// in order.
+fn ids(events: &[SourceEvent], table: &str) -> Vec<i64> {
+    let mut out = Vec::new();
+    for t in row_txns(events) {
+        for changes in &t.tables {
+            if changes.schema().table_name != table {
+                continue;
+            }
+            for row in changes.rows() {
+                if let Value::Int(id) = row.image()[0] {
+                    out.push(id);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The position saved with the last transaction of `events`.
+fn last_position(events: &[SourceEvent]) -> (sluice_core::CommitTs, sluice_core::SourcePosition) {
+    events
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            SourceEvent::Transaction(t) if !t.more => {
+                Some((t.commit_ts, t.position.clone().unwrap()))
+            }
+            _ => None,
+        })
+        .unwrap()
+}
+
+#[test]
+fn transactions_and_ddl_arrive_in_commit_order_with_new_schema_versions() {
+    let db = PrivateMariaDb::start();
+    db.exec("CREATE DATABASE app");
+    db.exec("CREATE TABLE app.a (id INT PRIMARY KEY, v VARCHAR(10)); CREATE TABLE app.b (id INT PRIMARY KEY, n INT)");
+    let start = gtid_now(&db);
+    db.exec(
+        "BEGIN; INSERT INTO app.a VALUES (1, 'x'); INSERT INTO app.b VALUES (10, 1); INSERT INTO app.a VALUES (2, 'y'); COMMIT;
+         ALTER TABLE app.a ADD COLUMN extra INT DEFAULT 5;
+         INSERT INTO app.a VALUES (3, 'z', 6);
+         ALTER TABLE app.a DROP COLUMN v;
+         INSERT INTO app.a VALUES (4, 7);
+         ALTER TABLE app.a MODIFY extra BIGINT;
+         INSERT INTO app.a VALUES (5, 8);
+         RENAME TABLE app.a TO app.a2;
+         INSERT INTO app.a2 VALUES (6, 9);
+         TRUNCATE TABLE app.b;
+         INSERT INTO app.b VALUES (11, 2);",
+    );
+    let rt = rt();
+    let mut src = source(&db, start);
+    let events = rt.block_on(read(&mut src, |ev| ids(ev, "b").len() >= 2));
+    // One transaction with both tables, rows in statement order per table.
+    let first = row_txns(&events)[0];
+    assert_eq!(first.tables.len(), 2);
+    assert_eq!(first.row_count(), 3);
+    // DDLs in order, between the rows around them, with the tables they change.
+    let ddls: Vec<(String, String)> = events
+        .iter()
+        .filter_map(|e| match e {
+            SourceEvent::Ddl(d) => Some((
+                d.table_name.clone(),
+                d.query
+                    .split_whitespace()
+                    .take(2)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        ddls,
+        [
+            ("a".to_string(), "ALTER TABLE".to_string()),
+            ("a".into(), "ALTER TABLE".into()),
+            ("a".into(), "ALTER TABLE".into()),
+            (String::new(), "RENAME TABLE".into()),
+            ("b".into(), "TRUNCATE TABLE".into()),
+        ]
+    );
+    // Commit ts strictly increase over transactions and DDLs alike (a DDL and
+    // the empty transaction carrying its position share one).
+    let mut last = sluice_core::CommitTs::ZERO;
+    for e in &events {
+        match e {
+            SourceEvent::Ddl(d) => {
+                assert!(d.commit_ts > last);
+                last = d.commit_ts;
+            }
+            SourceEvent::Transaction(t) => {
+                assert!(t.commit_ts >= last);
+                assert!(t.commit_ts > last || t.row_count() == 0);
+                last = t.commit_ts;
+            }
+            _ => {}
+        }
+    }
+    // Each column change gives the table a new schema version with the new columns.
+    let versions: Vec<(u32, Vec<String>)> = row_txns(&events)
+        .iter()
+        .flat_map(|t| t.tables.iter())
+        .filter(|c| c.schema().table_name.starts_with('a'))
+        .map(|c| {
+            (
+                c.schema().version,
+                c.schema()
+                    .columns
+                    .iter()
+                    .map(|c| format!("{} {}", c.name, c.sql_type))
+                    .collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        versions[0],
+        (1, vec!["id int".into(), "v varchar(10)".into()])
+    );
+    assert_eq!(
+        versions[1],
+        (
+            2,
+            vec!["id int".into(), "v varchar(10)".into(), "extra int".into()]
+        )
+    );
+    assert_eq!(versions[2], (3, vec!["id int".into(), "extra int".into()]));
+    assert_eq!(
+        versions[3],
+        (4, vec!["id int".into(), "extra bigint".into()])
+    );
+    assert_eq!(ids(&events, "a"), [1, 2, 3, 4, 5]);
+    assert_eq!(ids(&events, "a2"), [6]);
+    assert_eq!(ids(&events, "b"), [10, 11]);
+}
+
+fn resume_continues_exactly_after_the_checkpoint(use_gtid: bool) {
+    let db = PrivateMariaDb::start();
+    db.exec("CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY)");
+    let status = db.exec("SHOW MASTER STATUS");
+    let mut fields = status.split('\t');
+    let start = StartPosition::File {
+        name: fields.next().unwrap().to_string(),
+        pos: fields.next().unwrap().trim().parse().unwrap(),
+    };
+    for i in 1..=20 {
+        db.exec(&format!("INSERT INTO app.t VALUES ({i})"));
+    }
+    let config = || {
+        let mut cfg = MysqlConfig::new(db.root_url());
+        cfg.use_gtid = use_gtid;
+        cfg.start_position = start.clone();
+        cfg
+    };
+    let rt = rt();
+    let mut src = MysqlSource::new(config());
+    src.resume(&Checkpoint::default()).unwrap();
+    let events = rt.block_on(read(&mut src, |ev| ids(ev, "t").len() >= 10));
+    assert_eq!(ids(&events, "t"), (1..=10).collect::<Vec<_>>());
+    let (ts, position) = last_position(&events);
+    drop(src);
+    for i in 21..=30 {
+        db.exec(&format!("INSERT INTO app.t VALUES ({i})"));
+    }
+    // A new reader from the saved checkpoint: exactly the rest, commit ts above it.
+    let mut again = MysqlSource::new(config());
+    again
+        .resume(&Checkpoint {
+            ts: ts.into(),
+            position: Some(position.clone()),
+        })
+        .unwrap();
+    let events = rt.block_on(read(&mut again, |ev| ids(ev, "t").len() >= 20));
+    assert_eq!(ids(&events, "t"), (11..=30).collect::<Vec<_>>());
+    assert!(row_txns(&events).iter().all(|t| t.commit_ts > ts));
+    let saved = sluice_source::mysql::Position::decode(&position).unwrap();
+    assert_eq!(saved.gtid.is_some(), use_gtid, "{saved:?}");
+}
+
+#[test]
+fn resume_by_gtid_continues_exactly_after_the_checkpoint() {
+    resume_continues_exactly_after_the_checkpoint(true);
+}
+
+#[test]
+fn resume_by_file_and_offset_continues_exactly_after_the_checkpoint() {
+    resume_continues_exactly_after_the_checkpoint(false);
+}
+
+#[test]
+fn an_upstream_restart_and_binlog_rotation_lose_nothing() {
+    let mut db = PrivateMariaDb::start();
+    db.exec("CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY)");
+    let start = gtid_now(&db);
+    let rt = rt();
+    let mut src = source(&db, start);
+    for i in 1..=5 {
+        db.exec(&format!("INSERT INTO app.t VALUES ({i})"));
+    }
+    db.exec("FLUSH BINARY LOGS");
+    for i in 6..=10 {
+        db.exec(&format!("INSERT INTO app.t VALUES ({i})"));
+    }
+    let mut events = rt.block_on(read(&mut src, |ev| ids(ev, "t").len() >= 8));
+    // The server goes away mid-stream and comes back with more rows.
+    db.restart();
+    for i in 11..=15 {
+        db.exec(&format!("INSERT INTO app.t VALUES ({i})"));
+    }
+    events.extend(rt.block_on(read(&mut src, |ev| ids(ev, "t").len() >= 7)));
+    assert_eq!(ids(&events, "t"), (1..=15).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_purged_binlog_fails_with_position_lost() {
+    let db = PrivateMariaDb::start();
+    db.exec("CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY)");
+    let old = gtid_now(&db);
+    db.exec("INSERT INTO app.t VALUES (1)");
+    db.exec("FLUSH BINARY LOGS");
+    db.exec("INSERT INTO app.t VALUES (2)");
+    db.exec("FLUSH BINARY LOGS");
+    // Purging waits for the binlog checkpoint of the files: retry until the
+    // oldest file left is the current one.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = db.exec("SHOW MASTER STATUS");
+        let current = status.split('\t').next().unwrap().to_string();
+        db.exec(&format!("PURGE BINARY LOGS TO '{current}'"));
+        let logs = db.exec("SHOW BINARY LOGS");
+        let oldest = logs.split('\t').next().unwrap().to_string();
+        if oldest == current {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the binlogs were not purged: {logs}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let rt = rt();
+    let mut src = source(&db, old);
+    let err = rt.block_on(src.next_event()).unwrap_err();
+    assert!(matches!(err, MysqlError::PositionLost(_)), "{err}");
+    assert!(err.is_fatal());
+    assert!(err.to_string().starts_with("position lost"), "{err}");
+}
+
+#[test]
+fn misconfigured_servers_are_refused_with_the_setting_to_change() {
+    let mut db = PrivateMariaDb::start();
+    let rt = rt();
+    let check = |url: String| {
+        let cfg = MysqlConfig::new(url);
+        rt.block_on(sluice_source::mysql::prepare(&cfg))
+            .map(drop)
+            .unwrap_err()
+            .to_string()
+    };
+    // A good server passes and pins `now` to a GTID position.
+    let pinned = rt
+        .block_on(sluice_source::mysql::prepare(&MysqlConfig::new(
+            db.root_url(),
+        )))
+        .unwrap();
+    assert!(
+        matches!(pinned.start_position, StartPosition::Gtid(_)),
+        "{:?}",
+        pinned.start_position
+    );
+    for (set, word) in [
+        ("binlog_format=STATEMENT", "binlog_format=ROW"),
+        ("binlog_row_image=MINIMAL", "binlog_row_image=FULL"),
+        ("binlog_row_metadata=MINIMAL", "binlog_row_metadata=FULL"),
+        ("log_bin_compress=ON", "log_bin_compress=OFF"),
+    ] {
+        db.exec(&format!("SET GLOBAL {set}"));
+        let e = check(db.root_url());
+        assert!(e.contains(word), "{set}: {e}");
+        let var = set.split('=').next().unwrap();
+        db.exec(&format!("SET GLOBAL {var}=DEFAULT"));
+        if var != "log_bin_compress" {
+            db.exec(&format!(
+                "SET GLOBAL {}",
+                set.split('=').next().unwrap().to_string()
+                    + match var {
+                        "binlog_format" => "=ROW",
+                        "binlog_row_image" => "=FULL",
+                        _ => "=FULL",
+                    }
+            ));
+        }
+    }
+    // A user without the grants: each missing one is named, never the password.
+    db.exec("CREATE USER 'weak'@'%' IDENTIFIED BY 'Secr3t!'; GRANT SELECT ON app.* TO 'weak'@'%'");
+    let e = check(db.url("weak", "Secr3t!"));
+    assert!(
+        e.contains("REPLICATION SLAVE") && e.contains("BINLOG MONITOR") && e.contains("SELECT"),
+        "{e}"
+    );
+    assert!(!e.contains("Secr3t!"), "{e}");
+    db.exec("GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'weak'@'%'");
+    rt.block_on(sluice_source::mysql::prepare(&MysqlConfig::new(
+        db.url("weak", "Secr3t!"),
+    )))
+    .unwrap();
+    // A wrong password is a clear refusal, without the password.
+    let e = check(db.url("weak", "wrong-pw"));
+    assert!(
+        e.contains("refused the login") && !e.contains("wrong-pw"),
+        "{e}"
+    );
+    // Binary logging off.
+    db.restart_with(&["--skip-log-bin"]);
+    let e = check(db.root_url());
+    assert!(e.contains("binary logging is off"), "{e}");
+}
+
+#[test]
+fn a_large_transaction_streams_in_parts() {
+    let db = PrivateMariaDb::start();
+    db.exec("CREATE DATABASE app; CREATE TABLE app.big (id INT PRIMARY KEY, pad VARCHAR(100))");
+    let start = gtid_now(&db);
+    db.exec("USE app; INSERT INTO app.big SELECT seq, REPEAT('p', 100) FROM seq_1_to_100000");
+    db.exec("INSERT INTO app.big VALUES (0, 'after')");
+    let rt = rt();
+    let mut cfg = MysqlConfig::new(db.root_url());
+    cfg.start_position = start;
+    cfg.txn_part_bytes = sluice_config::ByteSize(1 << 20);
+    let mut src = MysqlSource::new(cfg);
+    src.resume(&Checkpoint::default()).unwrap();
+    let events = rt.block_on(read(&mut src, |ev| ids(ev, "big").last() == Some(&0)));
+    let txns: Vec<&Transaction> = row_txns(&events);
+    let parts = txns.iter().filter(|t| t.more).count();
+    // 100k rows of ~120 bytes in parts of about 1 MiB: a dozen parts, each
+    // without a position, all at one commit ts; the last part has the position.
+    assert!(parts >= 8, "{parts} parts");
+    let big_ts = txns[0].commit_ts;
+    assert!(txns[..=parts].iter().all(|t| t.commit_ts == big_ts));
+    assert!(txns[..parts].iter().all(|t| t.position.is_none()));
+    assert!(
+        txns.iter().all(|t| t.wire_bytes() < (1 << 20) + (64 << 10)),
+        "no part is much above the bound"
+    );
+    assert_eq!(
+        ids(&events, "big"),
+        (1..=100_000).chain([0]).collect::<Vec<_>>()
     );
 }
