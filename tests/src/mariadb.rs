@@ -63,7 +63,14 @@ impl PrivateMariaDb {
     /// Like [`PrivateMariaDb::start`], with extra server options (later ones win).
     pub fn start_with(extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        // Concurrent installs in one /tmp trip over each other's temporary
+        // tables: one at a time, each with its own tmpdir.
+        static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = INSTALL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let out = Command::new(binary(&["mariadb-install-db", "mysql_install_db"]))
+            .env("TMPDIR", dir.path())
             .arg("--no-defaults")
             .arg(format!("--datadir={}", dir.path().join("data").display()))
             .args([
@@ -78,6 +85,7 @@ impl PrivateMariaDb {
             "mariadb-install-db failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        drop(_one);
         let mut settings: Vec<String> = CDC_SETTINGS.iter().map(|s| s.to_string()).collect();
         settings.extend(extra.iter().map(|s| s.to_string()));
         let mut db = Self {

@@ -73,7 +73,8 @@ fn describe(
     let config = sluice_config::ChangefeedConfig::parse(text)
         .map_err(|e| Status::invalid_argument(format!("invalid changefeed file: {e}")))?;
     let mut info = ChangefeedInfo::new(id.clone(), config, start_ts);
-    info.spec = Some(text.to_string());
+    // Shown back by queries: without passwords.
+    info.spec = Some(sluice_config::redact_secrets(text));
     info.target_ts = target_ts;
     info.validate()
         .map_err(|e| Status::invalid_argument(e.to_string()))?;

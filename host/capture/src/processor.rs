@@ -454,6 +454,15 @@ async fn run(
                 PipelineError::Sink(p) | PipelineError::Filter { error: p, .. } => {
                     ErrorKind::of_plugin_error(p)
                 }
+                PipelineError::Source(source)
+                    if source
+                        .downcast_ref::<sluice_source::SourceError>()
+                        .is_some_and(sluice_source::SourceError::is_fatal) =>
+                {
+                    // The upstream must be fixed (a setting, a purged binlog):
+                    // restarting cannot help.
+                    ErrorKind::Fatal
+                }
                 PipelineError::Source(_) | PipelineError::Persist(_) => ErrorKind::Retryable,
             };
             failed(kind, crate::error_chain(&e))

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use sluice_config::SourceConfig;
 use sluice_core::CheckpointTs;
 use sluice_owner::{ChangefeedId, ChangefeedInfo, Epoch, OwnerError};
 use sluice_registry::RegistryError;
@@ -73,6 +74,20 @@ impl Capture {
     /// changefeed (`role` is `sink` or `filter-<i>`).
     pub fn plugin_data_dir(&self, id: &ChangefeedId, role: &str) -> PathBuf {
         crate::plugin_data_dir(&self.ctx.data_dir, id, role)
+    }
+
+    /// Checks `info`'s source the way a create does (see
+    /// `sluice_source::prepare`): reachable and set up for change capture, with
+    /// a `now` start pinned. Returns the source config to store, if it changed.
+    pub async fn prepare_source(
+        &self,
+        info: &ChangefeedInfo,
+    ) -> Result<Option<SourceConfig>, OwnerError> {
+        match sluice_source::prepare(&info.config.source).await {
+            Ok(prepared) => Ok((prepared != info.config.source).then_some(prepared)),
+            Err(e) if e.is_fatal() => Err(OwnerError::Invalid(format!("source: {e}"))),
+            Err(e) => Err(OwnerError::Unavailable(format!("source: {e}"))),
+        }
     }
 
     /// Checks every plugin `info` names: uploaded in its tenant, of the right

@@ -156,6 +156,32 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// `text` (a changefeed file, a log line) with the password of every
+/// `scheme://user:password@host` in it replaced by `***`.
+pub fn redact_secrets(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '/' | '?' | '#'))
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match (authority.rfind('@'), authority.find(':')) {
+            (Some(at), Some(colon)) if colon < at => {
+                out.push_str(&authority[..colon]);
+                out.push_str(":***");
+                out.push_str(&authority[at..]);
+            }
+            _ => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Where a binlog source starts when there is no checkpoint.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum StartPosition {
@@ -338,6 +364,18 @@ mod tests {
         ] {
             assert!(bad.parse::<StartPosition>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn secrets_in_files_are_redacted() {
+        let text = "url = \"mysql://repl:p@ss:w0rd@db:3306\"\nother = \"http://host/x\"\nu = 'mysql://u@h'";
+        let red = redact_secrets(text);
+        assert!(!red.contains("w0rd"), "{red}");
+        assert!(red.contains("mysql://repl:***@db:3306"), "{red}");
+        assert!(
+            red.contains("http://host/x") && red.contains("mysql://u@h"),
+            "{red}"
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ConfigError, invalid};
-pub use crate::mysql::{MysqlConfig, StartPosition, redact_url};
+pub use crate::mysql::{MysqlConfig, StartPosition, redact_secrets, redact_url};
 
 /// `[source]`, chosen by `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

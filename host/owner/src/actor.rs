@@ -426,8 +426,13 @@ async fn run<C: OwnerContext>(
                     pending_checks += 1;
                     tokio::spawn(
                         async move {
+                            let mut info = info;
                             let checked = match slots.acquire_owned().await {
-                                Ok(_slot) => ctx.check_plugins(&info).await,
+                                Ok(_slot) => ctx.check(&info).await.map(|pinned| {
+                                    if let Some(source) = pinned {
+                                        info.config.source = source;
+                                    }
+                                }),
                                 Err(_) => Err(gone()),
                             };
                             let _ = outbox.send(Command::Checked {

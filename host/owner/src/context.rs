@@ -16,6 +16,7 @@ use crate::error::OwnerError;
 use crate::id::ChangefeedId;
 use crate::info::{ChangefeedInfo, ChangefeedStatus, ErrorKind};
 use crate::plugin::PluginId;
+use sluice_config::SourceConfig;
 
 /// Where a capture's work for one changefeed stands, as the owner sees it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -145,12 +146,17 @@ pub trait OwnerContext: Send + Sync + 'static {
     /// positions); the info stays as a tombstone.
     fn forget(&self, id: &ChangefeedId) -> impl Future<Output = Result<(), SaveError>> + Send;
 
-    /// Checks every plugin `info` names: uploaded, of the right world, and its
-    /// options accepted by its own `validate-config` (each plugin loaded once).
-    fn check_plugins(
+    /// Checks what a create or update would run: every plugin `info` names
+    /// (uploaded, of the right world, its options accepted by its own
+    /// `validate-config`, each plugin loaded once) and the source (reachable and
+    /// set up for change capture). Returns the source config to store instead
+    /// of `info`'s when checking it pinned something (a `now` start becomes the
+    /// upstream position it stood for), so that every run starts from the same
+    /// place.
+    fn check(
         &self,
         info: &ChangefeedInfo,
-    ) -> impl Future<Output = Result<(), OwnerError>> + Send;
+    ) -> impl Future<Output = Result<Option<SourceConfig>, OwnerError>> + Send;
 
     /// Removes an uploaded plugin unless `used_by` names changefeeds using it.
     fn delete_plugin(

@@ -52,6 +52,18 @@ pub fn build(config: &SourceConfig, start_ts: CommitTs) -> Result<AnySource, Sou
     })
 }
 
+/// Checks the source `config` describes the way a create does, and pins what a
+/// later start must not decide again: a binlog source connects, checks the
+/// server's settings and grants (each failure says what to change), and turns a
+/// `now` (or `time:`) start into the position it stands for. Datagen needs no
+/// check. Returns the config to store.
+pub async fn prepare(config: &SourceConfig) -> Result<SourceConfig, SourceError> {
+    Ok(match config {
+        SourceConfig::Datagen(_) => config.clone(),
+        SourceConfig::Mysql(m) => SourceConfig::Mysql(crate::mysql::prepare(m).await?),
+    })
+}
+
 impl Source for AnySource {
     type Error = SourceError;
 

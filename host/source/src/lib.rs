@@ -10,6 +10,6 @@ mod build;
 mod datagen;
 pub mod mysql;
 
-pub use build::{AnySource, SourceError, build};
+pub use build::{AnySource, SourceError, build, prepare};
 
 pub use datagen::{DatagenConfig, DatagenError, DatagenSource, Mix};

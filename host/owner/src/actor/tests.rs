@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use sluice_config::SourceConfig;
 use sluice_core::{CheckpointTs, CommitTs};
 use sluice_meta::Revision;
 use tokio::sync::{Notify, mpsc};
@@ -120,12 +121,12 @@ impl OwnerContext for FakeContext {
         Ok(())
     }
 
-    async fn check_plugins(&self, _: &ChangefeedInfo) -> Result<(), OwnerError> {
+    async fn check(&self, _: &ChangefeedInfo) -> Result<Option<SourceConfig>, OwnerError> {
         self.plugin_checks.fetch_add(1, Ordering::SeqCst);
         if let Some(gate) = &self.gate {
             gate.notified().await;
         }
-        Ok(())
+        Ok(None)
     }
 
     async fn delete_plugin(

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use sluice_capture::{Capture, registry_error};
+use sluice_config::SourceConfig;
 use sluice_core::CheckpointTs;
 use sluice_meta::Revision;
 use sluice_owner::{
@@ -47,8 +48,9 @@ impl OwnerContext for ServerContext {
         self.records.forget(id).await
     }
 
-    async fn check_plugins(&self, info: &ChangefeedInfo) -> Result<(), OwnerError> {
-        self.capture.check_plugins(info).await
+    async fn check(&self, info: &ChangefeedInfo) -> Result<Option<SourceConfig>, OwnerError> {
+        self.capture.check_plugins(info).await?;
+        self.capture.prepare_source(info).await
     }
 
     async fn delete_plugin(
