@@ -413,6 +413,7 @@ mod tests {
             id,
             sluice_config::ChangefeedConfig {
                 source: sluice_config::SourceConfig::Datagen(Default::default()),
+                filter: Default::default(),
                 filters: Vec::new(),
                 sink: PluginRef::new("sink-file@0.1.0".parse().unwrap()),
                 pipeline: Default::default(),

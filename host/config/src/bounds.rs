@@ -38,3 +38,15 @@ pub const MAX_EVENT_CACHE_BYTES: u64 = 1 << 30;
 pub const MAX_RETRIES: u32 = 1_000;
 /// Intervals in `[pipeline]`: at most one hour.
 pub const MAX_INTERVAL_MS: u64 = 3_600_000;
+/// Most `filter.rules`.
+pub const MAX_FILTER_RULES: usize = 256;
+/// Longest table pattern (in `filter.rules` or a `matcher`), in characters.
+pub const MAX_PATTERN_CHARS: usize = 256;
+/// Most `filter.ignore-txn-start-ts` values.
+pub const MAX_IGNORE_TXNS: usize = 10_000;
+/// Most `[[filter.event-filters]]` entries.
+pub const MAX_EVENT_FILTERS: usize = 256;
+/// Most `matcher` patterns of one event filter.
+pub const MAX_EVENT_MATCHERS: usize = 64;
+/// Most `ignore-event` names of one event filter.
+pub const MAX_IGNORE_EVENTS: usize = 32;

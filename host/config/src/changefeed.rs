@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bounds::{MAX_FILE_BYTES, MAX_FILTERS};
 use crate::error::{ConfigError, invalid};
+use crate::filter::FilterConfig;
 use crate::name::{NameKind, PluginId, validate_name};
 use crate::pipeline::PipelineConfig;
 use crate::plugin::{PluginConfig, check_plugin_name};
@@ -41,6 +42,9 @@ pub struct ChangefeedFile {
     pub changefeed: Option<ChangefeedSection>,
     /// `[source]`.
     pub source: SourceConfig,
+    /// `[filter]`: which tables are replicated and which events skipped.
+    #[serde(default)]
+    pub filter: FilterConfig,
     /// `[[filters]]`: the filter chain, applied in order.
     #[serde(default)]
     pub filters: Vec<PluginConfig<String>>,
@@ -64,8 +68,8 @@ pub struct ChangefeedSection {
     pub resume: bool,
 }
 
-/// What to replicate, validated: the source, the filter chain, the sink and the
-/// pipeline tuning. `P` names plugins: [`PluginId`] in a server (this is what the
+/// What to replicate, validated: the source, the table filter, the filter
+/// chain, the sink and the pipeline tuning. `P` names plugins: [`PluginId`] in a server (this is what the
 /// owner stores), `String` in `sluice run`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(
@@ -76,6 +80,9 @@ pub struct ChangefeedSection {
 pub struct ChangefeedConfig<P = PluginId> {
     /// The source.
     pub source: SourceConfig,
+    /// Which tables are replicated and which events skipped (`[filter]`).
+    #[serde(default)]
+    pub filter: FilterConfig,
     /// Filter plugins, applied in order.
     #[serde(default)]
     pub filters: Vec<PluginConfig<P>>,
@@ -161,6 +168,7 @@ impl ChangefeedFile {
         }
         validate_parts(
             &self.source,
+            &self.filter,
             &self.filters,
             &self.sink,
             &self.pipeline,
@@ -189,6 +197,7 @@ impl ChangefeedFile {
             .collect::<Result<_, _>>()?;
         Ok(ChangefeedConfig {
             source: self.source,
+            filter: self.filter,
             filters,
             sink: id("sink".into(), self.sink)?,
             pipeline: self.pipeline,
@@ -213,6 +222,7 @@ impl ChangefeedFile {
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
             feed: ChangefeedConfig {
                 source: self.source,
+                filter: self.filter,
                 filters: self.filters,
                 sink: self.sink,
                 pipeline: self.pipeline,
@@ -247,11 +257,12 @@ impl<P> ChangefeedConfig<P> {
     }
 
     /// Every check beyond the types for `mode` (pure, no I/O): the source, the
-    /// chain's length, every plugin's quotas, options and grants, the pipeline.
+    /// table filter, the chain's length, every plugin's quotas, options and grants, the pipeline.
     /// A stored config is checked again with this before it is stored.
     pub fn validate(&self, mode: Mode) -> Result<(), ConfigError> {
         validate_parts(
             &self.source,
+            &self.filter,
             &self.filters,
             &self.sink,
             &self.pipeline,
@@ -273,12 +284,14 @@ fn plugins_of<'a, P>(
 
 fn validate_parts<P>(
     source: &SourceConfig,
+    filter: &FilterConfig,
     filters: &[PluginConfig<P>],
     sink: &PluginConfig<P>,
     pipeline: &PipelineConfig,
     mode: Mode,
 ) -> Result<(), ConfigError> {
     source.validate()?;
+    filter.validate()?;
     if filters.len() > MAX_FILTERS {
         return invalid!(
             "the changefeed has {} filters; at most {MAX_FILTERS}",

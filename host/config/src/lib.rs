@@ -14,6 +14,7 @@ pub mod bounds;
 mod bytes;
 mod changefeed;
 mod error;
+pub mod filter;
 mod limits;
 mod mysql;
 mod name;
@@ -30,6 +31,7 @@ pub use changefeed::{
     Mode, RunConfig,
 };
 pub use error::ConfigError;
+pub use filter::{EventFilterRule, FilterConfig};
 pub use limits::ServerLimits;
 pub use name::{IdError, MAX_NAME_LEN, NameKind, PluginId, validate_name};
 pub use pipeline::PipelineConfig;

@@ -138,6 +138,47 @@ fn the_stored_form_round_trips_with_every_default_written() {
 }
 
 #[test]
+fn the_filter_section_reads_the_same_in_both_modes_and_is_stored() {
+    let section = r#"
+[filter]
+rules = ['*.*', '!test.*']
+ignore-txn-start-ts = [5]
+[[filter.event-filters]]
+matcher = ["shop.orders"]
+ignore-event = ["delete", "truncate table"]
+"#;
+    let server = ChangefeedConfig::parse(&format!("{SERVER}{section}")).unwrap();
+    let run = RunConfig::parse(&format!("{RUN}{section}")).unwrap();
+    assert_eq!(server.filter, run.feed.filter);
+    assert_eq!(server.filter.rules, ["*.*", "!test.*"]);
+    assert_eq!(server.filter.ignore_txn_start_ts, [5]);
+    assert_eq!(
+        server.filter.event_filters,
+        [EventFilterRule {
+            matcher: vec!["shop.orders".into()],
+            ignore_event: vec!["delete".into(), "truncate table".into()],
+        }]
+    );
+    let json = serde_json::to_value(&server).unwrap();
+    assert_eq!(json["filter"]["rules"][1], "!test.*");
+    assert_eq!(
+        json["filter"]["event-filters"][0]["ignore-event"][1],
+        "truncate table"
+    );
+    let back: ChangefeedConfig = serde_json::from_value(json).unwrap();
+    assert_eq!(back, server);
+    // Without the section, and in a config stored before it existed: the default.
+    assert_eq!(
+        RunConfig::parse(RUN).unwrap().feed.filter,
+        FilterConfig::default()
+    );
+    let mut json = serde_json::to_value(ChangefeedConfig::parse(SERVER).unwrap()).unwrap();
+    json.as_object_mut().unwrap().remove("filter");
+    let old: ChangefeedConfig = serde_json::from_value(json).unwrap();
+    assert_eq!(old.filter, FilterConfig::default());
+}
+
+#[test]
 fn each_mode_refuses_what_only_the_other_takes() {
     let cases = [
         (
@@ -224,6 +265,16 @@ fn semantic_errors_name_the_key() {
         (
             run_err(&RUN.replace("total-rows = 100", "tables = [\"nope\"]")),
             "source.tables: unknown table `nope`",
+        ),
+        (
+            server_err(&format!("{SERVER}\n[filter]\nrules = ['*.*', 'shop']")),
+            "filter.rules[1]: `shop` is not a table pattern",
+        ),
+        (
+            run_err(&format!(
+                "{RUN}\n[[filter.event-filters]]\nmatcher = ['a.*']\nignore-event = ['upsert']"
+            )),
+            "filter.event-filters[0].ignore-event[0]: unknown event `upsert`",
         ),
     ];
     for (err, want) in cases {

@@ -519,6 +519,7 @@ pub(crate) mod tests {
                 seed: 7,
                 ..Default::default()
             }),
+            filter: Default::default(),
             filters: Vec::new(),
             sink: PluginRef::new("sink-file@0.1.0".parse().unwrap()),
             pipeline: PipelineConfig::default(),

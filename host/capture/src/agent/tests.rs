@@ -97,6 +97,7 @@ async fn store_info(f: &Fixture, name: &str, epoch: u64, rows: u64, rate: u64) -
                 rate,
                 ..Default::default()
             }),
+            filter: Default::default(),
             filters: Vec::new(),
             sink: PluginRef::new(sink()),
             pipeline: sluice_config::PipelineConfig::default(),
