@@ -601,3 +601,88 @@ fn a_large_transaction_streams_in_parts() {
         (1..=100_000).chain([0]).collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn stop_at_end_reads_what_was_there_and_ends() {
+    let db = PrivateMariaDb::start();
+    db.exec("CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY)");
+    let start = gtid_now(&db);
+    for i in 1..=5 {
+        db.exec(&format!("INSERT INTO app.t VALUES ({i})"));
+    }
+    let rt = rt();
+    let mut cfg = MysqlConfig::new(db.root_url());
+    cfg.start_position = start;
+    cfg.stop_at_end = true;
+    cfg.heartbeat_ms = 100;
+    let mut src = MysqlSource::new(cfg.clone());
+    src.resume(&Checkpoint::default()).unwrap();
+    let events = rt.block_on(read(&mut src, |ev| {
+        matches!(ev.last(), Some(SourceEvent::End))
+    }));
+    assert_eq!(ids(&events, "t"), [1, 2, 3, 4, 5]);
+    // Started at the end: it ends at the first heartbeat.
+    cfg.start_position = gtid_now(&db);
+    let mut src = MysqlSource::new(cfg);
+    src.resume(&Checkpoint::default()).unwrap();
+    let events = rt.block_on(read(&mut src, |ev| {
+        matches!(ev.last(), Some(SourceEvent::End))
+    }));
+    assert!(ids(&events, "t").is_empty());
+}
+
+#[test]
+fn filters_leave_out_tables_events_and_transactions() {
+    let db = PrivateMariaDb::start();
+    db.exec("CREATE DATABASE app; CREATE DATABASE logs; CREATE TABLE app.keep (id INT PRIMARY KEY); CREATE TABLE app.skip (id INT PRIMARY KEY); CREATE TABLE logs.l (id INT PRIMARY KEY)");
+    let start = gtid_now(&db);
+    db.exec(
+        "INSERT INTO app.keep VALUES (1); INSERT INTO app.skip VALUES (1); INSERT INTO logs.l VALUES (1);
+         DELETE FROM app.keep WHERE id = 1; INSERT INTO app.keep VALUES (2);
+         ALTER TABLE app.skip ADD COLUMN x INT; TRUNCATE TABLE app.keep; ALTER TABLE app.keep ADD COLUMN y INT;
+         INSERT INTO app.keep VALUES (3, 3);",
+    );
+    let filter: sluice_config::FilterConfig = toml::from_str(
+        r#"
+rules = ['*.*', '!logs.*', '!app.skip']
+[[event-filters]]
+matcher = ["app.keep"]
+ignore-event = ["delete", "truncate table"]
+"#,
+    )
+    .unwrap();
+    filter.validate().unwrap();
+    let mut cfg = MysqlConfig::new(db.root_url());
+    cfg.start_position = start;
+    let mut src =
+        MysqlSource::new(cfg).with_filter(sluice_source::filter::TableFilter::new(&filter));
+    src.resume(&Checkpoint::default()).unwrap();
+    let rt = rt();
+    let events = rt.block_on(read(&mut src, |ev| ids(ev, "keep").last() == Some(&3)));
+    let tables: std::collections::BTreeSet<String> = row_txns(&events)
+        .iter()
+        .flat_map(|t| t.tables.iter().map(|c| c.schema().qualified_name()))
+        .collect();
+    assert_eq!(tables.into_iter().collect::<Vec<_>>(), ["app.keep"]);
+    // Inserts only: the delete was skipped.
+    assert!(
+        row_txns(&events)
+            .iter()
+            .all(|t| t.tables[0].ops().iter().all(|&op| op == 0))
+    );
+    assert_eq!(ids(&events, "keep"), [1, 2, 3]);
+    let ddls: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            SourceEvent::Ddl(d) => Some(d.query.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ddls, ["ALTER TABLE app.keep ADD COLUMN y INT"]);
+    // Every transaction still carries its position, filtered or not.
+    let with_position = events
+        .iter()
+        .filter(|e| matches!(e, SourceEvent::Transaction(t) if t.position.is_some()))
+        .count();
+    assert!(with_position >= 9, "{with_position}");
+}

@@ -9,6 +9,9 @@
 //! - `ci`: `cargo fmt --check`, clippy and rustdoc with warnings denied, then
 //!   `test`.
 //! - `bench`: build the plugins and run the boundary benchmark (release build).
+//! - `bench-binlog`: the binlog source on a private MariaDB (release build): raw
+//!   decode next to `sluice run` → sink-blackhole, and the memory of a 1M-row
+//!   transaction.
 //! - `bench-server`: build the plugins and run the control-plane benchmark of
 //!   `sluice server` (release build): API latency, cost of saving positions,
 //!   recovery after SIGKILL.
@@ -94,9 +97,10 @@ fn main() -> Result<()> {
             cargo(&["bench", "-p", "sluice-server", "--bench", "isolation"])
         }
         Some("bench-e2e") => bench_e2e(&root, &args[1..]),
+        Some("bench-binlog") => bench_binlog(&root),
         _ => {
             eprintln!(
-                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server | bench-isolation | bench-e2e>"
+                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server | bench-isolation | bench-e2e | bench-binlog>"
             );
             bail!("unknown or missing command")
         }
@@ -235,6 +239,20 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
 }
 
 /// `cargo xtask bench-e2e`: see the module docs.
+/// The binlog source against a private MariaDB (release build): raw decode and
+/// `sluice run` → sink-blackhole side by side, and the memory high-water of a
+/// 1M-row transaction (see tests/benches/binlog.rs).
+fn bench_binlog(root: &Path) -> Result<()> {
+    ensure_system_tools()?;
+    build_plugins(root)?;
+    cargo(&["build", "--release", "-p", "sluice-server"])?;
+    let bin = target_dir(root).join("release/sluice");
+    run(Command::new(env!("CARGO"))
+        .args(["bench", "-p", "sluice-tests", "--bench", "binlog"])
+        .env("SLUICE_BIN", &bin)
+        .env_remove("RUST_BACKTRACE"))
+}
+
 fn bench_e2e(root: &Path, args: &[String]) -> Result<()> {
     let mut runs = 3usize;
     let mut against: Option<PathBuf> = None;

@@ -222,6 +222,8 @@ pub fn status_pb(v: &FeedView, sink_data_dir: Option<&std::path::Path>) -> pb::C
             .as_ref()
             .map(ToString::to_string)
             .unwrap_or_default(),
+        source_time_ms: v.progress.map_or(0, |p| p.source_time_ms),
+        source_events: counters.source_events,
     }
 }
 

@@ -282,6 +282,31 @@ pub fn render_metrics(feeds: &[(FeedView, PluginCounters)], healthy: bool) -> St
             c.retries as f64,
         );
         f.counter(
+            "sluice_source_events_total",
+            "Upstream events the source read (binlog events for a binlog source).",
+            &l,
+            c.source_events as f64,
+        );
+        let (source_time, cache) = v
+            .progress
+            .map_or((0, 0), |p| (p.source_time_ms, p.event_cache_bytes));
+        f.gauge(
+            "sluice_source_lag_seconds",
+            "Wall-clock time since the upstream time of the source's last event (0 until it read one).",
+            &l,
+            if source_time == 0 {
+                0.0
+            } else {
+                now.saturating_sub(source_time) as f64 / 1000.0
+            },
+        );
+        f.gauge(
+            "sluice_event_cache_bytes",
+            "Bytes of row data waiting between the source and the dispatchers.",
+            &l,
+            cache as f64,
+        );
+        f.counter(
             "sluice_changefeed_errors_total",
             "Errors the changefeed recorded since it was created (the newest are in the status).",
             &l,

@@ -36,6 +36,18 @@ pub fn ts_time(ts: u64) -> String {
     humantime::format_rfc3339_millis(at).to_string()
 }
 
+/// RFC 3339 text of `ms` since the Unix epoch.
+fn ms_time(ms: u64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// A changefeed as JSON.
 pub fn changefeed_json(c: &pb::Changefeed) -> Value {
     json!({
@@ -69,6 +81,9 @@ pub fn status_json(s: &pb::ChangefeedStatus) -> Value {
         "checkpoint-lag-ms": s.checkpoint_lag_ms,
         "resolved-lag-ms": s.resolved_lag_ms,
         "epoch": s.epoch,
+        "source-time": (s.source_time_ms > 0).then(|| ms_time(s.source_time_ms)),
+        "source-lag-ms": (s.source_time_ms > 0).then(|| now_ms().saturating_sub(s.source_time_ms)),
+        "source-events": s.source_events,
         "rows-read": s.rows_read,
         "rows-written": s.rows_written,
         "retries": s.retries,

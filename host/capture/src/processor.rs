@@ -75,6 +75,9 @@ impl Live {
             rows_written: p.rows_written,
             bytes_written: p.bytes_written,
             retries: p.retries,
+            source_events: p.source_events,
+            source_time_ms: p.source_time_ms,
+            event_cache_bytes: p.event_cache_bytes,
         })
     }
 }
@@ -412,7 +415,8 @@ async fn run(
     };
     // Generated time starts after the changefeed's start ts (fixed at create,
     // so a resume regenerates the same workload).
-    let source = match sluice_source::build(&info.config.source, info.start_ts) {
+    let source = match sluice_source::build(&info.config.source, &info.config.filter, info.start_ts)
+    {
         Ok(s) => s,
         Err(e) => return failed(ErrorKind::Config, format!("source: {e}")),
     };
@@ -514,6 +518,10 @@ impl<S: Source> Source for UpTo<S> {
             return Ok(None);
         }
         self.inner.next_run(max_transactions, max_bytes).await
+    }
+
+    fn stats(&self) -> Option<Arc<sluice_core::SourceStats>> {
+        self.inner.stats()
     }
 
     fn resume(&mut self, from: &Checkpoint) -> Result<(), ResumeError> {

@@ -68,16 +68,29 @@ pub struct Counters {
     /// Plugin calls that failed and were retried.
     #[serde(default)]
     pub retries: u64,
+    /// Upstream events the source read (binlog events).
+    #[serde(default)]
+    pub source_events: u64,
+    /// Upstream time of the source's last event (ms since the Unix epoch; 0:
+    /// unknown).
+    #[serde(default)]
+    pub source_time_ms: u64,
+    /// Bytes of row data waiting in the event cache when saved.
+    #[serde(default)]
+    pub event_cache_bytes: u64,
 }
 
 impl Counters {
-    /// Both counts added up.
+    /// Both counts added up (the latest upstream time of the two).
     pub fn plus(self, other: Counters) -> Counters {
         Counters {
             rows_read: self.rows_read + other.rows_read,
             rows_written: self.rows_written + other.rows_written,
             bytes_written: self.bytes_written + other.bytes_written,
             retries: self.retries + other.retries,
+            source_events: self.source_events + other.source_events,
+            source_time_ms: self.source_time_ms.max(other.source_time_ms),
+            event_cache_bytes: self.event_cache_bytes + other.event_cache_bytes,
         }
     }
 }
@@ -449,6 +462,7 @@ mod tests {
                 rows_written: 6,
                 bytes_written: 300,
                 retries: 1,
+                ..Counters::default()
             },
             ..TaskPosition::default()
         };

@@ -39,6 +39,10 @@ pub struct MysqlConfig {
     /// milliseconds; the resolved ts moves with it.
     #[serde(default = "default_heartbeat_ms")]
     pub heartbeat_ms: u64,
+    /// End once the binlog is read up to where it ended when reading began (a
+    /// one-off copy, or a benchmark); the changefeed then finishes.
+    #[serde(default)]
+    pub stop_at_end: bool,
 }
 
 fn yes() -> bool {
@@ -87,6 +91,7 @@ impl MysqlConfig {
             connect_timeout_ms: default_connect_ms(),
             txn_part_bytes: default_part_bytes(),
             heartbeat_ms: default_heartbeat_ms(),
+            stop_at_end: false,
         }
     }
 

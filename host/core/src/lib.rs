@@ -17,5 +17,5 @@ pub use event::{
     ChangesPool, Checkpoint, DdlEvent, Op, RowWriter, RunPart, RunTransaction, Segment,
     SourcePosition, TableChanges, Transaction, TransactionRun, Value,
 };
-pub use traits::{Filter, ResumeError, Sink, Source, SourceEvent};
+pub use traits::{Filter, ResumeError, Sink, Source, SourceEvent, SourceStats};
 pub use ts::{CheckpointTs, CommitTs, ResolvedTs};

@@ -14,6 +14,17 @@ use crate::ts::{CommitTs, ResolvedTs};
 #[error("cannot resume from the saved source position: {0}")]
 pub struct ResumeError(pub String);
 
+/// What a source reports while it reads, shared with whoever watches it (the
+/// pipeline publishes it with its progress).
+#[derive(Debug, Default)]
+pub struct SourceStats {
+    /// Upstream events read (binlog events, for a binlog source).
+    pub events: std::sync::atomic::AtomicU64,
+    /// Upstream time of the last event read, in ms since the Unix epoch (0:
+    /// none yet); how far the reader is behind is now minus this.
+    pub upstream_millis: std::sync::atomic::AtomicU64,
+}
+
 /// What a source yields.
 #[derive(Debug, Clone)]
 pub enum SourceEvent {
@@ -56,6 +67,11 @@ pub trait Source: Send {
     /// position the source cannot read (an unknown version, another workload)
     /// is an error that says so; it is never guessed at.
     fn resume(&mut self, from: &Checkpoint) -> Result<(), ResumeError>;
+
+    /// The source's own counters, if it keeps any.
+    fn stats(&self) -> Option<Arc<SourceStats>> {
+        None
+    }
 }
 
 /// A destination for row changes. `flush(ts)` returning `Ok` is the only

@@ -165,6 +165,15 @@ pub struct TaskReport {
     /// Plugin calls of the run that failed and were retried.
     #[serde(default)]
     pub retries: u64,
+    /// Upstream events the run's source read.
+    #[serde(default)]
+    pub source_events: u64,
+    /// Upstream time of the source's last event (ms since the Unix epoch).
+    #[serde(default)]
+    pub source_time_ms: u64,
+    /// Bytes of row data waiting in the run's event cache.
+    #[serde(default)]
+    pub event_cache_bytes: u64,
 }
 
 impl TaskReport {
@@ -176,6 +185,9 @@ impl TaskReport {
             rows_written: self.rows_written,
             bytes_written: self.bytes_written,
             retries: self.retries,
+            source_events: self.source_events,
+            source_time_ms: self.source_time_ms,
+            event_cache_bytes: self.event_cache_bytes,
         }
     }
 }
@@ -478,6 +490,9 @@ impl Reports {
                     rows_written: o.rows_written + p.rows_written,
                     bytes_written: o.bytes_written + p.bytes_written,
                     retries: o.retries + p.retries,
+                    source_events: o.source_events + p.source_events,
+                    source_time_ms: o.source_time_ms.max(p.source_time_ms),
+                    event_cache_bytes: o.event_cache_bytes + p.event_cache_bytes,
                 },
             });
         }

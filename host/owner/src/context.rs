@@ -33,6 +33,13 @@ pub struct WorkProgress {
     pub bytes_written: u64,
     /// Plugin calls that failed and were retried.
     pub retries: u64,
+    /// Upstream events the source read.
+    pub source_events: u64,
+    /// Upstream time of the source's last event (ms since the Unix epoch; 0:
+    /// unknown).
+    pub source_time_ms: u64,
+    /// Bytes of row data waiting in the event cache.
+    pub event_cache_bytes: u64,
 }
 
 /// How a capture's work for a changefeed ended.

@@ -52,6 +52,8 @@ pub struct Totals {
     pub bytes_written: u64,
     /// Plugin calls that failed and were retried.
     pub retries: u64,
+    /// Upstream events the source read.
+    pub source_events: u64,
 }
 
 impl Totals {
@@ -60,6 +62,7 @@ impl Totals {
         self.rows_written += p.rows_written;
         self.bytes_written += p.bytes_written;
         self.retries += p.retries;
+        self.source_events += p.source_events;
     }
 }
 

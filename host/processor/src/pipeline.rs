@@ -38,6 +38,13 @@ pub struct Progress {
     pub retries: u64,
     /// Most bytes of row data waiting in the event cache at once.
     pub event_cache_peak_bytes: u64,
+    /// Bytes of row data waiting in the event cache now.
+    pub event_cache_bytes: u64,
+    /// Upstream events the source read (if it counts them).
+    pub source_events: u64,
+    /// Upstream time of the source's last event, ms since the Unix epoch (0:
+    /// unknown).
+    pub source_time_ms: u64,
 }
 
 /// What a finished (or interrupted) run did.
@@ -86,6 +93,8 @@ pub struct Pipeline<K: Sink, F: Filter> {
     /// The commit ts of a transaction whose parts are coming (its last part not
     /// in yet).
     open_parts: Option<CommitTs>,
+    /// The source's own counters (published with the progress).
+    source_stats: Option<Arc<sluice_core::SourceStats>>,
     /// DDLs waiting for their tables to be flushed, in commit-ts order.
     barriers: VecDeque<DdlEvent>,
     /// Rows held behind barriers: count of held parts, and their wire bytes.
@@ -149,6 +158,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             by_table: HashMap::new(),
             read_through: from,
             open_parts: None,
+            source_stats: None,
             barriers: VecDeque::new(),
             held_parts: 0,
             held_bytes: 0,
@@ -213,6 +223,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         S: Source + 'static,
     {
         let started = Instant::now();
+        self.source_stats = source.stats();
         // The reader runs in the caller's span (the changefeed's). It is aborted
         // however this function ends: an error return, or the pipeline being
         // cancelled (dropped).
@@ -244,6 +255,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
                     };
                     let held = cache.held_bytes();
                     self.progress.event_cache_peak_bytes = self.progress.event_cache_peak_bytes.max(held);
+                    self.progress.event_cache_bytes = held;
                     if let Some(end) = self.on_chunk(chunk, &cache).await {
                         break end;
                     }
@@ -981,7 +993,12 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         Ok(())
     }
 
-    fn publish(&self) {
+    fn publish(&mut self) {
+        if let Some(stats) = &self.source_stats {
+            use std::sync::atomic::Ordering::Relaxed;
+            self.progress.source_events = stats.events.load(Relaxed);
+            self.progress.source_time_ms = stats.upstream_millis.load(Relaxed);
+        }
         self.progress_tx.send_replace(self.progress.clone());
     }
 }

@@ -61,7 +61,7 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
         .await
         .with_context(|| format!("sink.config was rejected by `{}`", sink_section.plugin))?;
 
-    let source = sluice_source::build(&file.feed.source, CommitTs::ZERO)?;
+    let source = sluice_source::build(&file.feed.source, &file.feed.filter, CommitTs::ZERO)?;
     let total = file.feed.source.total_rows().unwrap_or(0);
 
     let id = file.id.clone();

@@ -245,6 +245,34 @@ fn mariadb_to_sink_file_matches_upstream_after_kills_and_restarts() {
     );
     let q = server.state("orders");
     assert_eq!(q["state"], "normal", "{q}");
+    // The query shows how far upstream the reader is next to the checkpoint.
+    let mut seen = Json::Null;
+    let shown = |seen: &mut Json| {
+        *seen = server.state("orders");
+        let s = &seen["status"];
+        s["source-time"].is_string() && s["source-events"].as_u64().is_some_and(|n| n > 100)
+    };
+    for _ in 0..300 {
+        if shown(&mut seen) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(shown(&mut seen), "{seen}");
+    // The binlog reader's metrics: events read, its lag, the cache fill.
+    server.wait_for("the source's metrics", Duration::from_secs(30), || {
+        let (code, body) = server.http_get("/metrics");
+        let metric = |name: &str| {
+            body.lines()
+                .find(|l| l.starts_with(name) && l.contains("changefeed=\"orders\""))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        code == 200
+            && metric("sluice_source_events_total").is_some_and(|v| v > 1000.0)
+            && metric("sluice_source_lag_seconds").is_some_and(|v| (0.0..3600.0).contains(&v))
+            && metric("sluice_event_cache_bytes").is_some()
+    });
     let log = server.stop();
     assert!(!log.contains("Hidden-Pw1"));
 }

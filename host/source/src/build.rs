@@ -1,13 +1,19 @@
 //! The one place a source is built from its config: one arm per kind of
 //! [`SourceConfig`], used by `sluice run` and by a server's processors alike.
 
-use sluice_config::SourceConfig;
+use sluice_config::{FilterConfig, SourceConfig};
+
+use crate::filter::TableFilter;
 use sluice_core::{Checkpoint, CommitTs, ResumeError, Source, SourceEvent, TransactionRun};
 
 use crate::datagen::{DatagenError, DatagenSource};
 use crate::mysql::{MysqlError, MysqlSource};
 
 /// A source of any kind, built by [`build`].
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one source per changefeed, built once and moved once into its reader task"
+)]
 pub enum AnySource {
     /// The deterministic data generator.
     Datagen(DatagenSource),
@@ -41,14 +47,20 @@ impl SourceError {
 /// changefeed's start ts: a source without a saved position begins after it
 /// (datagen starts generated time after it if it is later than `start-millis`;
 /// `sluice run` passes zero).
-pub fn build(config: &SourceConfig, start_ts: CommitTs) -> Result<AnySource, SourceError> {
+pub fn build(
+    config: &SourceConfig,
+    filter: &FilterConfig,
+    start_ts: CommitTs,
+) -> Result<AnySource, SourceError> {
     Ok(match config {
         SourceConfig::Datagen(d) => {
             AnySource::Datagen(DatagenSource::new(d.clone())?.begin_after(start_ts))
         }
-        SourceConfig::Mysql(m) => {
-            AnySource::Mysql(MysqlSource::new(m.clone()).begin_after(start_ts))
-        }
+        SourceConfig::Mysql(m) => AnySource::Mysql(
+            MysqlSource::new(m.clone())
+                .with_filter(TableFilter::new(filter))
+                .begin_after(start_ts),
+        ),
     })
 }
 
@@ -82,6 +94,13 @@ impl Source for AnySource {
         match self {
             AnySource::Datagen(s) => Ok(s.next_run(max_transactions, max_bytes).await?),
             AnySource::Mysql(_) => Ok(None),
+        }
+    }
+
+    fn stats(&self) -> Option<std::sync::Arc<sluice_core::SourceStats>> {
+        match self {
+            AnySource::Datagen(_) => None,
+            AnySource::Mysql(s) => s.stats(),
         }
     }
 
@@ -125,13 +144,13 @@ mod tests {
             "[changefeed]\nid = \"x\"\n{table}[sink]\nplugin = \"sink-blackhole\"\n"
         ))
         .unwrap();
-        let a = first_commit(build(&server.source, CommitTs::ZERO).unwrap());
-        let b = first_commit(build(&run.feed.source, CommitTs::ZERO).unwrap());
+        let a = first_commit(build(&server.source, &server.filter, CommitTs::ZERO).unwrap());
+        let b = first_commit(build(&run.feed.source, &run.feed.filter, CommitTs::ZERO).unwrap());
         assert_eq!(a, b);
         assert_eq!(a.physical_millis(), 1000);
         // A start ts after start-millis moves generated time past it.
         let start = CommitTs::compose(50_000, 3);
-        let c = first_commit(build(&server.source, start).unwrap());
+        let c = first_commit(build(&server.source, &server.filter, start).unwrap());
         assert!(c > start && c.physical_millis() == 50_001, "{c:?}");
     }
 }

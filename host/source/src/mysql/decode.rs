@@ -19,11 +19,12 @@
 //! | enum, set | `Text`: the names (a set's joined by `,`) |
 //! | date | `Date`: days since 1970-01-01 |
 //! | datetime, timestamp | `Datetime`: microseconds since 1970-01-01 00:00:00; a datetime's wall clock read as UTC, a timestamp's instant (UTC) |
+//! | time | `Text`: `[-]HH:MM:SS[.ffffff]` |
+//! | json (MySQL's binary JSON) | `Json`: its text |
+//! | json (MariaDB: a `longtext` alias, so a text column in the table map) | `Text` |
 //!
 //! MySQL's zero dates (`0000-00-00`, or a zero month or day) have no day count
 //! and arrive as NULL.
-//! | time | `Text`: `[-]HH:MM:SS[.ffffff]` |
-//! | json (MySQL's binary JSON) | `Json`: its text; MariaDB's JSON is text and comes as `Text` |
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -438,7 +439,7 @@ pub(crate) fn layout(
                     ColumnType::Json,
                     "json".into(),
                 ),
-                // MariaDB's JSON is a long text.
+                // Not seen from MariaDB (its JSON is a longtext), kept for safety.
                 Flavor::MariaDb => (
                     Decoder::Blob {
                         len_bytes: byte(m, 0),
@@ -461,6 +462,8 @@ pub(crate) fn layout(
                     .map(|v| format!("'{}'", v.replace('\'', "''")))
                     .collect::<Vec<_>>()
                     .join(",");
+                // Names are read as UTF-8 (lossily); a non-UTF-8 enum charset
+                // (enum_set_charsets[i]) is not converted yet.
                 let _ = enum_set_charsets[i];
                 if is_enum {
                     (

@@ -35,13 +35,14 @@ use mysql_common::binlog::events::{Event, EventData, RowsEventData};
 use serde::{Deserialize, Serialize};
 use sluice_config::{MysqlConfig, StartPosition};
 use sluice_core::{
-    ChangesPool, Checkpoint, CommitTs, DdlEvent, ResolvedTs, ResumeError, SourceEvent,
-    SourcePosition, TableSchema, Transaction,
+    ChangesPool, Checkpoint, CommitTs, DdlEvent, Op, ResolvedTs, ResumeError, SourceEvent,
+    SourcePosition, SourceStats, TableSchema, Transaction,
 };
 
 use self::check::ServerInfo;
 use self::decode::{Cursor, Flavor, TableLayout};
 use self::gtid::{GtidPos, parse_gtid_event, parse_gtid_list};
+use crate::filter::TableFilter;
 
 pub use self::ddl::{Ddl, DdlKind, classify};
 
@@ -126,7 +127,8 @@ impl Position {
 
 /// A table as the source has mapped it.
 struct Mapped {
-    schema: Arc<TableSchema>,
+    /// `None`: the filter leaves the table out (its rows are skipped unread).
+    schema: Option<Arc<TableSchema>>,
     layout: TableLayout,
     /// The raw table-map body it was built from (to spot a changed map).
     raw: Vec<u8>,
@@ -144,6 +146,8 @@ struct Open {
     commit_ts: CommitTs,
     gtid: Option<gtid::Gtid>,
     standalone: bool,
+    /// `filter.ignore-txn-start-ts` names it: its rows are skipped unread.
+    ignored: bool,
     txn: Transaction,
     /// Parts of it were handed on already.
     parts: bool,
@@ -163,6 +167,9 @@ pub struct MysqlSource {
     pos: u64,
     /// Whether the start position has been settled (resume or start-position).
     placed: bool,
+    /// The changefeed's start ts: a checkpoint above it without a position is
+    /// placed by time.
+    start_ts: CommitTs,
     last_ts: CommitTs,
     tables: HashMap<u64, Arc<Mapped>>,
     known: HashMap<(String, String), Known>,
@@ -172,19 +179,14 @@ pub struct MysqlSource {
     pool: ChangesPool,
     /// Reconnects since the last event read.
     reconnects: u32,
-    /// Counters, for metrics and tests.
-    pub stats: Arc<BinlogStats>,
-}
-
-/// What the binlog reader has done.
-#[derive(Debug, Default)]
-pub struct BinlogStats {
-    /// Events read.
-    pub events: std::sync::atomic::AtomicU64,
-    /// Row changes decoded.
-    pub rows: std::sync::atomic::AtomicU64,
-    /// Binlog time (ms since the epoch) of the last event read.
-    pub event_millis: std::sync::atomic::AtomicU64,
+    /// With `stop-at-end`: the binlog's end when reading began.
+    end: Option<(String, u64)>,
+    /// The source has ended (`stop-at-end`).
+    ended: bool,
+    /// Events read and the binlog time of the last one.
+    stats: Arc<SourceStats>,
+    /// `[filter]`: tables and events to leave out.
+    filter: TableFilter,
 }
 
 /// Most reconnects in a row before the source gives up (the changefeed is then
@@ -203,6 +205,7 @@ impl MysqlSource {
             file: String::new(),
             pos: 4,
             placed: false,
+            start_ts: CommitTs::ZERO,
             last_ts: CommitTs::ZERO,
             tables: HashMap::new(),
             known: HashMap::new(),
@@ -211,13 +214,23 @@ impl MysqlSource {
             pending: VecDeque::new(),
             pool: ChangesPool::new(),
             reconnects: 0,
+            end: None,
+            ended: false,
             stats: Arc::default(),
+            filter: TableFilter::new(&sluice_config::FilterConfig::default()),
         }
+    }
+
+    /// Leaves out the tables and events `filter` names.
+    pub fn with_filter(mut self, filter: TableFilter) -> Self {
+        self.filter = filter;
+        self
     }
 
     /// Commit ts start after `ts` (the changefeed's start ts).
     pub fn begin_after(mut self, ts: CommitTs) -> Self {
         self.last_ts = self.last_ts.max(ts);
+        self.start_ts = ts;
         self
     }
 
@@ -269,6 +282,17 @@ impl MysqlSource {
                 (true, None) => Some(binlog_gtid_pos(conn, &self.file, self.pos).await?),
                 (false, _) => None,
             };
+        } else if self.from.ts.get() > self.start_ts.get() {
+            // A checkpoint without a position (an overwritten checkpoint): the
+            // first group committed in the second after it.
+            let secs = (CommitTs::from(self.from.ts).physical_millis() / 1000) as i64 + 1;
+            let (file, pos) = position_at_time(self, secs).await?;
+            self.gtid = if use_gtid {
+                Some(binlog_gtid_pos(conn, &file, pos).await?)
+            } else {
+                None
+            };
+            (self.file, self.pos) = (file, pos);
         } else {
             match self.config.start_position.clone() {
                 StartPosition::Now => {
@@ -279,6 +303,11 @@ impl MysqlSource {
                         None
                     };
                     (self.file, self.pos) = (file, pos);
+                }
+                StartPosition::Gtid(_) if flavor == Flavor::MySql => {
+                    return Err(MysqlError::Setup(
+                        "source.start-position gtid: takes a MariaDB GTID position; for MySQL start at now, file: or time:".into(),
+                    ));
                 }
                 StartPosition::Gtid(g) => {
                     self.gtid = Some(GtidPos::parse(&g).map_err(MysqlError::Setup)?);
@@ -305,6 +334,9 @@ impl MysqlSource {
             }
         }
         self.last_ts = self.last_ts.max(CommitTs::from(self.from.ts));
+        if self.config.stop_at_end {
+            self.end = Some(master_status(conn).await?);
+        }
         self.placed = true;
         Ok(())
     }
@@ -388,6 +420,10 @@ impl MysqlSource {
             if !self.pending.is_empty() {
                 return Ok(());
             }
+            if self.ended {
+                self.pending.push_back(SourceEvent::End);
+                return Ok(());
+            }
             if self.stream.is_none() {
                 match self.connect().await {
                     Ok(()) => {}
@@ -432,6 +468,7 @@ impl MysqlSource {
     /// parts of the open one went on already.
     fn lost(&mut self, why: String) -> Result<(), MysqlError> {
         self.stream = None;
+        self.reconnects += 1;
         if let Some(open) = self.open.take()
             && open.parts
         {
@@ -439,8 +476,10 @@ impl MysqlSource {
                 "{why}, in the middle of a transaction already partly handed on"
             )));
         }
-        if self.reconnects >= MAX_RECONNECTS {
-            return Err(MysqlError::Connection(why));
+        if self.reconnects > MAX_RECONNECTS {
+            return Err(MysqlError::Connection(format!(
+                "{why} ({MAX_RECONNECTS} reconnects without a whole transaction read)"
+            )));
         }
         tracing::warn!(error = %why, "Binlog stream lost; reconnecting from the last transaction boundary.");
         Ok(())
@@ -453,7 +492,7 @@ impl MysqlSource {
         self.stats.events.fetch_add(1, Relaxed);
         if header.timestamp() > 0 {
             self.stats
-                .event_millis
+                .upstream_millis
                 .store(u64::from(header.timestamp()) * 1000, Relaxed);
         }
         let fake = header.log_pos() == 0;
@@ -501,6 +540,7 @@ impl MysqlSource {
                     commit_ts,
                     gtid: Some(g.gtid),
                     standalone: g.standalone,
+                    ignored: self.filter.ignores_txn(commit_ts),
                     txn: Transaction::new(commit_ts),
                     parts: false,
                 });
@@ -521,6 +561,7 @@ impl MysqlSource {
                     commit_ts,
                     gtid: None,
                     standalone: false,
+                    ignored: self.filter.ignores_txn(commit_ts),
                     txn: Transaction::new(commit_ts),
                     parts: false,
                 });
@@ -549,6 +590,16 @@ impl MysqlSource {
             16 => self.commit(u64::from(header.log_pos())),
             // HEARTBEAT: nothing to send; time moves on.
             27 if self.open.is_none() && self.pending.is_empty() => {
+                // A heartbeat names the file and offset the server has sent up to.
+                let here = (
+                    binlog_index(&String::from_utf8_lossy(event.data())),
+                    u64::from(header.log_pos()),
+                );
+                if let Some((file, pos)) = &self.end
+                    && here >= (binlog_index(file), *pos)
+                {
+                    self.ended = true;
+                }
                 let ts = CommitTs::compose(now_millis(), 0);
                 if ts > self.last_ts {
                     self.last_ts = ts;
@@ -586,18 +637,36 @@ impl MysqlSource {
             Some(o) => o.commit_ts,
             None => self.next_ts(secs),
         };
-        if let Some(ddl) = classify(trimmed, schema) {
+        let classified = classify(trimmed, schema);
+        let is_ddl = classified.is_some();
+        if let Some(ddl) = classified {
             let table = if ddl.tables.len() == 1 {
                 ddl.tables[0].1.clone()
             } else {
                 String::new()
             };
-            self.pending.push_back(SourceEvent::Ddl(DdlEvent {
-                commit_ts,
-                schema_name: ddl.schema.clone(),
-                table_name: table,
-                query: query.to_string(),
-            }));
+            // Delivered unless the filter leaves out every table it names (or
+            // its database), or skips its kind.
+            let names: Vec<(&str, &str)> = if ddl.tables.is_empty() {
+                vec![(ddl.schema.as_str(), "")]
+            } else {
+                ddl.tables
+                    .iter()
+                    .map(|(d, t)| (d.as_str(), t.as_str()))
+                    .collect()
+            };
+            let wanted = names.iter().any(|(d, t)| {
+                self.filter.allows_table(d, t) && !self.filter.ignores_ddl(d, t, ddl.kind.name())
+            });
+            let ignored = self.open.as_ref().is_some_and(|o| o.ignored);
+            if wanted && !ignored {
+                self.pending.push_back(SourceEvent::Ddl(DdlEvent {
+                    commit_ts,
+                    schema_name: ddl.schema.clone(),
+                    table_name: table,
+                    query: query.to_string(),
+                }));
+            }
             // The tables it names get a new version at their next table map.
             for (db, t) in &ddl.tables {
                 if let Some(k) = self.known.get_mut(&(db.clone(), t.clone())) {
@@ -605,8 +674,13 @@ impl MysqlSource {
                 }
             }
         }
-        let standalone = self.open.as_ref().is_none_or(|o| o.standalone);
-        if standalone {
+        // MariaDB flags a one-statement group; MySQL writes a DDL as a group of
+        // its own (an implicit commit) without XID: a DDL ends its group.
+        let ends = self
+            .open
+            .as_ref()
+            .is_none_or(|o| o.standalone || (is_ddl && o.txn.tables.is_empty() && !o.parts));
+        if ends {
             self.commit(u64::from(log_pos));
         }
         Ok(())
@@ -624,6 +698,21 @@ impl MysqlSource {
         }
         let db = tme.database_name().into_owned();
         let name = tme.table_name().into_owned();
+        if !self.filter.allows_table(&db, &name) {
+            // Left out: its rows will be skipped without being read.
+            self.tables.insert(
+                id,
+                Arc::new(Mapped {
+                    schema: None,
+                    layout: TableLayout {
+                        columns: Vec::new(),
+                        decoders: Vec::new(),
+                    },
+                    raw: event.data().to_vec(),
+                }),
+            );
+            return Ok(());
+        }
         let server = self.server.as_ref().expect("connected");
         let layout = decode::layout(&tme, server.flavor, &server.collations)
             .map_err(|e| MysqlError::Decode(format!("table {db}.{name}: {e}")))?;
@@ -669,7 +758,7 @@ impl MysqlSource {
         self.tables.insert(
             id,
             Arc::new(Mapped {
-                schema,
+                schema: Some(schema),
                 layout,
                 raw: event.data().to_vec(),
             }),
@@ -687,26 +776,27 @@ impl MysqlSource {
                 rows.table_id()
             )));
         };
-        let n = mapped.layout.decoders.len();
-        let full = |ones: Option<usize>| ones.is_none_or(|c| c == n);
-        if !full(rows.columns_before_image().map(|b| b.count_ones()))
-            || !full(rows.columns_after_image().map(|b| b.count_ones()))
-        {
-            return Err(MysqlError::Setup(format!(
-                "a row of {} lacks columns: set binlog_row_image=FULL",
-                mapped.schema.qualified_name()
-            )));
-        }
+        let Some(schema) = &mapped.schema else {
+            // A table the filter leaves out.
+            return Ok(());
+        };
         let Some(open) = self.open.as_mut() else {
             return Err(MysqlError::Decode(
                 "a rows event outside a transaction".into(),
             ));
         };
-        let (before, after) = match &rows {
-            RowsEventData::WriteRowsEventV1(_) | RowsEventData::WriteRowsEvent(_) => (false, true),
-            RowsEventData::UpdateRowsEventV1(_) | RowsEventData::UpdateRowsEvent(_) => (true, true),
+        if open.ignored {
+            return Ok(());
+        }
+        let (before, after, op) = match &rows {
+            RowsEventData::WriteRowsEventV1(_) | RowsEventData::WriteRowsEvent(_) => {
+                (false, true, Op::Insert)
+            }
+            RowsEventData::UpdateRowsEventV1(_) | RowsEventData::UpdateRowsEvent(_) => {
+                (true, true, Op::Update)
+            }
             RowsEventData::DeleteRowsEventV1(_) | RowsEventData::DeleteRowsEvent(_) => {
-                (true, false)
+                (true, false, Op::Delete)
             }
             RowsEventData::PartialUpdateRowsEvent(_) => {
                 return Err(MysqlError::Setup(
@@ -714,20 +804,35 @@ impl MysqlSource {
                 ));
             }
         };
+        if self
+            .filter
+            .ignores_dml(&schema.schema_name, &schema.table_name, op)
+        {
+            return Ok(());
+        }
+        let n = mapped.layout.decoders.len();
+        let full = |ones: Option<usize>| ones.is_none_or(|c| c == n);
+        if !full(rows.columns_before_image().map(|b| b.count_ones()))
+            || !full(rows.columns_after_image().map(|b| b.count_ones()))
+        {
+            return Err(MysqlError::Setup(format!(
+                "a row of {} lacks columns: set binlog_row_image=FULL",
+                schema.qualified_name()
+            )));
+        }
         let mut cur = Cursor {
             data: rows.rows_data(),
         };
         let decoders = &mapped.layout.decoders;
-        let changes = open.txn.table_from(&mapped.schema, &self.pool);
-        let mut count = 0u64;
+        let changes = open.txn.table_from(schema, &self.pool);
         let err = |e: decode::DecodeError| {
-            MysqlError::Decode(format!("{}: {e}", mapped.schema.qualified_name()))
+            MysqlError::Decode(format!("{}: {e}", schema.qualified_name()))
         };
         while !cur.is_empty() {
-            let mut w = match (before, after) {
-                (false, true) => changes.insert(),
-                (true, true) => changes.update(),
-                _ => changes.delete(),
+            let mut w = match op {
+                Op::Insert => changes.insert(),
+                Op::Update => changes.update(),
+                Op::Delete => changes.delete(),
             };
             if before {
                 decode::read_image(&mut cur, decoders, &mut w).map_err(err)?;
@@ -735,11 +840,7 @@ impl MysqlSource {
             if after {
                 decode::read_image(&mut cur, decoders, &mut w).map_err(err)?;
             }
-            count += 1;
         }
-        self.stats
-            .rows
-            .fetch_add(count, std::sync::atomic::Ordering::Relaxed);
         if open.txn.wire_bytes() as u64 >= self.config.txn_part_bytes.0 {
             let commit_ts = open.commit_ts;
             let mut part = std::mem::replace(&mut open.txn, Transaction::new(commit_ts));
@@ -770,7 +871,22 @@ impl MysqlSource {
         txn.more = false;
         txn.position = Some(self.position().encode());
         self.pending.push_back(SourceEvent::Transaction(txn));
+        // A whole group came through: the connection works.
+        self.reconnects = 0;
+        if let Some((file, pos)) = &self.end
+            && (binlog_index(&self.file), self.pos) >= (binlog_index(file), *pos)
+        {
+            self.ended = true;
+        }
     }
+}
+
+/// The number of a binlog file (`base.000012` → 12), for ordering positions.
+fn binlog_index(name: &str) -> u64 {
+    name.rsplit('.')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 fn ends_like_binlog(name: &[u8]) -> bool {
@@ -796,10 +912,14 @@ fn rand_server_id() -> u32 {
 
 /// The current end of the binlog: (file, offset).
 async fn master_status(conn: &mut Conn) -> Result<(String, u64), MysqlError> {
-    let row: Option<mysql_async::Row> = conn
-        .query_first("SHOW MASTER STATUS")
-        .await
-        .map_err(MysqlError::query)?;
+    // MySQL 8.4 renamed it SHOW BINARY LOG STATUS.
+    let row: Option<mysql_async::Row> = match conn.query_first("SHOW MASTER STATUS").await {
+        Err(mysql_async::Error::Server(s)) if s.code == 1064 => conn
+            .query_first("SHOW BINARY LOG STATUS")
+            .await
+            .map_err(MysqlError::query)?,
+        other => other.map_err(MysqlError::query)?,
+    };
     let row = row.ok_or_else(|| {
         MysqlError::Setup("SHOW MASTER STATUS shows nothing: binary logging is off".into())
     })?;
@@ -836,29 +956,39 @@ async fn position_at_time(source: &MysqlSource, secs: i64) -> Result<(String, u6
         .map_err(MysqlError::query)?;
     let files: Vec<String> = logs.iter().filter_map(|r| r.get::<String, _>(0)).collect();
     drop(conn);
+    // The newest file whose first group is at or before `secs`: the group is
+    // in it, or it is the first group of the next file.
     let mut found = None;
+    let mut newer: Option<&String> = None;
     for file in files.iter().rev() {
-        let first = scan_file(source, file, None).await?;
-        match first {
+        match scan_file(source, file, None).await? {
             Some((ts, _)) if i64::from(ts) <= secs => {
-                found = Some(file.clone());
+                found = Some(file);
                 break;
             }
-            _ => found = Some(file.clone()),
+            _ => newer = Some(file),
         }
     }
-    let Some(file) = found else {
+    let Some(file) = found.or(newer) else {
         return Err(MysqlError::PositionLost(
             "the server has no binlog files".into(),
         ));
     };
-    match scan_file(source, &file, Some(secs)).await? {
-        Some((_, pos)) => Ok((file, pos)),
-        None => {
-            let mut conn = source.connect_plain().await?;
-            master_status(&mut conn).await
-        }
+    if let Some((_, pos)) = scan_file(source, file, Some(secs)).await? {
+        return Ok((file.clone(), pos));
     }
+    // Nothing at or after `secs` in it: the next file's first group, or the end.
+    let next = files
+        .iter()
+        .position(|f| f == file)
+        .and_then(|i| files.get(i + 1));
+    if let Some(next) = next
+        && let Some((_, pos)) = scan_file(source, next, None).await?
+    {
+        return Ok((next.clone(), pos));
+    }
+    let mut conn = source.connect_plain().await?;
+    master_status(&mut conn).await
 }
 
 /// The first group of `file` (at or after `at_or_after`, if given): its time
@@ -877,10 +1007,10 @@ async fn scan_file(
         .with_filename(&name)
         .with_pos(4)
         .with_non_blocking();
-    let mut stream = conn
-        .get_binlog_stream(request)
-        .await
-        .map_err(MysqlError::query)?;
+    let mut stream = conn.get_binlog_stream(request).await.map_err(|e| match e {
+        mysql_async::Error::Server(s) if s.code == 1236 => MysqlError::PositionLost(s.message),
+        e => MysqlError::query(e),
+    })?;
     let mut last_end = 4u64;
     let mut result = None;
     while let Some(event) = stream.next().await {
@@ -907,6 +1037,10 @@ impl sluice_core::Source for MysqlSource {
     async fn next_event(&mut self) -> Result<SourceEvent, MysqlError> {
         self.read().await?;
         Ok(self.pending.pop_front().expect("read leaves an event"))
+    }
+
+    fn stats(&self) -> Option<Arc<SourceStats>> {
+        Some(self.stats.clone())
     }
 
     fn resume(&mut self, from: &Checkpoint) -> Result<(), ResumeError> {
@@ -940,10 +1074,13 @@ pub async fn prepare(config: &MysqlConfig) -> Result<MysqlConfig, MysqlError> {
                 },
             };
         }
-        StartPosition::Gtid(_) | StartPosition::File { .. } => {
-            // The position must exist: check it now rather than at the first read.
+        StartPosition::Gtid(_) if info.flavor == Flavor::MySql => {
             source.place(&mut conn, info.flavor).await?;
         }
+        // An explicit position is used as given: the first read checks that it
+        // still exists (an update of a changefeed that has a checkpoint must not
+        // be refused because its original start was purged since).
+        StartPosition::Gtid(_) | StartPosition::File { .. } => {}
     }
     let _ = conn.disconnect().await;
     Ok(out)
