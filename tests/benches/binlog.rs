@@ -77,8 +77,9 @@ plugin = "sink-blackhole"
     path
 }
 
-/// Runs `sluice run` under `/usr/bin/time`: (seconds, peak RSS in KiB).
-fn sluice_run(bin: &std::path::Path, file: &std::path::Path) -> (f64, u64) {
+/// Runs `sluice run` under `/usr/bin/time`: (seconds, peak RSS in KiB); checks
+/// that it read `rows` rows.
+fn sluice_run(bin: &std::path::Path, file: &std::path::Path, rows: u64) -> (f64, u64) {
     let started = Instant::now();
     let out = Command::new("/usr/bin/time")
         .args(["-f", "maxrss=%M"])
@@ -91,6 +92,14 @@ fn sluice_run(bin: &std::path::Path, file: &std::path::Path) -> (f64, u64) {
     let secs = started.elapsed().as_secs_f64();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "sluice run failed: {err}");
+    let summary = String::from_utf8_lossy(&out.stdout);
+    let read: u64 = summary
+        .split(" rows in ")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no summary: {summary}"));
+    assert_eq!(read, rows, "sluice run read every row: {summary}");
     let rss = err
         .lines()
         .find_map(|l| l.strip_prefix("maxrss="))
@@ -142,7 +151,7 @@ fn main() {
         let secs = t.elapsed().as_secs_f64();
         assert_eq!(n, rows, "the source read every row");
         let _ = std::fs::remove_file(dir.path().join("state/meta.redb"));
-        let (secs_run, kib) = sluice_run(&bin, &file);
+        let (secs_run, kib) = sluice_run(&bin, &file, rows);
         if round > 0 {
             decode_s.push(secs);
             run_s.push(secs_run);
@@ -179,7 +188,7 @@ fn main() {
     db.exec("USE bench; INSERT INTO big SELECT seq, CONCAT('c-', seq, REPEAT('x', 100)) FROM seq_1_to_1000000");
     let file = run_file(dir.path(), &url, &start, &plugins);
     let _ = std::fs::remove_file(dir.path().join("state/meta.redb"));
-    let (secs, kib) = sluice_run(&bin, &file);
+    let (secs, kib) = sluice_run(&bin, &file, 1_000_000);
     println!(
         "1M-row transaction: {secs:.2} s, {:.0} rows/s, peak RSS {} MiB (event-cache-bytes default 64 MiB)",
         1e6 / secs,

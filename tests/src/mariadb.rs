@@ -177,28 +177,28 @@ impl PrivateMariaDb {
 
     /// Runs SQL as root; panics with the server's message on an error.
     pub fn exec(&self, sql: &str) -> String {
-        let out = self
-            .client()
-            .arg("-e")
-            .arg(sql)
-            .output()
-            .expect("the mariadb client runs");
-        assert!(
-            out.status.success(),
-            "SQL failed: {sql}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        self.try_exec(sql)
+            .unwrap_or_else(|e| panic!("SQL failed: {}\n{e}", &sql[..sql.len().min(2000)]))
     }
 
-    /// Runs SQL as root; the error text if it fails.
+    /// Runs SQL as root (fed on stdin, so scripts may be long); the error text
+    /// if it fails.
     pub fn try_exec(&self, sql: &str) -> Result<String, String> {
-        let out = self
+        use std::io::Write;
+        let mut child = self
             .client()
-            .arg("-e")
-            .arg(sql)
-            .output()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .expect("the mariadb client runs");
+        let mut stdin = child.stdin.take().expect("piped");
+        let text = sql.to_string();
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(text.as_bytes());
+        });
+        let out = child.wait_with_output().expect("the mariadb client ends");
+        let _ = writer.join();
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         } else {

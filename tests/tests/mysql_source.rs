@@ -575,30 +575,30 @@ fn a_large_transaction_streams_in_parts() {
     let db = PrivateMariaDb::start();
     db.exec("CREATE DATABASE app; CREATE TABLE app.big (id INT PRIMARY KEY, pad VARCHAR(100))");
     let start = gtid_now(&db);
-    db.exec("USE app; INSERT INTO app.big SELECT seq, REPEAT('p', 100) FROM seq_1_to_100000");
+    db.exec("USE app; INSERT INTO app.big SELECT seq, REPEAT('p', 100) FROM seq_1_to_1000000");
     db.exec("INSERT INTO app.big VALUES (0, 'after')");
     let rt = rt();
     let mut cfg = MysqlConfig::new(db.root_url());
     cfg.start_position = start;
-    cfg.txn_part_bytes = sluice_config::ByteSize(1 << 20);
     let mut src = MysqlSource::new(cfg);
     src.resume(&Checkpoint::default()).unwrap();
     let events = rt.block_on(read(&mut src, |ev| ids(ev, "big").last() == Some(&0)));
     let txns: Vec<&Transaction> = row_txns(&events);
     let parts = txns.iter().filter(|t| t.more).count();
-    // 100k rows of ~120 bytes in parts of about 1 MiB: a dozen parts, each
-    // without a position, all at one commit ts; the last part has the position.
-    assert!(parts >= 8, "{parts} parts");
+    // 1M rows of ~120 bytes in parts of about 4 MiB (the default): dozens of
+    // parts, each without a position, all at one commit ts; the last part has
+    // the position.
+    assert!(parts >= 25, "{parts} parts");
     let big_ts = txns[0].commit_ts;
     assert!(txns[..=parts].iter().all(|t| t.commit_ts == big_ts));
     assert!(txns[..parts].iter().all(|t| t.position.is_none()));
     assert!(
-        txns.iter().all(|t| t.wire_bytes() < (1 << 20) + (64 << 10)),
+        txns.iter().all(|t| t.wire_bytes() < (4 << 20) + (64 << 10)),
         "no part is much above the bound"
     );
     assert_eq!(
         ids(&events, "big"),
-        (1..=100_000).chain([0]).collect::<Vec<_>>()
+        (1..=1_000_000).chain([0]).collect::<Vec<_>>()
     );
 }
 

@@ -114,6 +114,8 @@ struct Gather {
     bytes: usize,
     max_events: usize,
     max_bytes: usize,
+    /// The last transaction was a part with more to come.
+    in_parts: bool,
 }
 
 impl Gather {
@@ -232,6 +234,14 @@ impl Gather {
         }
         let size = size as usize;
         match event {
+            // A part of a large transaction, its last part included, goes on
+            // its own (runs hold whole transactions only).
+            Ok(SourceEvent::Transaction(txn)) if txn.more || self.in_parts => {
+                self.in_parts = txn.more;
+                self.chunk
+                    .items
+                    .push((Item::Event(Ok(SourceEvent::Transaction(txn))), size, 1));
+            }
             Ok(SourceEvent::Transaction(txn)) => {
                 let txn = match self.chunk.items.last_mut() {
                     Some((Item::Run(run), bytes, events)) => match run.push(txn) {
@@ -298,6 +308,7 @@ impl EventCache {
             chunk: Gather::empty(max_events),
             events: 0,
             bytes: 0,
+            in_parts: false,
             max_events,
             max_bytes: max_chunk_bytes.clamp(1, (budget / 16).max(1)),
         };

@@ -1779,3 +1779,77 @@ async fn a_position_the_source_cannot_read_fails_the_run_with_its_reason() {
     );
     assert!(pipeline.sink().delivered.is_empty());
 }
+
+/// One whole transaction, then one that comes in three parts, then End.
+struct InParts {
+    schema: Arc<TableSchema>,
+    step: usize,
+}
+
+impl Source for InParts {
+    type Error = std::convert::Infallible;
+
+    async fn next_event(&mut self) -> Result<SourceEvent, Self::Error> {
+        self.step += 1;
+        let (ts, ids, more) = match self.step {
+            1 => (10, 0..1, false),
+            2 => (20, 1..6, true),
+            3 => (20, 6..11, true),
+            4 => (20, 11..16, false),
+            _ => return Ok(SourceEvent::End),
+        };
+        let mut txn = Transaction::new(CommitTs::compose(ts, 0));
+        for id in ids {
+            txn.table(&self.schema).insert().int(id).int(1);
+        }
+        txn.more = more;
+        if !more {
+            txn.position = Some(sluice_core::SourcePosition {
+                version: 1,
+                bytes: vec![self.step as u8],
+            });
+        }
+        Ok(SourceEvent::Transaction(txn))
+    }
+
+    fn resume(&mut self, _from: &Checkpoint) -> Result<(), ResumeError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_transaction_in_parts_arrives_whole_flagged_split_and_is_read_through_only_at_its_end() {
+    let column = |name: &str, key| sluice_core::Column {
+        name: name.into(),
+        ty: sluice_core::ColumnType::Int,
+        sql_type: "bigint".into(),
+        nullable: false,
+        key,
+    };
+    let schema = Arc::new(TableSchema {
+        table_id: 1,
+        version: 1,
+        schema_name: "app".into(),
+        table_name: "t".into(),
+        columns: vec![column("id", true), column("version", false)],
+    });
+    let sink = MemorySink::default();
+    let mut pipeline = Pipeline::new(config(), no_filters(), sink, CheckpointTs::ZERO);
+    let report = pipeline
+        .run(InParts { schema, step: 0 }, std::future::pending())
+        .await
+        .expect("the pipeline succeeds");
+    let sink = pipeline.sink();
+    let ids: Vec<i64> = sink.durable.iter().map(|d| d.row.key).collect();
+    assert_eq!(ids, (0..16).collect::<Vec<_>>());
+    for d in &sink.durable {
+        assert_eq!(d.split(), d.row.key >= 1, "{d:?}");
+    }
+    // Two transactions (the parts count once), and the checkpoint at the end.
+    assert_eq!(report.progress.transactions, 2);
+    assert_eq!(report.progress.rows_read, 16);
+    assert_eq!(
+        report.progress.checkpoint_ts,
+        CheckpointTs::from(CommitTs::compose(20, 0))
+    );
+}
