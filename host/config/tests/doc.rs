@@ -118,10 +118,26 @@ fn every_table_of_the_schema_is_documented_key_for_key() {
 }
 
 #[test]
-fn the_documented_example_parses() {
-    let start = DOC.find("```toml\n").expect("an example") + "```toml\n".len();
-    let end = start + DOC[start..].find("```").unwrap();
-    RunConfig::parse(&DOC[start..end]).unwrap();
+fn the_documented_examples_parse() {
+    // Every TOML block: a whole `sluice run` file, or a section that makes one
+    // with a minimal source and sink around it.
+    let minimal = "[changefeed]\nid = \"doc\"\n[source]\ntype = \"datagen\"\n[sink]\nplugin = \"sink-blackhole\"\n";
+    let mut rest = DOC;
+    let mut whole = 0;
+    while let Some(at) = rest.find("```toml\n") {
+        let start = at + "```toml\n".len();
+        let end = start + rest[start..].find("```").expect("a closed block");
+        let block = &rest[start..end];
+        if block.contains("[changefeed]") {
+            whole += 1;
+            RunConfig::parse(block).unwrap_or_else(|e| panic!("{e}\n{block}"));
+        } else {
+            let text = format!("{minimal}{block}");
+            RunConfig::parse(&text).unwrap_or_else(|e| panic!("{e}\n{block}"));
+        }
+        rest = &rest[end..];
+    }
+    assert!(whole >= 1, "docs/configuration.md shows a whole file");
 }
 
 #[test]
