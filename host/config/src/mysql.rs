@@ -232,9 +232,10 @@ impl std::str::FromStr for StartPosition {
         if let Some(g) = s.strip_prefix("gtid:") {
             for part in g.split(',').map(str::trim).filter(|p| !p.is_empty()) {
                 let nums: Vec<&str> = part.split('-').collect();
-                if nums.len() != 3 || nums.iter().any(|n| n.parse::<u64>().is_err()) {
+                let mariadb = nums.len() == 3 && nums.iter().all(|n| n.parse::<u64>().is_ok());
+                if !mariadb && !is_mysql_gtid_entry(part) {
                     return Err(format!(
-                        "`{part}` is not a MariaDB GTID (domain-server-sequence, as in 0-1-100)"
+                        "`{part}` is neither a MariaDB GTID (domain-server-sequence, as in 0-1-100) nor a MySQL GTID set entry (uuid:1-5)"
                     ));
                 }
             }
@@ -265,6 +266,21 @@ impl std::str::FromStr for StartPosition {
             "`{s}` is not a start position: write now, gtid:0-1-100, file:mysql-bin.000001:4 or time:2026-01-01 00:00:00"
         ))
     }
+}
+
+/// `uuid:1-5:7`: one server's part of a MySQL GTID set.
+fn is_mysql_gtid_entry(part: &str) -> bool {
+    let mut pieces = part.split(':');
+    let uuid = pieces.next().unwrap_or("");
+    let hex: Vec<char> = uuid.chars().filter(|c| *c != '-').collect();
+    let ranges: Vec<&str> = pieces.collect();
+    hex.len() == 32
+        && hex.iter().all(char::is_ascii_hexdigit)
+        && !ranges.is_empty()
+        && ranges.iter().all(|r| {
+            let (a, b) = r.split_once('-').unwrap_or((r, r));
+            matches!((a.parse::<u64>(), b.parse::<u64>()), (Ok(a), Ok(b)) if a >= 1 && b >= a)
+        })
 }
 
 impl Serialize for StartPosition {

@@ -41,7 +41,7 @@ use sluice_core::{
 
 use self::check::ServerInfo;
 use self::decode::{Cursor, Flavor, TableLayout};
-use self::gtid::{GtidPos, parse_gtid_event, parse_gtid_list};
+use self::gtid::{GtidPos, MysqlGtidSet, parse_gtid_event, parse_gtid_list, uuid_text};
 use crate::filter::TableFilter;
 
 pub use self::ddl::{Ddl, DdlKind, classify};
@@ -145,6 +145,8 @@ struct Known {
 struct Open {
     commit_ts: CommitTs,
     gtid: Option<gtid::Gtid>,
+    /// A MySQL group's server uuid and transaction number.
+    mysql_gtid: Option<(String, u64)>,
     standalone: bool,
     /// `filter.ignore-txn-start-ts` names it: its rows are skipped unread.
     ignored: bool,
@@ -162,6 +164,8 @@ pub struct MysqlSource {
     server: Option<ServerInfo>,
     /// The GTID position after the last whole group.
     gtid: Option<GtidPos>,
+    /// The MySQL GTID set after the last whole group (MySQL with gtid_mode=ON).
+    mysql_gtid: Option<MysqlGtidSet>,
     /// The binlog file being read, and the offset after the last whole group.
     file: String,
     pos: u64,
@@ -202,6 +206,7 @@ impl MysqlSource {
             stream: None,
             server: None,
             gtid: None,
+            mysql_gtid: None,
             file: String::new(),
             pos: 4,
             placed: false,
@@ -273,10 +278,16 @@ impl MysqlSource {
             return Ok(());
         }
         let use_gtid = self.config.use_gtid && flavor == Flavor::MariaDb;
+        // MySQL resumes by GTID set when its gtid_mode is ON.
+        let mysql_gtid =
+            self.config.use_gtid && flavor == Flavor::MySql && mysql_gtid_mode(conn).await?;
         if let Some(p) = &self.from.position {
             let p = Position::decode(p).map_err(|e| MysqlError::PositionLost(e.0))?;
             self.file = p.file;
             self.pos = p.pos;
+            if mysql_gtid && let Some(g) = &p.gtid {
+                self.mysql_gtid = Some(MysqlGtidSet::parse(g).map_err(MysqlError::PositionLost)?);
+            }
             self.gtid = match (use_gtid, p.gtid) {
                 (true, Some(g)) => Some(GtidPos::parse(&g).map_err(MysqlError::PositionLost)?),
                 (true, None) => Some(binlog_gtid_pos(conn, &self.file, self.pos).await?),
@@ -296,6 +307,15 @@ impl MysqlSource {
         } else {
             match self.config.start_position.clone() {
                 StartPosition::Now => {
+                    if mysql_gtid {
+                        let set: Option<String> = conn
+                            .query_first("SELECT @@GLOBAL.gtid_executed")
+                            .await
+                            .map_err(MysqlError::query)?;
+                        let set = set.unwrap_or_default().replace(['\n', ' '], "");
+                        self.mysql_gtid =
+                            Some(MysqlGtidSet::parse(&set).map_err(MysqlError::Decode)?);
+                    }
                     let (file, pos) = master_status(conn).await?;
                     self.gtid = if use_gtid {
                         Some(binlog_gtid_pos(conn, &file, pos).await?)
@@ -304,10 +324,19 @@ impl MysqlSource {
                     };
                     (self.file, self.pos) = (file, pos);
                 }
-                StartPosition::Gtid(_) if flavor == Flavor::MySql => {
-                    return Err(MysqlError::Setup(
-                        "source.start-position gtid: takes a MariaDB GTID position; for MySQL start at now, file: or time:".into(),
-                    ));
+                StartPosition::Gtid(g) if flavor == Flavor::MySql => {
+                    if !mysql_gtid {
+                        return Err(MysqlError::Setup(
+                            "source.start-position is a GTID set, but the MySQL server's gtid_mode is not ON (or source.use-gtid is false): start at now, file: or time:".into(),
+                        ));
+                    }
+                    self.mysql_gtid = Some(MysqlGtidSet::parse(&g).map_err(|e| {
+                        MysqlError::Setup(format!(
+                            "source.start-position: {e} (a MySQL server takes a MySQL GTID set)"
+                        ))
+                    })?);
+                    self.file.clear();
+                    self.pos = 4;
                 }
                 StartPosition::Gtid(g) => {
                     self.gtid = Some(GtidPos::parse(&g).map_err(MysqlError::Setup)?);
@@ -371,15 +400,21 @@ impl MysqlSource {
             0 => rand_server_id(),
             id => id,
         };
-        let by_gtid = self.gtid.is_some();
+        let by_gtid = self.gtid.is_some() || self.mysql_gtid.is_some();
         let file = if by_gtid {
             Vec::new()
         } else {
             self.file.clone().into_bytes()
         };
-        let request = BinlogStreamRequest::new(server_id)
+        let mut request = BinlogStreamRequest::new(server_id)
             .with_filename(&file)
             .with_pos(if by_gtid { 4 } else { self.pos });
+        if let Some(set) = &self.mysql_gtid {
+            // MySQL: COM_BINLOG_DUMP_GTID from the set.
+            request = request
+                .with_gtid()
+                .with_gtid_set(set.sids().map_err(MysqlError::PositionLost)?);
+        }
         let stream = conn.get_binlog_stream(request).await.map_err(|e| match e {
             mysql_async::Error::Server(s) if s.code == 1236 => MysqlError::PositionLost(s.message),
             e => MysqlError::query(e),
@@ -408,7 +443,11 @@ impl MysqlSource {
 
     fn position(&self) -> Position {
         Position {
-            gtid: self.gtid.as_ref().map(ToString::to_string),
+            gtid: self
+                .gtid
+                .as_ref()
+                .map(ToString::to_string)
+                .or_else(|| self.mysql_gtid.as_ref().map(ToString::to_string)),
             file: self.file.clone(),
             pos: self.pos,
         }
@@ -539,6 +578,7 @@ impl MysqlSource {
                 self.open = Some(Open {
                     commit_ts,
                     gtid: Some(g.gtid),
+                    mysql_gtid: None,
                     standalone: g.standalone,
                     ignored: self.filter.ignores_txn(commit_ts),
                     txn: Transaction::new(commit_ts),
@@ -556,10 +596,15 @@ impl MysqlSource {
             }
             // MySQL GTID / anonymous GTID: a group begins.
             33 | 34 => {
+                let mysql_gtid = match event.read_data() {
+                    Ok(Some(EventData::GtidEvent(g))) => Some((uuid_text(g.sid()), g.gno())),
+                    _ => None,
+                };
                 let commit_ts = self.next_ts(header.timestamp());
                 self.open = Some(Open {
                     commit_ts,
                     gtid: None,
+                    mysql_gtid,
                     standalone: false,
                     ignored: self.filter.ignores_txn(commit_ts),
                     txn: Transaction::new(commit_ts),
@@ -857,15 +902,18 @@ impl MysqlSource {
         if log_pos > 0 {
             self.pos = log_pos;
         }
-        let (commit_ts, mut txn, gtid) = match open {
-            Some(o) => (o.commit_ts, o.txn, o.gtid),
+        let (commit_ts, mut txn, gtid, mysql_gtid) = match open {
+            Some(o) => (o.commit_ts, o.txn, o.gtid, o.mysql_gtid),
             None => {
                 let ts = self.last_ts;
-                (ts, Transaction::new(ts), None)
+                (ts, Transaction::new(ts), None, None)
             }
         };
         if let (Some(pos), Some(g)) = (&mut self.gtid, gtid) {
             pos.apply(g);
+        }
+        if let (Some(set), Some((uuid, gno))) = (&mut self.mysql_gtid, mysql_gtid) {
+            set.add(&uuid, gno);
         }
         txn.commit_ts = commit_ts;
         txn.more = false;
@@ -930,6 +978,15 @@ async fn master_status(conn: &mut Conn) -> Result<(String, u64), MysqlError> {
         .get(1)
         .ok_or_else(|| MysqlError::Query("SHOW MASTER STATUS has no position".into()))?;
     Ok((file, pos))
+}
+
+/// Whether a MySQL server writes GTIDs (`gtid_mode` ON).
+async fn mysql_gtid_mode(conn: &mut Conn) -> Result<bool, MysqlError> {
+    let mode: Option<String> = conn
+        .query_first("SELECT @@GLOBAL.gtid_mode")
+        .await
+        .map_err(MysqlError::query)?;
+    Ok(mode.is_some_and(|m| m.eq_ignore_ascii_case("ON")))
 }
 
 /// MariaDB's GTID position at a binlog file and offset.
@@ -1066,15 +1123,17 @@ pub async fn prepare(config: &MysqlConfig) -> Result<MysqlConfig, MysqlError> {
     match &config.start_position {
         StartPosition::Now | StartPosition::Time(_) => {
             source.place(&mut conn, info.flavor).await?;
-            out.start_position = match &source.gtid {
-                Some(g) => StartPosition::Gtid(g.to_string()),
-                None => StartPosition::File {
+            out.start_position = match (&source.gtid, &source.mysql_gtid) {
+                (Some(g), _) => StartPosition::Gtid(g.to_string()),
+                (None, Some(set)) => StartPosition::Gtid(set.to_string()),
+                (None, None) => StartPosition::File {
                     name: source.file.clone(),
                     pos: source.pos,
                 },
             };
         }
         StartPosition::Gtid(_) if info.flavor == Flavor::MySql => {
+            // Checks that the server takes a GTID set.
             source.place(&mut conn, info.flavor).await?;
         }
         // An explicit position is used as given: the first read checks that it
