@@ -19,6 +19,7 @@ mod error;
 mod persist;
 mod pipeline;
 mod stage;
+mod swap;
 #[cfg(test)]
 mod tests;
 
@@ -27,3 +28,4 @@ pub use error::PipelineError;
 pub use persist::{ProgressStore, ProgressStoreError, StoreFuture};
 pub use pipeline::{Pipeline, Progress, Report};
 pub use stage::{EventStage, PassThrough, StageError};
+pub use swap::{SwapRefused, SwapRequest, Swapped};

@@ -120,6 +120,8 @@ pub struct Pipeline<K: Sink, F: Filter> {
     fence_lead: u64,
     last_fence_save: Option<Instant>,
     last_saved: Option<(CheckpointTs, Instant)>,
+    /// Sink swaps asked for (see [`Pipeline::swaps`]).
+    swaps: Option<tokio::sync::mpsc::Receiver<crate::SwapRequest<K>>>,
 }
 
 /// The most the fence lead is multiplied by while catching up.
@@ -173,7 +175,17 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             fence_lead: 1,
             last_fence_save: None,
             last_saved: None,
+            swaps: None,
         }
+    }
+
+    /// Where to send [`crate::SwapRequest`]s: each replaces the sink at a
+    /// barrier while the pipeline runs (see the `swap` module). Call before
+    /// `run`; a later call replaces the channel.
+    pub fn swaps(&mut self) -> tokio::sync::mpsc::Sender<crate::SwapRequest<K>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        self.swaps = Some(rx);
+        tx
     }
 
     /// Save positions in `store`: a fence before rows reach the sink and the
@@ -238,6 +250,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         )?;
 
         self.open_all().await?;
+        let mut swaps = self.swaps.take();
         let mut ticker = tokio::time::interval(self.config.flush_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
@@ -262,6 +275,9 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
                 },
                 _ = ticker.tick() => {
                     if let Err(e) = self.flush_point().await { break Err(e); }
+                }
+                Some(request) = next_swap(&mut swaps) => {
+                    if let Err(e) = self.swap_sink(request).await { break Err(e); }
                 }
             }
         };
@@ -993,6 +1009,50 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         Ok(())
     }
 
+    /// Replaces the sink at a barrier (see the `swap` module).
+    async fn swap_sink(&mut self, request: crate::SwapRequest<K>) -> Result<(), PipelineError> {
+        let started = Instant::now();
+        let crate::SwapRequest { sink, reply } = request;
+        // Everything read so far is written and flushed by the old sink.
+        let flushed = self.flush_point().await;
+        let mut replayed_batches = 0;
+        let mut old = std::mem::replace(&mut self.sink, sink);
+        if let Err(e) = old.close().await {
+            tracing::warn!(sink = old.name(), error = %e, "The old sink failed to close after the swap barrier.");
+        }
+        match flushed {
+            Ok(()) => {
+                if let Err(error) = self.sink.open().await {
+                    // Refused: the old sink opens again and runs on.
+                    let new = std::mem::replace(&mut self.sink, old);
+                    let result = self.sink.open().await;
+                    self.retry_sink(result).await?;
+                    let _ = reply.send(Err(crate::SwapRefused { sink: new, error }));
+                    return Ok(());
+                }
+            }
+            Err(PipelineError::Sink(error)) => {
+                // The old sink's final flush failed: the new one takes the
+                // unacknowledged batches, flagged replay, and flushes them.
+                tracing::warn!(%error, "The old sink's final flush failed; the new sink gets its rows again, flagged replay.");
+                replayed_batches = self.unacked.len();
+                let result = self.replay().await;
+                self.retry_sink(result).await?;
+                self.flush_point().await?;
+            }
+            Err(other) => return Err(other),
+        }
+        let swapped = crate::Swapped {
+            old,
+            barrier: self.progress.checkpoint_ts,
+            replayed_batches,
+            pause: started.elapsed(),
+        };
+        tracing::info!(sink = self.sink.name(), barrier = %swapped.barrier, pause_ms = swapped.pause.as_millis() as u64, replayed_batches, "Sink swapped.");
+        let _ = reply.send(Ok(swapped));
+        Ok(())
+    }
+
     fn publish(&mut self) {
         if let Some(stats) = &self.source_stats {
             use std::sync::atomic::Ordering::Relaxed;
@@ -1000,6 +1060,22 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             self.progress.source_time_ms = stats.upstream_millis.load(Relaxed);
         }
         self.progress_tx.send_replace(self.progress.clone());
+    }
+}
+
+/// The next swap request, or never when there is no channel (or it closed).
+async fn next_swap<S>(
+    swaps: &mut Option<tokio::sync::mpsc::Receiver<crate::SwapRequest<S>>>,
+) -> Option<crate::SwapRequest<S>> {
+    match swaps {
+        Some(rx) => match rx.recv().await {
+            Some(request) => Some(request),
+            None => {
+                *swaps = None;
+                std::future::pending().await
+            }
+        },
+        None => std::future::pending().await,
     }
 }
 

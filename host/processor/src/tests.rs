@@ -133,6 +133,8 @@ struct MemorySink {
     /// When each `flush` call came (tokio time, so paused tests measure it).
     flush_times: Vec<tokio::time::Instant>,
     opens: usize,
+    /// The next `open` fails with this.
+    fail_open: Option<PluginError>,
     closed: bool,
     /// Every row ever received, in write order, replays included.
     delivered: Vec<Delivered>,
@@ -231,6 +233,9 @@ impl Sink for MemorySink {
 
     async fn open(&mut self) -> Result<(), PluginError> {
         self.observe();
+        if let Some(error) = self.fail_open.take() {
+            return Err(error);
+        }
         self.opens += 1;
         // A fresh instance starts with an empty buffer.
         self.buffered.clear();
@@ -1852,4 +1857,143 @@ async fn a_transaction_in_parts_arrives_whole_flagged_split_and_is_read_through_
         report.progress.checkpoint_ts,
         CheckpointTs::from(CommitTs::compose(20, 0))
     );
+}
+
+#[tokio::test]
+async fn a_sink_swapped_at_a_barrier_gets_every_row_above_it_and_the_old_one_every_row_below() {
+    let source = DatagenConfig {
+        rate: 20_000,
+        ..workload(20_000)
+    };
+    let txns = transactions(&source);
+    let mut pipeline = Pipeline::new(
+        PipelineConfig {
+            flush_interval: Duration::from_millis(20),
+            ..config()
+        },
+        no_filters(),
+        MemorySink::default(),
+        CheckpointTs::ZERO,
+    );
+    let swaps = pipeline.swaps();
+    let swapper = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let request = crate::SwapRequest {
+            sink: MemorySink::default(),
+            reply,
+        };
+        assert!(
+            swaps.send(request).await.is_ok(),
+            "the pipeline takes swaps"
+        );
+        answer.await.expect("a reply")
+    });
+    let generator = DatagenSource::new(source).expect("valid datagen config");
+    let report = pipeline
+        .run(generator, std::future::pending())
+        .await
+        .expect("the pipeline succeeds");
+    let swapped = swapper.await.unwrap().expect("the swap happened");
+    let (old, new) = (&swapped.old, pipeline.sink());
+    let barrier = swapped.barrier.get();
+    assert_eq!(swapped.replayed_batches, 0);
+    assert!(
+        !old.durable.is_empty() && !new.durable.is_empty(),
+        "the swap came mid-stream"
+    );
+    // The old sink has every row up to the barrier, the new one every row above.
+    assert!(old.durable.iter().all(|d| d.row.commit_ts <= barrier));
+    assert!(new.durable.iter().all(|d| d.row.commit_ts > barrier));
+    assert!(old.closed, "the old sink was closed");
+    // Together: every generated row exactly once, nothing flagged replay, per
+    // table in commit-ts order.
+    let both: Vec<RowId> = old
+        .durable_ids()
+        .into_iter()
+        .chain(new.durable_ids())
+        .collect();
+    assert_eq!(both.len(), row_ids(&txns).len());
+    assert_eq!(per_table(both), per_table(row_ids(&txns)));
+    assert!(old.durable.iter().chain(&new.durable).all(|d| !d.replay()));
+    assert_eq!(report.progress.rows_written, row_ids(&txns).len() as u64);
+}
+
+/// Runs 20000 generated rows (1 s at 20k rows/s) into `old` and asks for a swap to `new` 120 ms in.
+async fn run_with_swap(
+    old: MemorySink,
+    new: MemorySink,
+) -> (
+    Pipeline<MemorySink, DropDeletes>,
+    Result<crate::Swapped<MemorySink>, crate::SwapRefused<MemorySink>>,
+    Vec<Transaction>,
+) {
+    let source = DatagenConfig {
+        rate: 20_000,
+        ..workload(20_000)
+    };
+    let txns = transactions(&source);
+    // No periodic flush: the swap's flush is the old sink's first.
+    let mut pipeline = Pipeline::new(config(), no_filters(), old, CheckpointTs::ZERO);
+    let swaps = pipeline.swaps();
+    let swapper = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let request = crate::SwapRequest { sink: new, reply };
+        assert!(
+            swaps.send(request).await.is_ok(),
+            "the pipeline takes swaps"
+        );
+        answer.await.expect("a reply")
+    });
+    let generator = DatagenSource::new(source).expect("valid datagen config");
+    pipeline
+        .run(generator, std::future::pending())
+        .await
+        .expect("the pipeline succeeds");
+    (pipeline, swapper.await.unwrap(), txns)
+}
+
+#[tokio::test]
+async fn when_the_old_sinks_final_flush_fails_the_new_one_gets_its_rows_flagged_replay() {
+    let old = MemorySink::default().fail_flush(0, PluginError::Fatal("disk gone".into()));
+    let (pipeline, swapped, txns) = run_with_swap(old, MemorySink::default()).await;
+    let swapped = swapped.expect("the swap happened");
+    assert!(swapped.replayed_batches > 0);
+    assert!(
+        swapped.old.durable.is_empty(),
+        "the old sink acknowledged nothing"
+    );
+    let new = pipeline.sink();
+    // Every row reached the new sink; those written before the barrier again,
+    // flagged replay.
+    assert_eq!(per_table(new.durable_ids()), per_table(row_ids(&txns)));
+    let barrier = swapped.barrier.get();
+    assert!(new.durable.iter().any(|d| d.replay()));
+    assert!(
+        new.durable
+            .iter()
+            .filter(|d| d.replay())
+            .all(|d| d.row.commit_ts <= barrier)
+    );
+}
+
+#[tokio::test]
+async fn a_new_sink_that_does_not_open_is_refused_and_the_old_one_runs_on() {
+    let new = MemorySink {
+        fail_open: Some(PluginError::Config("bad option".into())),
+        ..MemorySink::default()
+    };
+    let (pipeline, refused, txns) = run_with_swap(MemorySink::default(), new).await;
+    let refused = refused.err().expect("the swap was refused");
+    assert!(
+        refused.error.to_string().contains("bad option"),
+        "{:?}",
+        refused
+    );
+    assert!(refused.sink.durable.is_empty());
+    // The old sink got everything, nothing twice.
+    let old = pipeline.sink();
+    assert_eq!(old.durable_ids().len(), row_ids(&txns).len());
+    assert_eq!(per_table(old.durable_ids()), per_table(row_ids(&txns)));
 }
