@@ -1144,3 +1144,71 @@ pub async fn prepare(config: &MysqlConfig) -> Result<MysqlConfig, MysqlError> {
     let _ = conn.disconnect().await;
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mysql_common::binlog::consts::BinlogVersion;
+    use mysql_common::binlog::events::{BinlogEventFooter, FormatDescriptionEvent};
+
+    /// An XID event (a commit) with its CRC32, as a server sends it; `corrupt`
+    /// flips a bit of its body after the checksum was taken.
+    fn xid_event(corrupt: bool) -> Event {
+        let body = 77u64.to_le_bytes();
+        let size = (19 + body.len() + 4) as u32;
+        let mut raw = Vec::new();
+        raw.extend_from_slice(&1_700_000_000u32.to_le_bytes()); // timestamp
+        raw.push(16); // XID
+        raw.extend_from_slice(&1u32.to_le_bytes()); // server id
+        raw.extend_from_slice(&size.to_le_bytes());
+        raw.extend_from_slice(&1_000u32.to_le_bytes()); // log pos
+        raw.extend_from_slice(&0u16.to_le_bytes()); // flags
+        raw.extend_from_slice(&body);
+        let crc = crc32(&raw);
+        raw.extend_from_slice(&crc.to_le_bytes());
+        if corrupt {
+            raw[20] ^= 1;
+        }
+        let fde = FormatDescriptionEvent::new(BinlogVersion::Version4).with_footer(
+            BinlogEventFooter::new(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32),
+        );
+        Event::read(&fde, &raw[..]).expect("an event")
+    }
+
+    fn crc32(bytes: &[u8]) -> u32 {
+        // Bitwise CRC-32 (IEEE), as the server computes it.
+        let mut crc = !0u32;
+        for &b in bytes {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                crc = if crc & 1 != 0 {
+                    (crc >> 1) ^ 0xEDB8_8320
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        !crc
+    }
+
+    #[test]
+    fn an_event_that_fails_its_checksum_stops_the_reader_with_where() {
+        let mut source = MysqlSource::new(MysqlConfig::new("mysql://u@h"));
+        source.file = "binlog.000007".into();
+        // A sound commit is taken.
+        source.on_event(xid_event(false)).unwrap();
+        assert!(matches!(
+            source.pending.pop_front(),
+            Some(SourceEvent::Transaction(_))
+        ));
+        // A corrupt one is refused, naming the file and offset; nothing is handed on.
+        let err = source.on_event(xid_event(true)).unwrap_err();
+        assert!(matches!(err, MysqlError::Decode(_)), "{err}");
+        assert!(err.is_fatal());
+        assert!(
+            err.to_string().contains("binlog.000007:1000") && err.to_string().contains("checksum"),
+            "{err}"
+        );
+        assert!(source.pending.is_empty());
+    }
+}
