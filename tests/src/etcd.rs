@@ -4,6 +4,8 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::free_port;
+
 /// A private etcd server, killed when dropped.
 pub struct PrivateEtcd {
     child: Child,
@@ -17,14 +19,6 @@ impl Drop for PrivateEtcd {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl PrivateEtcd {

@@ -5,6 +5,15 @@
 pub mod etcd;
 pub mod mariadb;
 
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 use std::path::PathBuf;
 use std::sync::Arc;
 

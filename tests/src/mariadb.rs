@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::free_port;
+
 /// The settings change capture needs; a test may override any of them.
 pub const CDC_SETTINGS: [&str; 5] = [
     "--log-bin=binlog",
@@ -28,14 +30,6 @@ impl Drop for PrivateMariaDb {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn binary(names: &[&str]) -> PathBuf {

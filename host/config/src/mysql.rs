@@ -213,10 +213,7 @@ impl fmt::Display for StartPosition {
             StartPosition::Now => f.write_str("now"),
             StartPosition::Gtid(g) => write!(f, "gtid:{g}"),
             StartPosition::File { name, pos } => write!(f, "file:{name}:{pos}"),
-            StartPosition::Time(secs) => {
-                let (y, mo, d, h, mi, s) = civil(*secs);
-                write!(f, "time:{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}")
-            }
+            StartPosition::Time(secs) => write!(f, "time:{}", time_text(*secs)),
         }
     }
 }
@@ -232,7 +229,10 @@ impl std::str::FromStr for StartPosition {
         if let Some(g) = s.strip_prefix("gtid:") {
             for part in g.split(',').map(str::trim).filter(|p| !p.is_empty()) {
                 let nums: Vec<&str> = part.split('-').collect();
-                let mariadb = nums.len() == 3 && nums.iter().all(|n| n.parse::<u64>().is_ok());
+                let mariadb = nums.len() == 3
+                    && nums[0].parse::<u32>().is_ok()
+                    && nums[1].parse::<u32>().is_ok()
+                    && nums[2].parse::<u64>().is_ok();
                 if !mariadb && !is_mysql_gtid_entry(part) {
                     return Err(format!(
                         "`{part}` is neither a MariaDB GTID (domain-server-sequence, as in 0-1-100) nor a MySQL GTID set entry (uuid:1-5)"
@@ -248,9 +248,15 @@ impl std::str::FromStr for StartPosition {
             let pos: u64 = pos
                 .parse()
                 .map_err(|_| format!("`{pos}` is not a binlog offset"))?;
-            if name.is_empty() || name.len() > 512 || name.contains(['/', '\\']) || pos < 4 {
+            // Binlog offsets are 32-bit in the dump request.
+            if name.is_empty()
+                || name.len() > 512
+                || name.contains(['/', '\\'])
+                || pos < 4
+                || pos > u64::from(u32::MAX)
+            {
                 return Err(
-                    "write a file position as file:<binlog file name>:<offset of at least 4>"
+                    "write a file position as file:<binlog file name>:<offset from 4 to 4294967295>"
                         .into(),
                 );
             }
@@ -296,62 +302,29 @@ impl<'de> Deserialize<'de> for StartPosition {
     }
 }
 
-/// Seconds since the epoch of `YYYY-MM-DD HH:MM:SS` (UTC), years 1970..=2999.
+/// Seconds since the epoch of `YYYY-MM-DD HH:MM:SS` (UTC), before the year 3000.
 fn parse_time(t: &str) -> Result<i64, String> {
     let bad = || format!("`{t}` is not a time: write YYYY-MM-DD HH:MM:SS (UTC)");
-    let (date, time) = t.split_once([' ', 'T']).ok_or_else(bad)?;
-    let d: Vec<i64> = date
-        .split('-')
-        .map(|x| x.parse().map_err(|_| bad()))
-        .collect::<Result<_, _>>()?;
-    let c: Vec<i64> = time
-        .split(':')
-        .map(|x| x.parse().map_err(|_| bad()))
-        .collect::<Result<_, _>>()?;
-    let (&[y, mo, dd], &[h, mi, s]) = (d.as_slice(), c.as_slice()) else {
-        return Err(bad());
-    };
-    if !(1970..=2999).contains(&y)
-        || !(1..=12).contains(&mo)
-        || !(1..=31).contains(&dd)
-        || !(0..24).contains(&h)
-        || !(0..60).contains(&mi)
-        || !(0..60).contains(&s)
-    {
+    let at = humantime::parse_rfc3339_weak(t).map_err(|_| bad())?;
+    let secs = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| bad())?
+        .as_secs();
+    // 3000-01-01T00:00:00Z.
+    if secs >= 32_503_680_000 {
         return Err(bad());
     }
-    let days = days_from_civil(y, mo, dd);
-    if civil(days * 86_400).2 != dd as u32 {
-        return Err(bad());
-    }
-    Ok(days * 86_400 + h * 3600 + mi * 60 + s)
+    Ok(secs as i64)
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
-/// days-from-civil).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// (year, month, day, hour, minute, second) of seconds since the epoch.
-fn civil(secs: i64) -> (i64, u32, u32, i64, i64, i64) {
-    let z = secs.div_euclid(86_400) + 719_468;
-    let rem = secs.rem_euclid(86_400);
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d, rem / 3600, (rem / 60) % 60, rem % 60)
+/// `YYYY-MM-DD HH:MM:SS` of seconds since the epoch (UTC).
+fn time_text(secs: i64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs.max(0) as u64);
+    humantime::format_rfc3339_seconds(at)
+        .to_string()
+        .replace('T', " ")
+        .trim_end_matches('Z')
+        .to_string()
 }
 
 #[cfg(test)]
@@ -377,9 +350,11 @@ mod tests {
         for bad in [
             "later",
             "gtid:0-1",
+            "gtid:4294967296-1-1",
             "file:x",
             "file:x:2",
             "file:../x:100",
+            "file:x.000001:4294967296",
             "time:2026-02-30 00:00:00",
             "time:yesterday",
         ] {

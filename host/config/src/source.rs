@@ -9,13 +9,45 @@ use crate::error::{ConfigError, invalid};
 pub use crate::mysql::{MysqlConfig, StartPosition, redact_secrets, redact_url};
 
 /// `[source]`, chosen by `type`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
 pub enum SourceConfig {
     /// The built-in deterministic data generator.
     Datagen(DatagenConfig),
     /// A MySQL or MariaDB server's binlog.
     Mysql(MysqlConfig),
+}
+
+impl<'de> Deserialize<'de> for SourceConfig {
+    /// Read by `type`, then as that kind's settings, so that an error names the
+    /// key (`source.heartbeat-ms: invalid value: ...`): serde's tagged enums
+    /// buffer the table and lose which key a wrong value was under.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut table = serde_json::Map::<String, serde_json::Value>::deserialize(d)?;
+        let kind = match table.remove("type") {
+            Some(serde_json::Value::String(kind)) => kind,
+            Some(_) => return Err(D::Error::custom("source.type must be a string")),
+            None => {
+                return Err(D::Error::custom(
+                    "source.type is missing: write type = \"mysql\" or type = \"datagen\"",
+                ));
+            }
+        };
+        fn settings<T: serde::de::DeserializeOwned, E: Error>(
+            table: serde_json::Map<String, serde_json::Value>,
+        ) -> Result<T, E> {
+            serde_path_to_error::deserialize(serde_json::Value::Object(table))
+                .map_err(|e| E::custom(format!("source.{}: {}", e.path(), e.inner())))
+        }
+        match kind.as_str() {
+            "datagen" => settings(table).map(SourceConfig::Datagen),
+            "mysql" => settings(table).map(SourceConfig::Mysql),
+            other => Err(D::Error::custom(format!(
+                "source.type `{other}` is not a source: write \"mysql\" or \"datagen\""
+            ))),
+        }
+    }
 }
 
 impl SourceConfig {

@@ -248,7 +248,7 @@ fn semantic_errors_name_the_key() {
         ),
         (
             run_err(&RUN.replace("type = \"datagen\"", "type = \"binlog\"")),
-            "unknown variant `binlog`",
+            "source.type `binlog` is not a source",
         ),
         (
             run_err(&RUN.replace("\"filter-mask\"", "\"\"")),

@@ -298,3 +298,108 @@ fn a_misconfigured_upstream_is_refused_at_create_with_the_setting_to_change() {
     let list = server.json(&["changefeed", "list"]);
     assert_eq!(list.as_array().map(Vec::len), Some(0), "{list}");
 }
+
+#[test]
+fn extreme_and_mutated_source_settings_are_refused_with_the_key_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("server"), &[]);
+    server.upload("sink-file", "sink");
+    let long_url = format!("mysql://u:p@{}:3306", "h".repeat(3000));
+    let cases: Vec<(String, &str)> = vec![
+        ("heartbeat-ms = 0".into(), "heartbeat-ms"),
+        ("heartbeat-ms = 9223372036854775807".into(), "heartbeat-ms"),
+        ("heartbeat-ms = -1".into(), "heartbeat-ms"),
+        ("connect-timeout-ms = 0".into(), "connect-timeout-ms"),
+        (
+            "connect-timeout-ms = 9223372036854775807".into(),
+            "connect-timeout-ms",
+        ),
+        ("txn-part-bytes = 0".into(), "txn-part-bytes"),
+        ("txn-part-bytes = \"9999GiB\"".into(), "txn-part-bytes"),
+        ("server-id = 4294967296".into(), "server-id"),
+        ("server-id = -1".into(), "server-id"),
+        ("start-position = \"file:x:0\"".into(), "start-position"),
+        (
+            "start-position = \"file:x.1:4294967296\"".into(),
+            "start-position",
+        ),
+        (
+            "start-position = \"gtid:99999999999-1-1\"".into(),
+            "start-position",
+        ),
+        (
+            "start-position = \"time:9999-01-01 00:00:00\"".into(),
+            "start-position",
+        ),
+        ("start-position = \"\"".into(), "start-position"),
+        ("start-position = \"now\\u0000\"".into(), "start-position"),
+        ("stop-at-end = \"yes\"".into(), "stop-at-end"),
+        (
+            "use-gtid = false\nstart-position = \"gtid:0-1-1\"".into(),
+            "use-gtid",
+        ),
+        ("unknown-key = 1".into(), "unknown-key"),
+    ];
+    for (i, (extra, key)) in cases.iter().enumerate() {
+        let text = format!(
+            "[source]\ntype = \"mysql\"\nurl = \"mysql://u:pw-never-shown@127.0.0.1:1\"\n{extra}\n\n[sink]\nplugin = \"sink-file@0.1.0\"\n"
+        );
+        let file = common::write_file(dir.path(), &format!("bad{i}"), &text);
+        let err = server.error(&[
+            "changefeed",
+            "create",
+            "-c",
+            &format!("bad{i}"),
+            "--config",
+            file.to_str().unwrap(),
+        ]);
+        assert!(err.contains(key), "{extra}: {err}");
+        assert!(!err.contains("pw-never-shown"), "{extra}: {err}");
+    }
+    for url in [
+        long_url.as_str(),
+        "mysql://",
+        "http://u:pw-never-shown@h:1",
+        "mysql://u:pw-never-shown@",
+    ] {
+        let text = format!(
+            "[source]\ntype = \"mysql\"\nurl = \"{url}\"\n\n[sink]\nplugin = \"sink-file@0.1.0\"\n"
+        );
+        let file = common::write_file(dir.path(), "badurl", &text);
+        let err = server.error(&[
+            "changefeed",
+            "create",
+            "-c",
+            "badurl",
+            "--config",
+            file.to_str().unwrap(),
+        ]);
+        assert!(err.contains("source.url"), "{err}");
+        assert!(!err.contains("pw-never-shown"), "{err}");
+    }
+    // Nothing was created, and the server still answers.
+    let list = server.json(&["changefeed", "list"]);
+    assert_eq!(list.as_array().map(Vec::len), Some(0), "{list}");
+    // An unreachable upstream is refused as unavailable, not stored.
+    let text = "[source]\ntype = \"mysql\"\nurl = \"mysql://u:pw-never-shown@127.0.0.1:1\"\nconnect-timeout-ms = 500\n\n[sink]\nplugin = \"sink-file@0.1.0\"\n";
+    let file = common::write_file(dir.path(), "down", text);
+    let err = server.error(&[
+        "changefeed",
+        "create",
+        "-c",
+        "down",
+        "--config",
+        file.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains("upstream connection failed") && !err.contains("pw-never-shown"),
+        "{err}"
+    );
+    assert_eq!(
+        server
+            .json(&["changefeed", "list"])
+            .as_array()
+            .map(Vec::len),
+        Some(0)
+    );
+}

@@ -272,6 +272,23 @@ impl MysqlSource {
         }
     }
 
+    /// Starts at `file`:`pos`; resuming by MariaDB GTID, the GTID position there.
+    async fn start_at(
+        &mut self,
+        conn: &mut Conn,
+        use_gtid: bool,
+        file: String,
+        pos: u64,
+    ) -> Result<(), MysqlError> {
+        self.gtid = if use_gtid {
+            Some(binlog_gtid_pos(conn, &file, pos).await?)
+        } else {
+            None
+        };
+        (self.file, self.pos) = (file, pos);
+        Ok(())
+    }
+
     /// Settles where to start: the saved position, or the configured start.
     async fn place(&mut self, conn: &mut Conn, flavor: Flavor) -> Result<(), MysqlError> {
         if self.placed {
@@ -298,12 +315,7 @@ impl MysqlSource {
             // first group committed in the second after it.
             let secs = (CommitTs::from(self.from.ts).physical_millis() / 1000) as i64 + 1;
             let (file, pos) = position_at_time(self, secs).await?;
-            self.gtid = if use_gtid {
-                Some(binlog_gtid_pos(conn, &file, pos).await?)
-            } else {
-                None
-            };
-            (self.file, self.pos) = (file, pos);
+            self.start_at(conn, use_gtid, file, pos).await?;
         } else {
             match self.config.start_position.clone() {
                 StartPosition::Now => {
@@ -317,12 +329,7 @@ impl MysqlSource {
                             Some(MysqlGtidSet::parse(&set).map_err(MysqlError::Decode)?);
                     }
                     let (file, pos) = master_status(conn).await?;
-                    self.gtid = if use_gtid {
-                        Some(binlog_gtid_pos(conn, &file, pos).await?)
-                    } else {
-                        None
-                    };
-                    (self.file, self.pos) = (file, pos);
+                    self.start_at(conn, use_gtid, file, pos).await?;
                 }
                 StartPosition::Gtid(g) if flavor == Flavor::MySql => {
                     if !mysql_gtid {
@@ -344,21 +351,11 @@ impl MysqlSource {
                     self.pos = 4;
                 }
                 StartPosition::File { name, pos } => {
-                    self.gtid = if use_gtid {
-                        Some(binlog_gtid_pos(conn, &name, pos).await?)
-                    } else {
-                        None
-                    };
-                    (self.file, self.pos) = (name, pos);
+                    self.start_at(conn, use_gtid, name, pos).await?;
                 }
                 StartPosition::Time(secs) => {
                     let (file, pos) = position_at_time(self, secs).await?;
-                    self.gtid = if use_gtid {
-                        Some(binlog_gtid_pos(conn, &file, pos).await?)
-                    } else {
-                        None
-                    };
-                    (self.file, self.pos) = (file, pos);
+                    self.start_at(conn, use_gtid, file, pos).await?;
                 }
             }
         }
@@ -1151,19 +1148,18 @@ mod tests {
     use mysql_common::binlog::consts::BinlogVersion;
     use mysql_common::binlog::events::{BinlogEventFooter, FormatDescriptionEvent};
 
-    /// An XID event (a commit) with its CRC32, as a server sends it; `corrupt`
-    /// flips a bit of its body after the checksum was taken.
-    fn xid_event(corrupt: bool) -> Event {
-        let body = 77u64.to_le_bytes();
+    /// An event of `kind` with `body`, its header and its CRC32, as a server
+    /// sends it; `corrupt` flips a bit of the body after the checksum was taken.
+    fn raw_event(kind: u8, body: &[u8], corrupt: bool) -> Event {
         let size = (19 + body.len() + 4) as u32;
         let mut raw = Vec::new();
         raw.extend_from_slice(&1_700_000_000u32.to_le_bytes()); // timestamp
-        raw.push(16); // XID
+        raw.push(kind);
         raw.extend_from_slice(&1u32.to_le_bytes()); // server id
         raw.extend_from_slice(&size.to_le_bytes());
         raw.extend_from_slice(&1_000u32.to_le_bytes()); // log pos
         raw.extend_from_slice(&0u16.to_le_bytes()); // flags
-        raw.extend_from_slice(&body);
+        raw.extend_from_slice(body);
         let crc = crc32(&raw);
         raw.extend_from_slice(&crc.to_le_bytes());
         if corrupt {
@@ -1173,6 +1169,11 @@ mod tests {
             BinlogEventFooter::new(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32),
         );
         Event::read(&fde, &raw[..]).expect("an event")
+    }
+
+    /// An XID event: a commit.
+    fn xid_event(corrupt: bool) -> Event {
+        raw_event(16, &77u64.to_le_bytes(), corrupt)
     }
 
     fn crc32(bytes: &[u8]) -> u32 {
@@ -1210,5 +1211,34 @@ mod tests {
             "{err}"
         );
         assert!(source.pending.is_empty());
+    }
+
+    #[test]
+    fn a_mysql_gtid_event_and_its_commit_extend_the_saved_gtid_set() {
+        use mysql_common::binlog::events::GtidEvent;
+        use mysql_common::proto::MySerialize;
+        let uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let sid = [
+            0x3e, 0x11, 0xfa, 0x47, 0x71, 0xca, 0x11, 0xe1, 0x9e, 0x33, 0xc8, 0x0a, 0xa9, 0x42,
+            0x95, 0x62,
+        ];
+        let mut body = Vec::new();
+        GtidEvent::new(sid, 42).serialize(&mut body);
+        let mut source = MysqlSource::new(MysqlConfig::new("mysql://u@h"));
+        source.mysql_gtid = Some(MysqlGtidSet::parse(&format!("{uuid}:1-41")).unwrap());
+        source.file = "binlog.000003".into();
+        source.on_event(raw_event(33, &body, false)).unwrap();
+        source.on_event(xid_event(false)).unwrap();
+        let Some(SourceEvent::Transaction(txn)) = source.pending.pop_front() else {
+            panic!("a transaction");
+        };
+        let position = Position::decode(&txn.position.unwrap()).unwrap();
+        assert_eq!(position.gtid.as_deref(), Some(&*format!("{uuid}:1-42")));
+        assert_eq!(
+            (position.file.as_str(), position.pos),
+            ("binlog.000003", 1000)
+        );
+        // The commit ts comes from the group's binlog time.
+        assert_eq!(txn.commit_ts.physical_millis(), 1_700_000_000_000);
     }
 }
