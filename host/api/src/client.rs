@@ -120,6 +120,30 @@ pub enum ChangefeedCommand {
         #[arg(long)]
         target_ts: Option<u64>,
     },
+    /// Replace the sink with another version while the changefeed runs (hot
+    /// swap at a barrier, with probation and automatic rollback).
+    Swap {
+        /// `name` or `tenant/name`.
+        #[arg(long, short = 'c')]
+        changefeed: String,
+        /// The new version, `name@version` (uploaded in the tenant).
+        #[arg(long)]
+        sink: String,
+        /// A TOML file with the new sink table (`[sink]`: config, limits,
+        /// capabilities within the running sink's); without it only the
+        /// version changes.
+        #[arg(long)]
+        sink_config: Option<PathBuf>,
+        /// How long the new version is on trial (ms; default 30000).
+        #[arg(long)]
+        probation_ms: Option<u64>,
+        /// How many acknowledged flushes the trial needs (default 3).
+        #[arg(long)]
+        probation_flushes: Option<u64>,
+        /// Retryable failures tolerated on trial (default 2).
+        #[arg(long)]
+        probation_retries: Option<u32>,
+    },
     /// Stop a changefeed and drop it.
     Remove {
         /// `name` or `tenant/name`.
@@ -340,6 +364,27 @@ async fn execute(args: &CliArgs, channel: Channel) -> Result<Out, tonic::Status>
                     id: Some(changefeed_ref(tenant, changefeed)),
                     config_toml: read(config)?,
                     target_ts: *target_ts,
+                })
+                .await?
+                .into_inner()),
+            ChangefeedCommand::Swap {
+                changefeed,
+                sink,
+                sink_config,
+                probation_ms,
+                probation_flushes,
+                probation_retries,
+            } => one(feeds
+                .swap_sink(pb::SwapSinkRequest {
+                    id: Some(changefeed_ref(tenant, changefeed)),
+                    plugin: sink.clone(),
+                    sink_toml: match sink_config {
+                        Some(path) => read(path)?,
+                        None => String::new(),
+                    },
+                    probation_ms: *probation_ms,
+                    probation_flushes: *probation_flushes,
+                    probation_retries: *probation_retries,
                 })
                 .await?
                 .into_inner()),

@@ -167,7 +167,77 @@ pub fn changefeed_pb(v: &FeedView) -> pb::Changefeed {
             .iter()
             .map(|f| f.plugin.to_string())
             .collect(),
+        swaps: info.swaps.iter().map(swap_pb).collect(),
     }
+}
+
+/// A swap record as the API shows it.
+fn swap_pb(s: &sluice_owner::SwapRecord) -> pb::SwapRecord {
+    pb::SwapRecord {
+        seq: s.seq,
+        from: s.from.plugin.to_string(),
+        to: s.to.plugin.to_string(),
+        by: s.by.clone(),
+        at_ms: s.at_ms,
+        state: s.state.as_str().to_string(),
+        barrier_ts: s.barrier_ts.map_or(0, |b| b.get()),
+        pause_ms: s.pause_ms.unwrap_or(0),
+        reason: s.reason.clone().unwrap_or_default(),
+        ended_at_ms: s.ended_at_ms.unwrap_or(0),
+    }
+}
+
+/// The swap a request asks for, checked as far as can be without the
+/// changefeed: the new sink table (the running one with the plugin changed, or
+/// the one given), within the server's limits, and the probation's numbers.
+fn swap_ask(
+    running: &sluice_config::PluginConfig,
+    r: &pb::SwapSinkRequest,
+    by: String,
+) -> Result<sluice_owner::SwapAsk, Status> {
+    let invalid = |m: String| Status::invalid_argument(m);
+    let to = if r.sink_toml.trim().is_empty() {
+        let mut to = running.clone();
+        to.plugin = r
+            .plugin
+            .parse()
+            .map_err(|e| invalid(format!("plugin: {e}")))?;
+        to
+    } else {
+        let mut table: toml::Table = r
+            .sink_toml
+            .parse()
+            .map_err(|e| invalid(format!("sink_toml: {e}")))?;
+        if let Some(toml::Value::Table(inner)) = table.remove("sink") {
+            table = inner;
+        }
+        if !r.plugin.is_empty() {
+            match table.get("plugin").and_then(toml::Value::as_str) {
+                Some(p) if p != r.plugin => {
+                    return Err(invalid(format!(
+                        "sink_toml names plugin `{p}` and the request `{}`; name one",
+                        r.plugin
+                    )));
+                }
+                _ => {
+                    table.insert("plugin".into(), toml::Value::String(r.plugin.clone()));
+                }
+            }
+        }
+        toml::Value::Table(table)
+            .try_into::<sluice_config::PluginConfig>()
+            .map_err(|e| invalid(format!("sink_toml: {e}")))?
+    };
+    to.validate("sink", sluice_config::Mode::Server)
+        .map_err(|e| invalid(e.to_string()))?;
+    let defaults = sluice_owner::ProbationPolicy::default();
+    let probation = sluice_owner::ProbationPolicy {
+        window_ms: r.probation_ms.unwrap_or(defaults.window_ms),
+        flushes: r.probation_flushes.unwrap_or(defaults.flushes),
+        max_retries: r.probation_retries.unwrap_or(defaults.max_retries),
+    };
+    probation.validate().map_err(invalid)?;
+    Ok(sluice_owner::SwapAsk { to, probation, by })
 }
 
 /// Wall-clock lag of a ts behind now, in milliseconds.
@@ -222,7 +292,7 @@ pub fn status_pb(v: &FeedView, sink_data_dir: Option<&std::path::Path>) -> pb::C
             .as_ref()
             .map(ToString::to_string)
             .unwrap_or_default(),
-        source_time_ms: v.progress.map_or(0, |p| p.source_time_ms),
+        source_time_ms: v.progress.as_ref().map_or(0, |p| p.source_time_ms),
         source_events: counters.source_events,
     }
 }
@@ -343,6 +413,29 @@ impl ChangefeedService for Api {
         let info = describe(&self.node, &id, &r.config_toml, start_ts, target_ts)?;
         self.node.owner.update(info).await.map_err(status)?;
         let view = self.settle(&id).await?;
+        Ok(Response::new(changefeed_pb(&view)))
+    }
+
+    async fn swap_sink(
+        &self,
+        request: Request<pb::SwapSinkRequest>,
+    ) -> Result<Response<pb::Changefeed>, Status> {
+        let caller = request
+            .remote_addr()
+            .map(|a| format!(" from {a}"))
+            .unwrap_or_default();
+        let r = request.into_inner();
+        let id = changefeed_id(r.id.as_ref())?;
+        let current = self.node.owner.snapshot().get(&id).map_err(status)?;
+        let running = &current.changefeed.info.config;
+        let ask = swap_ask(&running.sink, &r, format!("tenant {}{caller}", id.tenant()))?;
+        let mut probe = running.clone();
+        probe.sink = ask.to.clone();
+        self.node
+            .limits
+            .check(&probe)
+            .map_err(Status::invalid_argument)?;
+        let view = self.node.owner.swap(&id, ask).await.map_err(status)?;
         Ok(Response::new(changefeed_pb(&view)))
     }
 

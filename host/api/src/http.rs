@@ -14,7 +14,7 @@ use prometheus::proto::{
     Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
 };
 use serde_json::{Value, json};
-use sluice_capture::PluginCounters;
+use sluice_capture::{PluginCounters, SwapStats};
 use sluice_core::CommitTs;
 use sluice_owner::{ChangefeedId, Clock, FeedState, FeedView, SystemClock};
 
@@ -189,7 +189,10 @@ impl Families {
 
 /// Every metric, computed at scrape time from the owner's snapshot and the
 /// counters of each changefeed's plugins.
-pub fn render_metrics(feeds: &[(FeedView, PluginCounters)], healthy: bool) -> String {
+pub fn render_metrics(
+    feeds: &[(FeedView, PluginCounters, Arc<SwapStats>)],
+    healthy: bool,
+) -> String {
     let mut f = Families(Vec::new());
     let now = SystemClock.now_ms();
     f.gauge(
@@ -198,7 +201,7 @@ pub fn render_metrics(feeds: &[(FeedView, PluginCounters)], healthy: bool) -> St
         &[],
         if healthy { 1.0 } else { 0.0 },
     );
-    for (v, plugins) in feeds {
+    for (v, plugins, swaps) in feeds {
         let info = &v.changefeed.info;
         let (tenant, name) = (info.id.tenant(), info.id.name());
         let l = [("tenant", tenant), ("changefeed", name)];
@@ -289,6 +292,7 @@ pub fn render_metrics(feeds: &[(FeedView, PluginCounters)], healthy: bool) -> St
         );
         let (source_time, cache) = v
             .progress
+            .as_ref()
             .map_or((0, 0), |p| (p.source_time_ms, p.event_cache_bytes));
         f.gauge(
             "sluice_source_lag_seconds",
@@ -312,6 +316,44 @@ pub fn render_metrics(feeds: &[(FeedView, PluginCounters)], healthy: bool) -> St
             &l,
             info.error_count as f64,
         );
+        for (outcome, count) in [
+            ("swapped", &swaps.swaps),
+            ("rolled-back", &swaps.rollbacks),
+            ("refused", &swaps.refused),
+        ] {
+            f.counter(
+                "sluice_changefeed_swaps_total",
+                "Sink swaps this server carried out (swapped at a barrier), rolled back on probation, or refused at the barrier.",
+                &[("tenant", tenant), ("changefeed", name), ("outcome", outcome)],
+                count.load(Ordering::Relaxed) as f64,
+            );
+        }
+        {
+            let pause = &swaps.pause;
+            let mut h = Histogram::default();
+            h.set_sample_count(pause.count());
+            h.set_sample_sum(pause.sum_seconds());
+            h.set_bucket(
+                sluice_runtime::LATENCY_BUCKETS
+                    .iter()
+                    .zip(pause.cumulative())
+                    .map(|(bound, count)| {
+                        let mut b = Bucket::default();
+                        b.set_upper_bound(*bound);
+                        b.set_cumulative_count(count);
+                        b
+                    })
+                    .collect(),
+            );
+            let mut m = Metric::from_label(labels(&l));
+            m.set_histogram(h);
+            f.push(
+                "sluice_changefeed_swap_pause_seconds",
+                "How long delivery paused at each sink swap's barrier.",
+                MetricType::HISTOGRAM,
+                m,
+            );
+        }
         for (role, plugin, stats) in plugins {
             let pl = [
                 ("tenant", tenant),
@@ -411,7 +453,8 @@ async fn metrics(axum::extract::State(s): S) -> Response {
         .into_iter()
         .map(|v| {
             let plugins = s.capture.plugin_counters(v.changefeed.id());
-            (v, plugins)
+            let swaps = s.capture.swap_stats(v.changefeed.id());
+            (v, plugins, swaps)
         })
         .collect();
     (
@@ -432,7 +475,7 @@ mod tests {
     /// `shop/orders` with its checkpoint at 1700000000.250 s, resolved at
     /// 1700000001.500 s, `errors` errors recorded, and a sink that reported a
     /// counter and a gauge.
-    fn view(errors: u64) -> (FeedView, PluginCounters) {
+    fn view(errors: u64) -> (FeedView, PluginCounters, Arc<SwapStats>) {
         let id = ChangefeedId::new("shop", "orders").unwrap();
         let info = ChangefeedInfo::new(
             id,
@@ -464,7 +507,14 @@ mod tests {
             totals: Totals::default(),
             last_advance_ms: 0,
         };
-        (view, vec![("sink".into(), "sink-file@0.1.0".into(), stats)])
+        let swaps = Arc::new(SwapStats::default());
+        swaps.swaps.fetch_add(2, Ordering::Relaxed);
+        swaps.pause.record(std::time::Duration::from_millis(3));
+        (
+            view,
+            vec![("sink".into(), "sink-file@0.1.0".into(), stats)],
+            swaps,
+        )
     }
 
     /// The value of the one sample whose line starts with `series`.

@@ -62,6 +62,23 @@ pub fn changefeed_json(c: &pb::Changefeed) -> Value {
         "target-ts": c.target_ts,
         "created-at-ms": c.created_at_ms,
         "failure": c.failure,
+        "swaps": c.swaps.iter().map(swap_json).collect::<Vec<_>>(),
+    })
+}
+
+/// A swap record as JSON.
+pub fn swap_json(s: &pb::SwapRecord) -> Value {
+    json!({
+        "seq": s.seq,
+        "from": s.from,
+        "to": s.to,
+        "state": s.state,
+        "by": s.by,
+        "at": ms_time(s.at_ms),
+        "barrier-ts": s.barrier_ts,
+        "pause-ms": s.pause_ms,
+        "reason": s.reason,
+        "ended": if s.ended_at_ms == 0 { String::new() } else { ms_time(s.ended_at_ms) },
     })
 }
 

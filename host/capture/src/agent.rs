@@ -86,6 +86,8 @@ impl Agent {
 /// A processor the agent started.
 struct Running {
     epoch: Epoch,
+    /// The info revision the processor follows.
+    info_revision: sluice_meta::Revision,
     processor: Processor,
 }
 
@@ -258,6 +260,27 @@ impl State {
             }
             if r.epoch == a.changefeed_epoch {
                 match a.desired {
+                    Desired::Run if a.info_revision > r.info_revision => {
+                        // The info changed while the work runs (a swap).
+                        let info_key = keys::changefeed_info(id.tenant(), id.name())?;
+                        let ctx = self.capture.ctx().clone();
+                        let Some(kv) = ctx.store.get(&info_key).await? else {
+                            return Ok(());
+                        };
+                        if kv.mod_revision < a.info_revision {
+                            tracing::warn!(changefeed = %id, "The stored info is older than the assignment names; waiting.");
+                            return Ok(());
+                        }
+                        match ChangefeedInfo::decode(&kv.value) {
+                            Ok(info) => {
+                                r.info_revision = kv.mod_revision;
+                                r.processor.reconfigure(info);
+                            }
+                            Err(e) => {
+                                tracing::error!(changefeed = %id, error = %e, "The changefeed's new info does not decode; the work runs on as it was.");
+                            }
+                        }
+                    }
                     Desired::Run => {}
                     Desired::Stop => r.processor.signal_stop(),
                     Desired::Abort => {
@@ -346,7 +369,14 @@ impl State {
         }
         tracing::info!(changefeed = %id, epoch = epoch.0, checkpoint = a.checkpoint_ts.get(), "Starting assigned work.");
         let processor = self.capture.start(&info, epoch, a.checkpoint_ts);
-        self.running.insert(id, Running { epoch, processor });
+        self.running.insert(
+            id,
+            Running {
+                epoch,
+                info_revision: kv.mod_revision,
+                processor,
+            },
+        );
         Ok(())
     }
 }

@@ -22,7 +22,7 @@ use sluice_meta::{Compare, MetaStore};
 use sluice_registry::PluginRegistry;
 
 pub use agent::Agent;
-pub use processor::{Live, PluginCounters, Processor, plugin_roles};
+pub use processor::{Live, PluginCounters, Processor, SwapStats, plugin_roles};
 pub use progress::{Claim, Counters, MetaProgressStore, Reporter, TaskPosition};
 pub use settings::{plugin_data_dir, plugin_settings};
 pub use work::{Capture, registry_error};

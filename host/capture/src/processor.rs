@@ -13,9 +13,13 @@ use sluice_core::{
     TransactionRun,
 };
 use sluice_owner::{ChangefeedId, ChangefeedInfo, Epoch, ErrorKind, Outcome, TaskState};
-use sluice_processor::{Pipeline, PipelineError, Progress, ProgressStoreError};
-use sluice_runtime::{PluginKind, PluginStats, WasmFilter, WasmSink};
-use tokio::sync::watch;
+use sluice_owner::{SwapReport, SwapState};
+use sluice_processor::{
+    Pipeline, PipelineError, Probation, Progress, ProgressStoreError, SwapRequest, Verdict,
+};
+use sluice_runtime::{LatencyHistogram, PluginKind, PluginStats, WasmFilter, WasmSink};
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
@@ -93,6 +97,8 @@ pub struct Processor {
     checkpoint: CheckpointTs,
     /// Set to ask the pipeline to stop.
     stop: watch::Sender<bool>,
+    /// The changefeed's info as it changes while the work runs (a swap).
+    infos: watch::Sender<Option<ChangefeedInfo>>,
     task: JoinHandle<Outcome>,
 }
 
@@ -108,6 +114,12 @@ impl Processor {
     /// Whether it was asked to stop.
     pub fn is_stopping(&self) -> bool {
         *self.stop.borrow()
+    }
+
+    /// The changefeed's info changed while this runs: a swap recorded in it
+    /// is carried out at a barrier (see [`sluice_owner::SwapRecord`]).
+    pub fn reconfigure(&self, info: ChangefeedInfo) {
+        self.infos.send_replace(Some(info));
     }
 }
 
@@ -125,8 +137,10 @@ impl Processor {
         epoch: Epoch,
         checkpoint: CheckpointTs,
         plugins: PluginCounters,
+        swap_stats: Arc<SwapStats>,
     ) -> Self {
         let (stop, stop_rx) = watch::channel(false);
+        let (infos, infos_rx) = watch::channel(None);
         let live = Arc::new(Live::default());
         let id = info.id.clone();
         let span = tracing::info_span!("changefeed", id = %info.id, epoch = epoch.0);
@@ -146,7 +160,7 @@ impl Processor {
                     }
                 };
                 let outcome = tokio::select! {
-                    outcome = run(&ctx, info, epoch, checkpoint, stopped(stop_rx), &live, &plugins) => outcome,
+                    outcome = run(&ctx, info, epoch, checkpoint, stopped(stop_rx), &live, &plugins, (infos_rx, &swap_stats)) => outcome,
                     // A stop that takes too long cancels the pipeline (and with it
                     // any plugin call in progress, at its next slice).
                     () = deadline => {
@@ -173,6 +187,7 @@ impl Processor {
             id,
             checkpoint,
             stop,
+            infos,
             task,
         }
     }
@@ -307,6 +322,10 @@ fn registry_failure(at: &str, plugin: &str, e: RegistryError) -> Outcome {
     )
 }
 
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call site; each argument is a distinct part of the run"
+)]
 async fn run(
     ctx: &Ctx,
     info: ChangefeedInfo,
@@ -315,6 +334,7 @@ async fn run(
     shutdown: impl Future<Output = ()>,
     live: &Arc<Live>,
     plugins: &PluginCounters,
+    (infos, swap_stats): (watch::Receiver<Option<ChangefeedInfo>>, &SwapStats),
 ) -> Outcome {
     // A changefeed stored before the server's maximums were lowered runs within them.
     let mut info = info;
@@ -387,31 +407,9 @@ async fn run(
             Err(e) => return failed(ErrorKind::Config, format!("{at}: {e}")),
         }
     }
-    let sink = &info.config.sink;
-    let component = match ctx.registry.load(tenant, &sink.plugin).await {
-        Ok(c) => c,
-        Err(e) => return registry_failure("sink", &sink.plugin.to_string(), e),
-    };
-    if component.kind() != PluginKind::Sink {
-        return failed(
-            ErrorKind::Config,
-            format!("sink.plugin `{}` is not a sink", sink.plugin),
-        );
-    }
-    let dir = if sink.capabilities.data_dir.is_granted() {
-        match plugin_dir("sink") {
-            Ok(d) => Some(d),
-            Err(o) => return o,
-        }
-    } else {
-        None
-    };
-    let sink = match WasmSink::new(
-        component,
-        plugin_settings(sink, sink.plugin.to_string(), dir),
-    ) {
-        Ok(s) => s.with_stats(stats_of(plugins, "sink")),
-        Err(e) => return failed(ErrorKind::Config, format!("sink: {e}")),
+    let sink = match build_sink(ctx, id, &info.config.sink, plugins).await {
+        Ok(s) => s,
+        Err(o) => return o,
     };
     // Generated time starts after the changefeed's start ts (fixed at create,
     // so a resume regenerates the same workload).
@@ -443,13 +441,63 @@ async fn run(
         reached: false,
     };
     let start = previous.resume_point(checkpoint);
+    let reporter = store.reporter();
     let mut pipeline =
         Pipeline::new(config, filters, sink, start).with_progress_store(Box::new(store));
+    // A swap still pending or on probation when the previous run ended: the
+    // stored sink (its new version) runs on probation again, with the old one
+    // to fall back to.
+    let mut trial = None;
+    if let Some(open) = info.open_swap().filter(|s| s.to == info.config.sink) {
+        match build_sink(ctx, id, &open.from, plugins).await {
+            Ok(fallback) => {
+                let (probation, verdict) = probation(&open.probation);
+                pipeline = pipeline.with_probation(fallback, probation);
+                trial = Some(Trial {
+                    seq: open.seq,
+                    barrier_ts: open.barrier_ts.map(|b| b.get()),
+                    pause_ms: open.pause_ms,
+                    from: open.from.clone(),
+                    verdict,
+                });
+                let reason = open.reason.clone();
+                report_swap(
+                    &reporter,
+                    open.seq,
+                    SwapState::Probation,
+                    open.barrier_ts.map(|b| b.get()),
+                    open.pause_ms,
+                    reason,
+                )
+                .await;
+            }
+            Err(o) => {
+                tracing::warn!(
+                    ?o,
+                    "The old version of the swap in progress cannot be loaded; the new one runs without a fallback."
+                );
+            }
+        }
+    }
     *live.progress.lock().expect("not poisoned") = Some(pipeline.progress());
     let stop = async {
         shutdown.await;
     };
-    match pipeline.run(source, stop).await {
+    let swapper = Swapper {
+        ctx,
+        id,
+        plugins,
+        stats: swap_stats,
+        reporter,
+        swaps: pipeline.swaps(),
+        running: info.config.sink.clone(),
+        trial,
+    };
+    let result = tokio::select! {
+        result = pipeline.run(source, stop) => result,
+        never = swapper.run(infos) => match never {},
+    };
+    match result {
         Ok(report) if report.interrupted => Outcome::Stopped,
         Ok(_) => Outcome::Finished,
         Err(PipelineError::Persist(ProgressStoreError::Fenced(_))) => Outcome::Fenced,
@@ -526,5 +574,290 @@ impl<S: Source> Source for UpTo<S> {
 
     fn resume(&mut self, from: &Checkpoint) -> Result<(), ResumeError> {
         self.inner.resume(from)
+    }
+}
+
+/// Loads and instantiates the sink `table` names (on its own thread, counting
+/// into the changefeed's sink counters).
+async fn build_sink(
+    ctx: &Ctx,
+    id: &ChangefeedId,
+    table: &sluice_config::PluginConfig,
+    plugins: &PluginCounters,
+) -> Result<WasmSink, Outcome> {
+    let component = match ctx.registry.load(id.tenant(), &table.plugin).await {
+        Ok(c) => c,
+        Err(e) => return Err(registry_failure("sink", &table.plugin.to_string(), e)),
+    };
+    if component.kind() != PluginKind::Sink {
+        return Err(failed(
+            ErrorKind::Config,
+            format!("sink.plugin `{}` is not a sink", table.plugin),
+        ));
+    }
+    let dir = if table.capabilities.data_dir.is_granted() {
+        let dir = plugin_data_dir(&ctx.data_dir, id, "sink");
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            return Err(failed(
+                ErrorKind::Retryable,
+                format!("cannot create {}: {e}", dir.display()),
+            ));
+        }
+        Some(dir)
+    } else {
+        None
+    };
+    match WasmSink::new(
+        component,
+        plugin_settings(table, table.plugin.to_string(), dir),
+    ) {
+        Ok(s) => Ok(s.with_stats(stats_of(plugins, "sink"))),
+        Err(e) => Err(failed(ErrorKind::Config, format!("sink: {e}"))),
+    }
+}
+
+/// Counters of a changefeed's swaps, kept across its processors.
+#[derive(Debug, Default)]
+pub struct SwapStats {
+    /// Swaps carried out at a barrier.
+    pub swaps: AtomicU64,
+    /// Swaps rolled back on probation.
+    pub rollbacks: AtomicU64,
+    /// Swaps refused (the new version did not load or open).
+    pub refused: AtomicU64,
+    /// How long delivery paused at each swap's barrier.
+    pub pause: LatencyHistogram,
+}
+
+/// A swapped-in sink on trial.
+struct Trial {
+    seq: u64,
+    /// The barrier checkpoint and the pause of the swap, repeated in every
+    /// report of it (the owner may see only the last one).
+    barrier_ts: Option<u64>,
+    pause_ms: Option<u64>,
+    /// The table to fall back to.
+    from: sluice_config::PluginConfig,
+    verdict: oneshot::Receiver<Verdict<WasmSink>>,
+}
+
+fn probation(
+    policy: &sluice_owner::ProbationPolicy,
+) -> (Probation<WasmSink>, oneshot::Receiver<Verdict<WasmSink>>) {
+    let (verdict, judged) = oneshot::channel();
+    (
+        Probation {
+            duration: std::time::Duration::from_millis(policy.window_ms),
+            flushes: policy.flushes,
+            max_retries: policy.max_retries,
+            verdict,
+        },
+        judged,
+    )
+}
+
+/// Writes where swap `seq` stands into the run's task position (a few tries;
+/// the owner reads it there).
+async fn report_swap(
+    reporter: &Reporter,
+    seq: u64,
+    state: SwapState,
+    barrier_ts: Option<u64>,
+    pause_ms: Option<u64>,
+    reason: Option<String>,
+) {
+    let report = SwapReport {
+        seq,
+        state,
+        barrier_ts,
+        pause_ms,
+        reason: reason.map(|r| sluice_owner::bound_message(&r)),
+    };
+    for attempt in 1..=REPORT_ATTEMPTS {
+        match reporter.report_swap(report.clone()).await {
+            Ok(()) => return,
+            Err(ProgressStoreError::Fenced(_)) => return,
+            Err(e) => {
+                tracing::warn!(attempt, error = %e, "Could not report the swap; retrying.");
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+/// Carries out the swaps recorded in the changefeed's info while the pipeline
+/// runs, and reports each step.
+struct Swapper<'a> {
+    ctx: &'a Ctx,
+    id: &'a ChangefeedId,
+    plugins: &'a PluginCounters,
+    stats: &'a SwapStats,
+    reporter: Reporter,
+    swaps: tokio::sync::mpsc::Sender<SwapRequest<WasmSink>>,
+    /// The sink table the pipeline runs.
+    running: sluice_config::PluginConfig,
+    trial: Option<Trial>,
+}
+
+impl Swapper<'_> {
+    /// Runs until the pipeline ends (the caller stops polling it then).
+    async fn run(
+        mut self,
+        mut infos: watch::Receiver<Option<ChangefeedInfo>>,
+    ) -> std::convert::Infallible {
+        let mut infos_open = true;
+        loop {
+            tokio::select! {
+                verdict = async {
+                    match &mut self.trial {
+                        Some(t) => (&mut t.verdict).await.ok(),
+                        None => std::future::pending().await,
+                    }
+                } => self.judged(verdict).await,
+                changed = infos.changed(), if infos_open => {
+                    if changed.is_err() {
+                        infos_open = false;
+                        continue;
+                    }
+                    let info = infos.borrow_and_update().clone();
+                    if let Some(info) = info {
+                        self.follow(&info).await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn judged(&mut self, verdict: Option<Verdict<WasmSink>>) {
+        let trial = self.trial.take().expect("on trial");
+        match verdict {
+            Some(Verdict::Passed { flushes }) => {
+                tracing::info!(
+                    seq = trial.seq,
+                    flushes,
+                    "The swapped-in sink passed its probation."
+                );
+                report_swap(
+                    &self.reporter,
+                    trial.seq,
+                    SwapState::Done,
+                    trial.barrier_ts,
+                    trial.pause_ms,
+                    None,
+                )
+                .await;
+            }
+            Some(Verdict::RolledBack {
+                failed,
+                error,
+                checkpoint,
+                replayed_batches,
+            }) => {
+                drop(failed);
+                self.stats.rollbacks.fetch_add(1, Ordering::Relaxed);
+                let reason = format!(
+                    "{error} (rolled back at checkpoint {checkpoint}; {replayed_batches} batches replayed, flagged)"
+                );
+                self.running = trial.from;
+                report_swap(
+                    &self.reporter,
+                    trial.seq,
+                    SwapState::RolledBack,
+                    trial.barrier_ts,
+                    trial.pause_ms,
+                    Some(reason),
+                )
+                .await;
+            }
+            // The pipeline ended first: the next run judges it.
+            None => {}
+        }
+    }
+
+    /// Swaps to the sink the info names if a pending swap asks for it.
+    async fn follow(&mut self, info: &ChangefeedInfo) {
+        let Some(open) = info.open_swap() else {
+            return;
+        };
+        if open.state != SwapState::Pending
+            || open.to != info.config.sink
+            || open.to == self.running
+            || self.trial.is_some()
+        {
+            return;
+        }
+        let (seq, to, from) = (open.seq, open.to.clone(), open.from.clone());
+        tracing::info!(seq, from = %from.plugin, to = %to.plugin, "Swapping the sink.");
+        let sink = match build_sink(self.ctx, self.id, &to, self.plugins).await {
+            Ok(s) => s,
+            Err(outcome) => {
+                let reason = match outcome {
+                    Outcome::Failed { message, .. } => message,
+                    other => format!("{other:?}"),
+                };
+                self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                report_swap(
+                    &self.reporter,
+                    seq,
+                    SwapState::Refused,
+                    None,
+                    None,
+                    Some(reason),
+                )
+                .await;
+                return;
+            }
+        };
+        let (probation, verdict) = probation(&open.probation);
+        let (reply, answer) = oneshot::channel();
+        let request = SwapRequest {
+            sink,
+            probation: Some(probation),
+            reply,
+        };
+        if self.swaps.send(request).await.is_err() {
+            return;
+        }
+        match answer.await {
+            Ok(Ok(swapped)) => {
+                self.stats.swaps.fetch_add(1, Ordering::Relaxed);
+                self.stats.pause.record(swapped.pause);
+                self.running = to;
+                let (barrier_ts, pause_ms) = (
+                    Some(swapped.barrier.get()),
+                    Some(swapped.pause.as_millis() as u64),
+                );
+                self.trial = Some(Trial {
+                    seq,
+                    barrier_ts,
+                    pause_ms,
+                    from,
+                    verdict,
+                });
+                report_swap(
+                    &self.reporter,
+                    seq,
+                    SwapState::Probation,
+                    barrier_ts,
+                    pause_ms,
+                    None,
+                )
+                .await;
+            }
+            Ok(Err(refused)) => {
+                self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                report_swap(
+                    &self.reporter,
+                    seq,
+                    SwapState::Refused,
+                    None,
+                    None,
+                    Some(format!("{} did not open: {}", to.plugin, refused.error)),
+                )
+                .await;
+            }
+            // The pipeline ended before it got to the request.
+            Err(_) => {}
+        }
     }
 }

@@ -50,6 +50,9 @@ pub struct TaskPosition {
     /// in older records: zero).
     #[serde(default, flatten)]
     pub counters: Counters,
+    /// Where the swap this run carries out stands (absent when none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swap: Option<sluice_owner::SwapReport>,
 }
 
 /// What a run did, as reported in its task position.
@@ -156,6 +159,9 @@ struct Key {
     /// again counts on from there).
     base: Counters,
     last: Mutex<(TaskPosition, Revision)>,
+    /// One write at a time: the pipeline's saves and the swap reports go
+    /// through the same compare-and-swap on the key's revision.
+    turn: tokio::sync::Mutex<()>,
 }
 
 /// Writes the end of a run into its claimed task position (see
@@ -230,6 +236,8 @@ impl MetaProgressStore {
             } else {
                 Counters::default()
             },
+            // A swap is reported by the run that carries it out.
+            swap: None,
             ..previous.clone()
         };
         let result = store
@@ -253,6 +261,7 @@ impl MetaProgressStore {
                     key: key_name,
                     base: record.counters,
                     last: Mutex::new((record, result.revision)),
+                    turn: tokio::sync::Mutex::new(()),
                 }),
                 counters: None,
             },
@@ -279,20 +288,21 @@ impl MetaProgressStore {
         }
     }
 
-    fn record(&self) -> TaskPosition {
-        let mut record = self.claimed();
-        if let Some(counters) = self.counters.as_ref().and_then(|c| c()) {
-            record.counters = self.key.base.plus(counters);
-        }
-        record
+    /// This run's counters as saved (added to earlier runs' of its epoch).
+    fn counters(&self) -> Option<Counters> {
+        let counters = self.counters.as_ref().and_then(|c| c())?;
+        Some(self.key.base.plus(counters))
     }
 }
 
 impl Key {
-    async fn save(&self, record: TaskPosition) -> Result<(), ProgressStoreError> {
+    /// Writes the record as last written, changed by `change`.
+    async fn save(&self, change: impl FnOnce(&mut TaskPosition)) -> Result<(), ProgressStoreError> {
+        let _turn = self.turn.lock().await;
+        let (mut record, revision) = self.last.lock().expect("not poisoned").clone();
+        change(&mut record);
         let value =
             keys::encode(&record).map_err(|e| ProgressStoreError::Unavailable(e.to_string()))?;
-        let revision = self.last.lock().expect("not poisoned").1;
         let own = Compare::mod_revision(&self.key, revision);
         let txn = Txn::new()
             .when(std::iter::once(own).chain(self.guard.clone()))
@@ -323,23 +333,46 @@ impl Reporter {
         state: TaskState,
         counters: Option<Counters>,
     ) -> Result<(), ProgressStoreError> {
-        let mut record = self.key.last.lock().expect("not poisoned").0.clone();
-        if record.state.is_terminal() {
+        if self
+            .key
+            .last
+            .lock()
+            .expect("not poisoned")
+            .0
+            .state
+            .is_terminal()
+        {
             return Ok(());
         }
-        record.state = state;
-        if let Some(c) = counters {
-            record.counters = self.key.base.plus(c);
-        }
-        self.key.save(record).await
+        let base = self.key.base;
+        self.key
+            .save(|record| {
+                record.state = state;
+                if let Some(c) = counters {
+                    record.counters = base.plus(c);
+                }
+            })
+            .await
+    }
+
+    /// Writes where the swap this run carries out stands.
+    pub async fn report_swap(
+        &self,
+        report: sluice_owner::SwapReport,
+    ) -> Result<(), ProgressStoreError> {
+        self.key.save(|record| record.swap = Some(report)).await
     }
 }
 
 impl ProgressStore for MetaProgressStore {
     fn save_fence(&mut self, fence: CommitTs) -> StoreFuture<'_> {
-        let mut record = self.record();
-        record.fence_ts = fence.get().max(record.fence_ts);
-        Box::pin(self.key.save(record))
+        let counters = self.counters();
+        Box::pin(self.key.save(move |record| {
+            record.fence_ts = fence.get().max(record.fence_ts);
+            if let Some(c) = counters {
+                record.counters = c;
+            }
+        }))
     }
 
     fn save_checkpoint(
@@ -347,13 +380,16 @@ impl ProgressStore for MetaProgressStore {
         checkpoint: &Checkpoint,
         resolved: ResolvedTs,
     ) -> StoreFuture<'_> {
-        let record = TaskPosition {
-            checkpoint_ts: checkpoint.ts.get(),
-            resolved_ts: resolved.get(),
-            source_position: checkpoint.position.clone(),
-            ..self.record()
-        };
-        Box::pin(self.key.save(record))
+        let counters = self.counters();
+        let checkpoint = checkpoint.clone();
+        Box::pin(self.key.save(move |record| {
+            record.checkpoint_ts = checkpoint.ts.get();
+            record.resolved_ts = resolved.get();
+            record.source_position = checkpoint.position;
+            if let Some(c) = counters {
+                record.counters = c;
+            }
+        }))
     }
 }
 
@@ -404,6 +440,7 @@ mod tests {
                 source_position: Some(position.clone()),
                 state: TaskState::Running,
                 counters: Counters::default(),
+                swap: None,
             }
         );
         assert_eq!(

@@ -13,7 +13,7 @@ use sluice_owner::{ChangefeedId, ChangefeedInfo, Epoch, OwnerError};
 use sluice_registry::RegistryError;
 use sluice_runtime::{PluginKind, WasmFilter, WasmSink};
 
-use crate::processor::{PluginCounters, Processor, plugin_roles};
+use crate::processor::{PluginCounters, Processor, SwapStats, plugin_roles};
 use crate::{Ctx, error_chain};
 
 /// What this capture runs, one processor per changefeed at most.
@@ -23,6 +23,8 @@ pub struct Capture {
     /// that plugin series neither vanish nor go backwards; dropped when the
     /// changefeed is removed.
     counters: Mutex<BTreeMap<ChangefeedId, PluginCounters>>,
+    /// Each changefeed's swap counters, likewise.
+    swaps: Mutex<BTreeMap<ChangefeedId, Arc<SwapStats>>>,
 }
 
 impl Capture {
@@ -31,6 +33,7 @@ impl Capture {
         Self {
             ctx,
             counters: Mutex::new(BTreeMap::new()),
+            swaps: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -52,12 +55,31 @@ impl Capture {
             *entry = carry_over(entry, info);
             entry.clone()
         };
-        Processor::start(self.ctx.clone(), info.clone(), epoch, checkpoint, plugins)
+        let swaps = self.swap_stats(&info.id);
+        Processor::start(
+            self.ctx.clone(),
+            info.clone(),
+            epoch,
+            checkpoint,
+            plugins,
+            swaps,
+        )
     }
 
     /// Drops a removed changefeed's counters.
     pub fn forget(&self, id: &ChangefeedId) {
         self.counters.lock().expect("not poisoned").remove(id);
+        self.swaps.lock().expect("not poisoned").remove(id);
+    }
+
+    /// The swap counters of `id` (created on first use).
+    pub fn swap_stats(&self, id: &ChangefeedId) -> Arc<SwapStats> {
+        self.swaps
+            .lock()
+            .expect("not poisoned")
+            .entry(id.clone())
+            .or_default()
+            .clone()
     }
 
     /// The counters of `id`'s plugins (of its latest processor, running or not).

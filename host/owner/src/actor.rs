@@ -24,6 +24,7 @@ use crate::info::{Changefeed, ChangefeedInfo};
 use crate::plugin::PluginId;
 use crate::runtime::{OwnerConfig, Runtime, Totals};
 use crate::state::FeedState;
+use crate::swap::SwapAsk;
 
 /// How often the owner looks at every changefeed without being woken.
 const TICK: Duration = Duration::from_millis(200);
@@ -130,7 +131,9 @@ impl Snapshot {
             .collect()
     }
 
-    /// Changefeeds of `tenant` that use `plugin` (removed ones do not count).
+    /// Changefeeds of `tenant` that use `plugin` (removed ones do not count),
+    /// as a plugin or as the old version of a swap in progress (a rollback
+    /// needs it).
     pub fn users_of(&self, tenant: &str, plugin: &PluginId) -> Vec<String> {
         self.feeds
             .iter()
@@ -138,7 +141,8 @@ impl Snapshot {
                 let info = &e.changefeed.info;
                 id.tenant() == tenant
                     && info.state != FeedState::Removed
-                    && info.config.plugins().any(|(_, p)| &p.plugin == plugin)
+                    && (info.config.plugins().any(|(_, p)| &p.plugin == plugin)
+                        || info.open_swap().is_some_and(|s| s.from_plugin() == plugin))
             })
             .map(|(id, _)| id.to_string())
             .collect()
@@ -172,6 +176,11 @@ enum Command {
     Admin {
         id: ChangefeedId,
         job: AdminJob,
+        reply: Reply<FeedView>,
+    },
+    Swap {
+        id: ChangefeedId,
+        ask: Box<SwapAsk>,
         reply: Reply<FeedView>,
     },
     DeletePlugin {
@@ -277,6 +286,20 @@ impl Owner {
     pub async fn admin(&self, id: &ChangefeedId, job: AdminJob) -> Result<FeedView, OwnerError> {
         let id = id.clone();
         self.ask(|reply| Command::Admin { id, job, reply }).await
+    }
+
+    /// Swaps `id`'s sink as `ask` says, while it runs: the new version is
+    /// checked first (outside the owner task); then the swap is recorded and
+    /// the capture carries it out at a barrier. Returns once it is recorded;
+    /// `changefeed query` shows how it goes.
+    pub async fn swap(&self, id: &ChangefeedId, ask: SwapAsk) -> Result<FeedView, OwnerError> {
+        let id = id.clone();
+        self.ask(|reply| Command::Swap {
+            id,
+            ask: Box::new(ask),
+            reply,
+        })
+        .await
     }
 
     /// Pauses `id`.
@@ -457,6 +480,38 @@ async fn run<C: OwnerContext>(
                 let result = runtime.finish(token, *info, checked).await;
                 let _ = reply.send(result.and_then(|()| answer(&runtime, &id)));
             }
+            Command::Swap { reply, .. } if pending_checks >= MAX_PENDING_CHECKS => {
+                let _ = reply.send(Err(OwnerError::Unavailable(format!(
+                    "{MAX_PENDING_CHECKS} creates, updates and swaps are having their plugins \
+                     checked; retry shortly"
+                ))));
+            }
+            Command::Swap { id, ask, reply } => match runtime.begin_swap(&id, *ask) {
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+                Ok((token, candidate)) => {
+                    let ctx = runtime.context();
+                    let outbox = outbox.clone();
+                    let slots = check_slots.clone();
+                    pending_checks += 1;
+                    tokio::spawn(
+                        async move {
+                            let checked = match slots.acquire_owned().await {
+                                Ok(_slot) => ctx.check_plugins(&candidate).await,
+                                Err(_) => Err(gone()),
+                            };
+                            let _ = outbox.send(Command::Checked {
+                                token,
+                                info: Box::new(candidate),
+                                checked,
+                                reply,
+                            });
+                        }
+                        .in_current_span(),
+                    );
+                }
+            },
             Command::Admin { id, job, reply } => {
                 let result = runtime.admin(&id, job).await;
                 let _ = reply.send(result.and_then(|()| answer(&runtime, &id)));

@@ -20,6 +20,7 @@ use crate::epoch::Epoch;
 use crate::error::AdminError;
 use crate::info::{Changefeed, ChangefeedInfo};
 use crate::state::FeedState;
+use crate::swap::SwapRecord;
 
 /// What an operator asks of a changefeed.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +43,10 @@ pub enum AdminJob {
     /// Stop replicating and drop the changefeed. Its record stays as a tombstone in
     /// state removed, so a later create continues its epochs.
     Remove,
+    /// Replace the sink with another version (checked already) while the
+    /// changefeed runs: record the swap and make the new version the sink. Its
+    /// `from` must be the sink as it stands.
+    Swap(Box<SwapRecord>),
 }
 
 impl AdminJob {
@@ -53,6 +58,7 @@ impl AdminJob {
             AdminJob::Resume { .. } => "resume",
             AdminJob::Update(_) => "update",
             AdminJob::Remove => "remove",
+            AdminJob::Swap(_) => "swap",
         }
     }
 }
@@ -74,6 +80,8 @@ pub enum Effect {
     Updated,
     /// Stop the pipeline, if any, and delete what the changefeed kept (remove).
     Remove,
+    /// The sink changed while the work runs on: tell the work (swap).
+    Swapped,
     /// Nothing changed.
     Unchanged,
 }
@@ -100,7 +108,7 @@ pub fn apply_admin_job(
                 Ok(start(cf))
             }
             AdminJob::Remove => Ok(Effect::Unchanged),
-            AdminJob::Pause | AdminJob::Resume { .. } | AdminJob::Update(_) => {
+            AdminJob::Pause | AdminJob::Resume { .. } | AdminJob::Update(_) | AdminJob::Swap(_) => {
                 Err(AdminError::Removed { id })
             }
         };
@@ -178,6 +186,7 @@ pub fn apply_admin_job(
                     target_ts,
                     ..
                 } = *new;
+                cf.info.supersede_swap("the changefeed was updated", now_ms);
                 cf.info.config = config;
                 cf.info.spec = spec;
                 cf.info.target_ts = target_ts;
@@ -185,9 +194,36 @@ pub fn apply_admin_job(
             }
         },
         AdminJob::Remove => {
+            cf.info.supersede_swap("the changefeed was removed", now_ms);
             cf.info.state = Removed;
             cf.info.failure = None;
             Ok(Effect::Remove)
+        }
+        AdminJob::Swap(record) => {
+            if state == Finished {
+                return Err(AdminError::SwapFinished { id });
+            }
+            if let Some(open) = cf.info.open_swap() {
+                return Err(AdminError::SwapInProgress {
+                    id,
+                    seq: open.seq,
+                    from: open.from.plugin.to_string(),
+                    to: open.to.plugin.to_string(),
+                    state: open.state.as_str(),
+                });
+            }
+            if record.from != cf.info.config.sink {
+                return Err(AdminError::SwapStale {
+                    id,
+                    expected: record.from.plugin.to_string(),
+                    current: cf.info.config.sink.plugin.to_string(),
+                });
+            }
+            let mut next = cf.info.clone();
+            next.begin_swap(*record);
+            next.validate()?;
+            cf.info = next;
+            Ok(Effect::Swapped)
         }
     }
 }

@@ -174,6 +174,9 @@ pub struct TaskReport {
     /// Bytes of row data waiting in the run's event cache.
     #[serde(default)]
     pub event_cache_bytes: u64,
+    /// Where the swap the run carries out stands.
+    #[serde(default)]
+    pub swap: Option<crate::SwapReport>,
 }
 
 impl TaskReport {
@@ -188,6 +191,7 @@ impl TaskReport {
             source_events: self.source_events,
             source_time_ms: self.source_time_ms,
             event_cache_bytes: self.event_cache_bytes,
+            swap: self.swap.clone(),
         }
     }
 }
@@ -286,6 +290,7 @@ impl Assigner {
             desired: Desired::Run,
         };
         let (desired, desired_rx) = watch::channel(Desired::Run);
+        let (revision, revision_rx) = watch::channel(info_revision);
         let live = Arc::new(Reported::default());
         let span = tracing::info_span!("assignment", id = %info.id, epoch = epoch.0);
         let task = tokio::spawn(
@@ -294,7 +299,7 @@ impl Assigner {
                 info.id.clone(),
                 vec![self.inner.capture.clone()],
                 record,
-                desired_rx,
+                (desired_rx, revision_rx),
                 live.clone(),
                 self.stop_wait,
             )
@@ -304,6 +309,7 @@ impl Assigner {
             epoch,
             live,
             desired,
+            revision,
             task,
         }
     }
@@ -315,7 +321,7 @@ struct Reported(Mutex<Option<WorkProgress>>);
 
 impl LiveProgress for Reported {
     fn progress(&self) -> Option<WorkProgress> {
-        *self.0.lock().expect("not poisoned")
+        self.0.lock().expect("not poisoned").clone()
     }
 }
 
@@ -326,6 +332,8 @@ pub struct AssignedWork {
     epoch: Epoch,
     live: Arc<Reported>,
     desired: watch::Sender<Desired>,
+    /// The info revision the assignment names.
+    revision: watch::Sender<Revision>,
     task: JoinHandle<Outcome>,
 }
 
@@ -354,6 +362,18 @@ impl Work for AssignedWork {
 
     fn is_finished(&self) -> bool {
         self.task.is_finished()
+    }
+
+    /// Rewrites the assignment with the new info revision (the capture reads
+    /// the info there and swaps what changed).
+    fn reconfigure(&mut self, info_revision: Revision) {
+        self.revision.send_if_modified(|r| {
+            let newer = info_revision > *r;
+            if newer {
+                *r = info_revision;
+            }
+            newer
+        });
     }
 
     async fn join(self) -> Outcome {
@@ -493,6 +513,7 @@ impl Reports {
                     source_events: o.source_events + p.source_events,
                     source_time_ms: o.source_time_ms.max(p.source_time_ms),
                     event_cache_bytes: o.event_cache_bytes + p.event_cache_bytes,
+                    swap: o.swap.or(p.swap),
                 },
             });
         }
@@ -534,7 +555,7 @@ async fn follow(
     id: ChangefeedId,
     captures: Vec<String>,
     mut record: Assignment,
-    mut desired: watch::Receiver<Desired>,
+    (mut desired, mut revision): (watch::Receiver<Desired>, watch::Receiver<Revision>),
     live: Arc<Reported>,
     stop_wait: Option<Duration>,
 ) -> Outcome {
@@ -559,6 +580,8 @@ async fn follow(
     };
     // Set once a stop is written: the capture's report is waited for until then.
     let mut deadline: Option<tokio::time::Instant> = None;
+    // Until the handle is dropped: then no new info revision comes.
+    let mut revision_open = true;
     let gave_up = || {
         tracing::warn!(
             "The capture did not report the end of stopped work in time; counting it as stopped."
@@ -614,6 +637,23 @@ async fn follow(
                             Ok(r) => *revision = r,
                             Err(Lost::Ownership) => break 'follow lost(),
                             Err(Lost::TimedOut) => break 'follow gave_up(),
+                        }
+                    }
+                }
+                changed = revision.changed(), if record.desired == Desired::Run && revision_open => {
+                    if changed.is_err() {
+                        revision_open = false;
+                        continue;
+                    }
+                    let next = *revision.borrow_and_update();
+                    if next <= record.info_revision {
+                        continue;
+                    }
+                    record.info_revision = next;
+                    for (key, revision) in &mut written {
+                        match write(&inner, key, &record, None).await {
+                            Ok(r) => *revision = r,
+                            Err(_) => break 'follow lost(),
                         }
                     }
                 }

@@ -19,7 +19,7 @@ use crate::plugin::PluginId;
 use sluice_config::SourceConfig;
 
 /// Where a capture's work for one changefeed stands, as the owner sees it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WorkProgress {
     /// Every row with commit ts <= this is durable downstream.
     pub checkpoint_ts: CheckpointTs,
@@ -40,6 +40,8 @@ pub struct WorkProgress {
     pub source_time_ms: u64,
     /// Bytes of row data waiting in the event cache.
     pub event_cache_bytes: u64,
+    /// Where the latest swap stands at the capture, if the work ran one.
+    pub swap: Option<crate::SwapReport>,
 }
 
 /// How a capture's work for a changefeed ended.
@@ -82,6 +84,9 @@ pub trait Work: Send + Sync + 'static {
     fn is_stopping(&self) -> bool;
     /// Whether it has ended (its outcome is ready).
     fn is_finished(&self) -> bool;
+    /// The changefeed's info changed while the work runs (a swap): it is now
+    /// stored at `info_revision`; the work reads it there and follows it.
+    fn reconfigure(&mut self, info_revision: Revision);
     /// Waits for its outcome (it must have ended or been asked to stop).
     fn join(self) -> impl Future<Output = Outcome> + Send;
     /// Cancels it without flushing and waits until no write of it can land.
@@ -164,6 +169,13 @@ pub trait OwnerContext: Send + Sync + 'static {
         &self,
         info: &ChangefeedInfo,
     ) -> impl Future<Output = Result<Option<SourceConfig>, OwnerError>> + Send;
+
+    /// Checks the plugins `info` names, as [`OwnerContext::check`] does, but
+    /// not its source (a swap changes only a plugin of a running changefeed).
+    fn check_plugins(
+        &self,
+        info: &ChangefeedInfo,
+    ) -> impl Future<Output = Result<(), OwnerError>> + Send;
 
     /// Removes an uploaded plugin unless `used_by` names changefeeds using it.
     fn delete_plugin(

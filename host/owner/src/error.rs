@@ -110,6 +110,41 @@ pub enum AdminError {
         /// The changefeed.
         id: ChangefeedId,
     },
+    /// A swap while another swap of the changefeed is still in progress.
+    #[error(
+        "changefeed {id} has swap {seq} ({from} -> {to}) still {state}; wait until it is done \
+         or rolled back (see `changefeed query`)"
+    )]
+    SwapInProgress {
+        /// The changefeed.
+        id: ChangefeedId,
+        /// The swap in progress.
+        seq: u64,
+        /// Its old version.
+        from: String,
+        /// Its new version.
+        to: String,
+        /// Where it stands.
+        state: &'static str,
+    },
+    /// A swap of a changefeed that has finished.
+    #[error("changefeed {id} has finished; there is no running sink to swap")]
+    SwapFinished {
+        /// The changefeed.
+        id: ChangefeedId,
+    },
+    /// A swap asked against a sink that is no longer the changefeed's.
+    #[error(
+        "changefeed {id} now runs {current}, not {expected}; check `changefeed query` and swap again"
+    )]
+    SwapStale {
+        /// The changefeed.
+        id: ChangefeedId,
+        /// What the swap was checked against.
+        expected: String,
+        /// What the changefeed runs.
+        current: String,
+    },
     /// A pause of a changefeed that does not run.
     #[error(
         "changefeed {id} is {state} and not running, so there is nothing to pause; resume it \

@@ -11,6 +11,8 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+use crate::swap::{SwapRecord, SwapReport, SwapState};
 use sluice_config::{ChangefeedConfig, Mode};
 use sluice_core::{CheckpointTs, CommitTs, PluginError};
 
@@ -104,6 +106,14 @@ pub struct ChangefeedInfo {
     /// Why the changefeed is failed; set only in [`FeedState::Failed`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<FailReason>,
+    /// The latest sink swaps, oldest first, at most
+    /// [`crate::MAX_SWAP_RECORDS`]; the last one may be in progress.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub swaps: Vec<SwapRecord>,
+    /// How many swaps this changefeed recorded in all (the next one's number
+    /// is one more).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub swap_count: u64,
 }
 
 impl ChangefeedInfo {
@@ -124,7 +134,63 @@ impl ChangefeedInfo {
             error_count: 0,
             warnings: Vec::new(),
             failure: None,
+            swaps: Vec::new(),
+            swap_count: 0,
         }
+    }
+
+    /// The swap in progress (pending or on probation), if any.
+    pub fn open_swap(&self) -> Option<&SwapRecord> {
+        self.swaps.last().filter(|s| s.state.is_open())
+    }
+
+    /// Records `record` as the next swap and makes its new version the sink.
+    pub(crate) fn begin_swap(&mut self, mut record: SwapRecord) {
+        self.swap_count = self.swap_count.saturating_add(1);
+        record.seq = self.swap_count;
+        record.state = SwapState::Pending;
+        self.config.sink = record.to.clone();
+        crate::swap::push_record(&mut self.swaps, record);
+    }
+
+    /// Ends a swap in progress that was overtaken (an update, a removal).
+    pub(crate) fn supersede_swap(&mut self, why: &str, now_ms: u64) {
+        if let Some(last) = self.swaps.last_mut().filter(|s| s.state.is_open()) {
+            last.state = SwapState::Superseded;
+            last.reason = Some(bound_message(why));
+            last.ended_at_ms = Some(now_ms);
+        }
+    }
+
+    /// Takes in a capture's report on a swap. When the new version was rolled
+    /// back or refused, the old one becomes the sink again and a warning says
+    /// why. Returns whether anything changed.
+    pub fn on_swap_report(&mut self, report: &SwapReport, now_ms: u64) -> bool {
+        let Some(record) = self.swaps.iter_mut().rev().find(|r| r.seq == report.seq) else {
+            return false;
+        };
+        let Some(back) = crate::swap::advance(record, report, now_ms) else {
+            return false;
+        };
+        if back {
+            let (seq, from, to, state) = (
+                record.seq,
+                record.from.plugin.to_string(),
+                record.to.plugin.to_string(),
+                record.state.as_str(),
+            );
+            let reason = record.reason.clone().unwrap_or_default();
+            self.config.sink = record.from.clone();
+            self.record_warning(WarningRecord {
+                at_ms: now_ms,
+                epoch: self.epoch,
+                message: format!("swap {seq} from {from} to {to} {state}: {reason}; {from} runs"),
+            });
+            if self.state == FeedState::Normal {
+                self.state = FeedState::Warning;
+            }
+        }
+        true
     }
 
     /// Pure checks of what an operator wrote: the stored-form version, the config

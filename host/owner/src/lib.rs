@@ -36,6 +36,7 @@ mod plugin;
 mod records;
 mod runtime;
 mod state;
+mod swap;
 
 #[cfg(test)]
 mod tests;
@@ -64,3 +65,7 @@ pub use records::{GiveUp, MetaRecords};
 pub use runtime::{OwnerConfig, Totals};
 pub use sluice_config::{ChangefeedConfig, IdError, MAX_NAME_LEN, NameKind, validate_name};
 pub use state::FeedState;
+pub use swap::{
+    MAX_PROBATION_FLUSHES, MAX_PROBATION_MS, MAX_PROBATION_RETRIES, MAX_SWAP_RECORDS,
+    ProbationPolicy, SwapAsk, SwapRecord, SwapReport, SwapState, record_for, within_grants,
+};

@@ -157,9 +157,35 @@ impl<C: Clock, J: JitterSource> FeedStateManager<C, J> {
         let effect = admin::apply_admin_job(&mut self.changefeed, job, now)?;
         match effect {
             Effect::Start { .. } | Effect::Stop | Effect::Remove => self.end_streak(),
-            Effect::Updated | Effect::Unchanged => {}
+            Effect::Updated | Effect::Unchanged | Effect::Swapped => {}
         }
         Ok(effect)
+    }
+
+    /// The work finished (its source ended) with a swap still open: the new
+    /// version delivered everything, so the swap is done.
+    pub fn on_finished_with_swap(&mut self) {
+        let now = self.now();
+        let info = &mut self.changefeed.info;
+        if let Some(open) = info.swaps.last_mut().filter(|s| s.state.is_open())
+            && open.to == info.config.sink
+        {
+            open.state = crate::SwapState::Done;
+            open.reason =
+                Some("the changefeed finished while the new version was on probation".into());
+            open.ended_at_ms = Some(now);
+        }
+    }
+
+    /// A capture reported on a swap (see [`crate::ChangefeedInfo::on_swap_report`]);
+    /// reports of another epoch count too (a swap spans restarts), reports of a
+    /// removed changefeed do not. Returns whether the changefeed changed.
+    pub fn on_swap_report(&mut self, report: &crate::SwapReport) -> bool {
+        if self.changefeed.state() == FeedState::Removed {
+            return false;
+        }
+        let now = self.now();
+        self.changefeed.info.on_swap_report(report, now)
     }
 
     /// The pipeline of `epoch` reported an error. Errors reach a changefeed that is

@@ -23,6 +23,7 @@ use crate::info::{Changefeed, ChangefeedInfo, ChangefeedStatus};
 use crate::manager::{Decision, FeedStateManager};
 use crate::plugin::PluginId;
 use crate::state::FeedState;
+use crate::swap::{SwapAsk, SwapRecord, record_for};
 
 type Manager = FeedStateManager<SystemClock, SeededJitter>;
 
@@ -114,10 +115,16 @@ impl<W: Work> Feed<W> {
             if outcome.is_some() {
                 self.totals.add(&p);
             }
+            if let Some(report) = &p.swap {
+                self.manager.on_swap_report(report);
+            }
         }
         let _ = match outcome {
             None | Some(Outcome::Stopped) | Some(Outcome::Fenced) => return,
-            Some(Outcome::Finished) => self.manager.on_target_reached(epoch),
+            Some(Outcome::Finished) => {
+                self.manager.on_finished_with_swap();
+                self.manager.on_target_reached(epoch)
+            }
             Some(Outcome::Failed { kind, message }) => self.manager.on_error(epoch, kind, message),
         };
     }
@@ -143,11 +150,14 @@ fn manager(cf: Changefeed, backoff: BackoffConfig) -> Result<Manager, OwnerError
         .map_err(|e| OwnerError::Internal(e.to_string()))
 }
 
-/// A create or update whose plugins are being checked, outside the actor.
+/// A create, update or swap whose plugins are being checked, outside the actor.
 struct Pending {
     token: u64,
+    /// The changefeed as it would be.
     info: ChangefeedInfo,
     create: bool,
+    /// For a swap: its record.
+    swap: Option<SwapRecord>,
 }
 
 pub(crate) struct Runtime<C: OwnerContext> {
@@ -210,6 +220,18 @@ impl<C: OwnerContext> Runtime<C> {
                 // A restart: the work of the previous epoch is gone, or fenced
                 // once the new one claims the task position.
                 cf.info.epoch = cf.info.epoch.next();
+            }
+            if let Some(open) = cf.info.swaps.last_mut().filter(|s| s.state.is_open()) {
+                // What the store says runs is what runs: the new version, on
+                // probation again, with the old one to fall back to.
+                open.reason = Some(crate::info::bound_message(&format!(
+                    "the server restarted while the swap was {}; {} runs on probation again \
+                     from checkpoint {}, with {} to fall back to",
+                    open.state.as_str(),
+                    open.to.plugin,
+                    cf.status.checkpoint_ts,
+                    open.from.plugin
+                )));
             }
             let manager = manager(cf, config.backoff)?;
             runtime
@@ -480,8 +502,54 @@ impl<C: OwnerContext> Runtime<C> {
             token: self.next_token,
             info: info.clone(),
             create,
+            swap: None,
         });
         Ok(self.next_token)
+    }
+
+    /// Takes the first step of a swap: the changefeed exists, can swap, and
+    /// the ask is sound. Returns a token for [`Runtime::finish`] and the
+    /// changefeed as it would be, whose plugins are checked outside the owner.
+    pub(crate) fn begin_swap(
+        &mut self,
+        id: &ChangefeedId,
+        ask: SwapAsk,
+    ) -> Result<(u64, ChangefeedInfo), OwnerError> {
+        self.open_for_jobs()?;
+        let feed = self.require(id)?;
+        let cf = feed.manager.changefeed();
+        let info = &cf.info;
+        let record = record_for(&info.config.sink, ask, info.epoch, now_ms())
+            .map_err(OwnerError::Invalid)?;
+        // The job's own checks (state, a swap in progress), on a copy.
+        let mut candidate = cf.clone();
+        crate::admin::apply_admin_job(
+            &mut candidate,
+            AdminJob::Swap(Box::new(record.clone())),
+            now_ms(),
+        )?;
+        if let Some(p) = self
+            .pending
+            .iter()
+            .find(|p| p.info.id == *id && p.swap.is_some())
+        {
+            let to = p
+                .swap
+                .as_ref()
+                .map(|s| s.to.plugin.to_string())
+                .unwrap_or_default();
+            return Err(OwnerError::Precondition(format!(
+                "a swap of {id} to {to} is being checked; wait for its answer"
+            )));
+        }
+        self.next_token += 1;
+        self.pending.push(Pending {
+            token: self.next_token,
+            info: candidate.info.clone(),
+            create: false,
+            swap: Some(record),
+        });
+        Ok((self.next_token, candidate.info))
     }
 
     /// The second step of a create or update: its plugins passed their checks
@@ -495,9 +563,13 @@ impl<C: OwnerContext> Runtime<C> {
         let Some(at) = self.pending.iter().position(|p| p.token == token) else {
             return Err(OwnerError::Internal("an unknown create or update".into()));
         };
-        let create = self.pending.remove(at).create;
+        let pending = self.pending.remove(at);
+        let create = pending.create;
         checked?;
         let id = info.id.clone();
+        if let Some(record) = pending.swap {
+            return self.admin(&id, AdminJob::Swap(Box::new(record))).await;
+        }
         if !create {
             return self.admin(&id, AdminJob::Update(Box::new(info))).await;
         }
@@ -558,6 +630,13 @@ impl<C: OwnerContext> Runtime<C> {
             Effect::Remove => {
                 self.stop(id);
                 self.forget(id).await?;
+            }
+            Effect::Swapped => {
+                let feed = self.feeds.get_mut(id).expect("present");
+                let revision = feed.info_revision;
+                if let Some(work) = &mut feed.work {
+                    work.reconfigure(revision);
+                }
             }
             // Removing again finishes what a failed removal left behind.
             Effect::Unchanged

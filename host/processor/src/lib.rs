@@ -28,4 +28,4 @@ pub use error::PipelineError;
 pub use persist::{ProgressStore, ProgressStoreError, StoreFuture};
 pub use pipeline::{Pipeline, Progress, Report};
 pub use stage::{EventStage, PassThrough, StageError};
-pub use swap::{SwapRefused, SwapRequest, Swapped};
+pub use swap::{Probation, SwapRefused, SwapRequest, Swapped, Verdict};

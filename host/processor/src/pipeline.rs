@@ -122,6 +122,32 @@ pub struct Pipeline<K: Sink, F: Filter> {
     last_saved: Option<(CheckpointTs, Instant)>,
     /// Sink swaps asked for (see [`Pipeline::swaps`]).
     swaps: Option<tokio::sync::mpsc::Receiver<crate::SwapRequest<K>>>,
+    /// The sink swapped in last is on trial: the one it replaced waits here.
+    probation: Option<OnProbation<K>>,
+}
+
+/// A sink on trial (see [`crate::Probation`]).
+struct OnProbation<K> {
+    /// The sink it replaced (closed), to swap back to.
+    fallback: K,
+    until: Instant,
+    flushes_left: u64,
+    flushes: u64,
+    retries_left: u32,
+    verdict: tokio::sync::oneshot::Sender<crate::Verdict<K>>,
+}
+
+impl<K> OnProbation<K> {
+    fn new(fallback: K, p: crate::Probation<K>) -> Self {
+        Self {
+            fallback,
+            until: Instant::now() + p.duration,
+            flushes_left: p.flushes,
+            flushes: 0,
+            retries_left: p.max_retries,
+            verdict: p.verdict,
+        }
+    }
 }
 
 /// The most the fence lead is multiplied by while catching up.
@@ -176,7 +202,16 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             last_fence_save: None,
             last_saved: None,
             swaps: None,
+            probation: None,
         }
+    }
+
+    /// Run the sink on trial from the start, with `fallback` to swap back to if
+    /// it fails within `probation` (a swap that was still on trial when the
+    /// previous run ended).
+    pub fn with_probation(mut self, fallback: K, probation: crate::Probation<K>) -> Self {
+        self.probation = Some(OnProbation::new(fallback, probation));
+        self
     }
 
     /// Where to send [`crate::SwapRequest`]s: each replaces the sink at a
@@ -275,6 +310,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
                 },
                 _ = ticker.tick() => {
                     if let Err(e) = self.flush_point().await { break Err(e); }
+                    self.judge_probation();
                 }
                 Some(request) = next_swap(&mut swaps) => {
                     if let Err(e) = self.swap_sink(request).await { break Err(e); }
@@ -857,6 +893,10 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         let target = self.read_through;
         if target > self.flushed || self.wrote_since_flush {
             self.call_sink(SinkCall::Flush(target)).await?;
+            if let Some(p) = &mut self.probation {
+                p.flushes += 1;
+                p.flushes_left = p.flushes_left.saturating_sub(1);
+            }
             self.flushed = target;
             self.wrote_since_flush = false;
             self.unacked.clear();
@@ -985,6 +1025,17 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         mut attempt: u32,
     ) -> Result<u32, PipelineError> {
         while let Err(error) = result {
+            if let Some(p) = &mut self.probation {
+                // Only an error the plugin itself calls retryable is retried on
+                // probation; a trap or a quota or deadline stop rolls back.
+                if !matches!(error, PluginError::Retryable(_)) || p.retries_left == 0 {
+                    // The sink on trial failed: back to the one it replaced.
+                    result = self.roll_back(error).await;
+                    attempt = 0;
+                    continue;
+                }
+                p.retries_left -= 1;
+            }
             if !error.is_retryable() || attempt >= self.config.max_retries {
                 return Err(PipelineError::Sink(error));
             }
@@ -1009,10 +1060,61 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         Ok(())
     }
 
+    /// The sink on trial failed with `error`: drop it, open the one it replaced
+    /// and replay every unacknowledged batch into it, flagged. Returns how the
+    /// replay went (the caller retries it like any sink call).
+    async fn roll_back(&mut self, error: PluginError) -> Result<(), PluginError> {
+        let p = self.probation.take().expect("on probation");
+        let mut failed = std::mem::replace(&mut self.sink, p.fallback);
+        tracing::warn!(failed = failed.name(), sink = self.sink.name(), %error, checkpoint = %self.progress.checkpoint_ts, "The sink on probation failed; rolling back to the one it replaced.");
+        if let Err(e) = failed.close().await {
+            tracing::debug!(error = %e, "The failed sink did not close cleanly.");
+        }
+        let replayed_batches = self.unacked.len();
+        let result = self.replay().await;
+        let _ = p.verdict.send(crate::Verdict::RolledBack {
+            failed,
+            error,
+            checkpoint: self.progress.checkpoint_ts,
+            replayed_batches,
+        });
+        result
+    }
+
+    /// Ends a probation whose time and flushes have both passed.
+    fn judge_probation(&mut self) {
+        let passed = self
+            .probation
+            .as_ref()
+            .is_some_and(|p| p.flushes_left == 0 && Instant::now() >= p.until);
+        if passed {
+            let p = self.probation.take().expect("checked");
+            tracing::info!(
+                sink = self.sink.name(),
+                flushes = p.flushes,
+                "The sink passed its probation."
+            );
+            let _ = p
+                .verdict
+                .send(crate::Verdict::Passed { flushes: p.flushes });
+        }
+    }
+
     /// Replaces the sink at a barrier (see the `swap` module).
     async fn swap_sink(&mut self, request: crate::SwapRequest<K>) -> Result<(), PipelineError> {
         let started = Instant::now();
-        let crate::SwapRequest { sink, reply } = request;
+        let crate::SwapRequest {
+            sink,
+            probation,
+            reply,
+        } = request;
+        if self.probation.is_some() {
+            let error = PluginError::Refused(
+                "the sink swapped in last is still on probation; swap again once it has passed or rolled back".into(),
+            );
+            let _ = reply.send(Err(crate::SwapRefused { sink, error }));
+            return Ok(());
+        }
         // Everything read so far is written and flushed by the old sink.
         let flushed = self.flush_point().await;
         let mut replayed_batches = 0;
@@ -1042,9 +1144,17 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             }
             Err(other) => return Err(other),
         }
+        let barrier = self.progress.checkpoint_ts;
+        let old = match probation {
+            Some(p) => {
+                self.probation = Some(OnProbation::new(old, p));
+                None
+            }
+            None => Some(old),
+        };
         let swapped = crate::Swapped {
             old,
-            barrier: self.progress.checkpoint_ts,
+            barrier,
             replayed_batches,
             pause: started.elapsed(),
         };

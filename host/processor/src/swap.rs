@@ -13,7 +13,10 @@
 //!    opened again and keeps running (the swap is refused, nothing is lost).
 //!
 //! The old sink is handed back in the reply, so that a caller can swap back to
-//! it (a rollback) the same way.
+//! it the same way; or, with a [`Probation`], the pipeline keeps it and swaps
+//! back by itself (a rollback) if the new sink fails before the probation
+//! passes: the failed sink is dropped, the old one opens again and gets every
+//! batch above the last acknowledged checkpoint, flagged replay.
 
 use std::time::Duration;
 
@@ -24,14 +27,18 @@ use tokio::sync::oneshot;
 pub struct SwapRequest<S> {
     /// The new sink (not opened yet).
     pub sink: S,
+    /// Keep the old sink and swap back to it if the new one fails within this
+    /// window; none: hand the old sink back at once.
+    pub probation: Option<Probation<S>>,
     /// Where the outcome goes.
     pub reply: oneshot::Sender<Result<Swapped<S>, SwapRefused<S>>>,
 }
 
 /// A swap that happened.
 pub struct Swapped<S> {
-    /// The old sink, closed.
-    pub old: S,
+    /// The old sink, closed; none when the pipeline keeps it for a
+    /// [`Probation`].
+    pub old: Option<S>,
     /// The checkpoint at the barrier: the old sink has every row up to it, the
     /// new one gets every row above it.
     pub barrier: CheckpointTs,
@@ -54,4 +61,39 @@ impl<S> std::fmt::Debug for SwapRefused<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "SwapRefused({})", self.error)
     }
+}
+
+/// How long a new sink is on trial, and what ends the trial early.
+pub struct Probation<S> {
+    /// The trial lasts at least this long...
+    pub duration: Duration,
+    /// ...and at least this many acknowledged flushes of the new sink.
+    pub flushes: u64,
+    /// Retryable failures of the new sink tolerated during the trial; the next
+    /// one rolls back. Any other failure (a trap, a quota or deadline stop, a
+    /// fatal or config error) rolls back at once.
+    pub max_retries: u32,
+    /// Where the verdict goes (dropped undecided if the pipeline ends first).
+    pub verdict: oneshot::Sender<Verdict<S>>,
+}
+
+/// How a probation ended.
+pub enum Verdict<S> {
+    /// The new sink passed: the old one was dropped.
+    Passed {
+        /// Acknowledged flushes of the new sink during the trial.
+        flushes: u64,
+    },
+    /// The new sink failed: the old one runs again.
+    RolledBack {
+        /// The sink that failed (closed).
+        failed: S,
+        /// Why it was given up.
+        error: PluginError,
+        /// The checkpoint when it failed: the old sink got every batch above
+        /// it again, flagged replay.
+        checkpoint: CheckpointTs,
+        /// How many batches that was.
+        replayed_batches: usize,
+    },
 }

@@ -1881,6 +1881,7 @@ async fn a_sink_swapped_at_a_barrier_gets_every_row_above_it_and_the_old_one_eve
         let (reply, answer) = tokio::sync::oneshot::channel();
         let request = crate::SwapRequest {
             sink: MemorySink::default(),
+            probation: None,
             reply,
         };
         assert!(
@@ -1895,7 +1896,7 @@ async fn a_sink_swapped_at_a_barrier_gets_every_row_above_it_and_the_old_one_eve
         .await
         .expect("the pipeline succeeds");
     let swapped = swapper.await.unwrap().expect("the swap happened");
-    let (old, new) = (&swapped.old, pipeline.sink());
+    let (old, new) = (swapped.old.as_ref().expect("handed back"), pipeline.sink());
     let barrier = swapped.barrier.get();
     assert_eq!(swapped.replayed_batches, 0);
     assert!(
@@ -1939,7 +1940,11 @@ async fn run_with_swap(
     let swapper = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(120)).await;
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let request = crate::SwapRequest { sink: new, reply };
+        let request = crate::SwapRequest {
+            sink: new,
+            probation: None,
+            reply,
+        };
         assert!(
             swaps.send(request).await.is_ok(),
             "the pipeline takes swaps"
@@ -1961,7 +1966,7 @@ async fn when_the_old_sinks_final_flush_fails_the_new_one_gets_its_rows_flagged_
     let swapped = swapped.expect("the swap happened");
     assert!(swapped.replayed_batches > 0);
     assert!(
-        swapped.old.durable.is_empty(),
+        swapped.old.as_ref().unwrap().durable.is_empty(),
         "the old sink acknowledged nothing"
     );
     let new = pipeline.sink();
@@ -1996,4 +2001,190 @@ async fn a_new_sink_that_does_not_open_is_refused_and_the_old_one_runs_on() {
     let old = pipeline.sink();
     assert_eq!(old.durable_ids().len(), row_ids(&txns).len());
     assert_eq!(per_table(old.durable_ids()), per_table(row_ids(&txns)));
+}
+
+/// Runs 20000 generated rows (1 s at 20k rows/s, flushing every 20 ms) into
+/// `old` and swaps to `new` on probation (`window`, 3 flushes, 1 retry) 120 ms in.
+async fn run_with_probation(
+    old: MemorySink,
+    new: MemorySink,
+    window: Duration,
+) -> (
+    Pipeline<MemorySink, DropDeletes>,
+    crate::Swapped<MemorySink>,
+    Option<crate::Verdict<MemorySink>>,
+    Vec<Transaction>,
+    Vec<CheckpointTs>,
+) {
+    let source = DatagenConfig {
+        rate: 20_000,
+        ..workload(20_000)
+    };
+    let txns = transactions(&source);
+    let mut pipeline = Pipeline::new(
+        PipelineConfig {
+            flush_interval: Duration::from_millis(20),
+            ..config()
+        },
+        no_filters(),
+        old,
+        CheckpointTs::ZERO,
+    );
+    let swaps = pipeline.swaps();
+    let mut progress = pipeline.progress();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let watcher = tokio::spawn({
+        let seen = seen.clone();
+        async move {
+            while progress.changed().await.is_ok() {
+                let checkpoint = progress.borrow_and_update().checkpoint_ts;
+                seen.lock().unwrap().push(checkpoint);
+            }
+        }
+    });
+    let swapper = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let (verdict, judged) = tokio::sync::oneshot::channel();
+        let request = crate::SwapRequest {
+            sink: new,
+            probation: Some(crate::Probation {
+                duration: window,
+                flushes: 3,
+                max_retries: 1,
+                verdict,
+            }),
+            reply,
+        };
+        assert!(
+            swaps.send(request).await.is_ok(),
+            "the pipeline takes swaps"
+        );
+        let swapped = answer.await.expect("a reply").expect("the swap happened");
+        (swapped, judged.await.ok())
+    });
+    let generator = DatagenSource::new(source).expect("valid datagen config");
+    pipeline
+        .run(generator, std::future::pending())
+        .await
+        .expect("the pipeline succeeds");
+    let (swapped, verdict) = swapper.await.unwrap();
+    watcher.abort();
+    let seen = seen.lock().unwrap().clone();
+    (pipeline, swapped, verdict, txns, seen)
+}
+
+#[tokio::test]
+async fn a_sink_that_fails_on_probation_is_rolled_back_and_every_row_arrives_once_or_flagged() {
+    for (label, new) in [
+        (
+            "trap on its second write",
+            MemorySink::default()
+                .fail_write(1, PluginError::Stopped("wasm trap: unreachable".into())),
+        ),
+        (
+            "fatal from its second flush",
+            MemorySink::default().fail_flush(1, PluginError::Fatal("target refused".into())),
+        ),
+        (
+            "retryable errors past the bound",
+            MemorySink::default()
+                .fail_write(1, PluginError::Retryable("busy".into()))
+                .fail_write(2, PluginError::Retryable("busy".into())),
+        ),
+    ] {
+        let (pipeline, swapped, verdict, txns, checkpoints) =
+            run_with_probation(MemorySink::default(), new, Duration::from_secs(60)).await;
+        assert!(
+            checkpoints.windows(2).all(|w| w[0] <= w[1]),
+            "{label}: the published checkpoint never moved backwards"
+        );
+        assert!(
+            swapped.old.is_none(),
+            "{label}: the old sink is kept on probation"
+        );
+        let Some(crate::Verdict::RolledBack {
+            failed,
+            error,
+            checkpoint,
+            replayed_batches,
+        }) = verdict
+        else {
+            panic!("{label}: rolled back");
+        };
+        let expected = match label {
+            "trap on its second write" => "wasm trap",
+            "fatal from its second flush" => "target refused",
+            _ => "busy",
+        };
+        assert!(error.to_string().contains(expected), "{label}: {error}");
+        let barrier = swapped.barrier.get();
+        let old = pipeline.sink();
+        assert!(failed.closed, "{label}: the failed sink was closed");
+        // The old sink: every row up to the barrier, then (after the rollback)
+        // every row above the failed sink's last acknowledged checkpoint, those
+        // it had been handed flagged replay.
+        assert!(
+            checkpoint.get() >= barrier,
+            "{label}: the checkpoint never went back"
+        );
+        assert!(
+            failed
+                .durable
+                .iter()
+                .all(|d| d.row.commit_ts > barrier && d.row.commit_ts <= checkpoint.get()),
+            "{label}: the failed sink acknowledged only rows between the barrier and the rollback checkpoint"
+        );
+        assert!(
+            old.durable
+                .iter()
+                .all(|d| d.row.commit_ts <= barrier || d.row.commit_ts > checkpoint.get()),
+            "{label}"
+        );
+        if replayed_batches > 0 {
+            assert!(old.durable.iter().any(|d| d.replay()), "{label}");
+        }
+        assert!(
+            old.durable
+                .iter()
+                .filter(|d| d.replay())
+                .all(|d| d.row.commit_ts > checkpoint.get()),
+            "{label}: only rows above the rollback checkpoint come again"
+        );
+        // In delivery order (old up to the barrier, the failed sink, old after
+        // the rollback): every generated row exactly once, in order per table.
+        let cp = checkpoint.get();
+        let delivered: Vec<RowId> = old
+            .durable_ids()
+            .into_iter()
+            .filter(|r| r.commit_ts <= barrier)
+            .chain(failed.durable_ids())
+            .chain(old.durable_ids().into_iter().filter(|r| r.commit_ts > cp))
+            .collect();
+        assert_eq!(delivered.len(), row_ids(&txns).len(), "{label}");
+        assert_eq!(per_table(delivered), per_table(row_ids(&txns)), "{label}");
+    }
+}
+
+#[tokio::test]
+async fn a_sink_that_passes_its_probation_stays_and_the_old_one_is_dropped() {
+    let (pipeline, swapped, verdict, txns, _) = run_with_probation(
+        MemorySink::default(),
+        MemorySink::default(),
+        Duration::from_millis(100),
+    )
+    .await;
+    let Some(crate::Verdict::Passed { flushes }) = verdict else {
+        panic!("passed");
+    };
+    assert!(flushes >= 3, "at least the flushes asked for: {flushes}");
+    let new = pipeline.sink();
+    let barrier = swapped.barrier.get();
+    assert!(
+        new.durable
+            .iter()
+            .all(|d| d.row.commit_ts > barrier && !d.replay())
+    );
+    assert!(!new.durable.is_empty());
+    let _ = txns;
 }

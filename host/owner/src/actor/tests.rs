@@ -22,6 +22,8 @@ struct FakeWorkState {
     outcome: Mutex<Option<Outcome>>,
     ended: Notify,
     progress: Mutex<Option<WorkProgress>>,
+    /// Every info revision the work was told of after it started.
+    reconfigured: Mutex<Vec<Revision>>,
 }
 
 impl FakeWorkState {
@@ -33,7 +35,7 @@ impl FakeWorkState {
 
 impl LiveProgress for FakeWorkState {
     fn progress(&self) -> Option<WorkProgress> {
-        *self.progress.lock().unwrap()
+        self.progress.lock().unwrap().clone()
     }
 }
 
@@ -57,6 +59,9 @@ impl Work for FakeWork {
     }
     fn is_finished(&self) -> bool {
         self.state.outcome.lock().unwrap().is_some()
+    }
+    fn reconfigure(&mut self, info_revision: Revision) {
+        self.state.reconfigured.lock().unwrap().push(info_revision);
     }
     async fn join(self) -> Outcome {
         loop {
@@ -91,6 +96,8 @@ struct FakeContext {
     gate: Option<Arc<Notify>>,
     /// (changefeed, epoch, checkpoint) of every start, and its state.
     started: Mutex<Vec<Start>>,
+    /// Plugin checks refuse this plugin id.
+    refuse: Mutex<Option<String>>,
 }
 
 impl OwnerContext for FakeContext {
@@ -127,6 +134,17 @@ impl OwnerContext for FakeContext {
             gate.notified().await;
         }
         Ok(None)
+    }
+
+    async fn check_plugins(&self, info: &ChangefeedInfo) -> Result<(), OwnerError> {
+        self.plugin_checks.fetch_add(1, Ordering::SeqCst);
+        let refused = self.refuse.lock().unwrap().clone();
+        match refused {
+            Some(p) if info.config.sink.plugin.to_string() == p => Err(OwnerError::Invalid(
+                format!("sink.config was rejected by `{p}`: no"),
+            )),
+            _ => Ok(()),
+        }
     }
 
     async fn delete_plugin(
@@ -402,5 +420,191 @@ async fn a_flood_of_creates_is_bounded_and_refused_past_the_bound() {
         ctx.plugin_checks.load(Ordering::SeqCst),
         MAX_PENDING_CHECKS,
         "a refused create checks no plugin"
+    );
+}
+
+fn ask(plugin: &str) -> crate::SwapAsk {
+    let mut to = crate::info::tests::sample_config().sink;
+    to.plugin = plugin.parse().unwrap();
+    crate::SwapAsk {
+        to,
+        probation: crate::ProbationPolicy::default(),
+        by: "acme".into(),
+    }
+}
+
+/// Waits until `cond` holds of the snapshot's view of `name`.
+async fn wait_for(owner: &Owner, name: &str, cond: impl Fn(&FeedView) -> bool) -> FeedView {
+    for _ in 0..500 {
+        let view = owner.snapshot().get(&id(name)).unwrap();
+        if cond(&view) {
+            return view;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "{name} never got there: {:?}",
+        owner
+            .snapshot()
+            .get(&id(name))
+            .unwrap()
+            .changefeed
+            .info
+            .swaps
+    );
+}
+
+#[tokio::test]
+async fn a_swap_is_checked_recorded_and_told_to_the_running_work_which_reports_how_it_went() {
+    let (owner, ctx) = owner(FakeContext::default()).await;
+    owner.create(info("orders")).await.unwrap();
+    let old = owner
+        .snapshot()
+        .get(&id("orders"))
+        .unwrap()
+        .changefeed
+        .info
+        .config
+        .sink
+        .clone();
+    let work = work_of(&ctx, "orders");
+
+    // A plugin its check refuses changes nothing.
+    *ctx.refuse.lock().unwrap() = Some("sink-file@0.2.0".into());
+    let err = owner
+        .swap(&id("orders"), ask("sink-file@0.2.0"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, OwnerError::Invalid(_)), "{err:?}");
+    let view = owner.snapshot().get(&id("orders")).unwrap();
+    assert_eq!(view.changefeed.info.config.sink, old);
+    assert!(view.changefeed.info.swaps.is_empty());
+    // Grants the running sink does not hold are refused before any check.
+    let mut wider = ask("sink-file@0.2.0");
+    wider.to.capabilities.tcp.push("10.0.0.1:9000".into());
+    let err = owner.swap(&id("orders"), wider).await.unwrap_err();
+    assert!(err.to_string().contains("capabilities.tcp"), "{err}");
+
+    *ctx.refuse.lock().unwrap() = None;
+    let view = owner
+        .swap(&id("orders"), ask("sink-file@0.2.0"))
+        .await
+        .unwrap();
+    let info = &view.changefeed.info;
+    assert_eq!(info.config.sink.plugin.to_string(), "sink-file@0.2.0");
+    assert_eq!(info.swaps.len(), 1);
+    let record = &info.swaps[0];
+    assert_eq!((record.seq, record.state), (1, crate::SwapState::Pending));
+    assert_eq!(record.from, old);
+    assert_eq!(
+        view.changefeed.epoch(),
+        Epoch(1),
+        "the work runs on: no new epoch"
+    );
+    // Stored in one write, then told to the work at the revision it landed at.
+    let writes = ctx.writes.lock().unwrap().clone();
+    let (_, Some(written), _) = writes.last().unwrap().clone() else {
+        panic!("the info was written");
+    };
+    assert_eq!(written.swaps, info.swaps);
+    assert_eq!(work.reconfigured.lock().unwrap().len(), 1);
+    assert_eq!(ctx.started.lock().unwrap().len(), 1, "nothing restarted");
+    // A second swap waits for the first.
+    let err = owner
+        .swap(&id("orders"), ask("sink-file@0.3.0"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("still pending"), "{err}");
+
+    // The capture reports the barrier, then a rollback.
+    let report = |state, reason: Option<&str>| WorkProgress {
+        checkpoint_ts: CheckpointTs::new(50),
+        swap: Some(crate::SwapReport {
+            seq: 1,
+            state,
+            barrier_ts: Some(40),
+            pause_ms: Some(3),
+            reason: reason.map(String::from),
+        }),
+        ..WorkProgress::default()
+    };
+    *work.progress.lock().unwrap() = Some(report(crate::SwapState::Probation, None));
+    let view = wait_for(&owner, "orders", |v| {
+        v.changefeed.info.swaps[0].state == crate::SwapState::Probation
+    })
+    .await;
+    assert_eq!(
+        view.changefeed.info.swaps[0].barrier_ts,
+        Some(CheckpointTs::new(40))
+    );
+    *work.progress.lock().unwrap() = Some(report(
+        crate::SwapState::RolledBack,
+        Some("plugin instance was stopped: wasm trap"),
+    ));
+    let view = wait_for(&owner, "orders", |v| {
+        v.changefeed.info.swaps[0].state == crate::SwapState::RolledBack
+    })
+    .await;
+    let info = &view.changefeed.info;
+    assert_eq!(info.config.sink, old, "the old version is the sink again");
+    assert_eq!(info.state, FeedState::Warning);
+    assert!(
+        info.warnings.last().unwrap().message.contains("wasm trap"),
+        "{:?}",
+        info.warnings
+    );
+    // A stale report (the probation again) does not move it back.
+    *work.progress.lock().unwrap() = Some(report(crate::SwapState::Probation, None));
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let view = owner.snapshot().get(&id("orders")).unwrap();
+    assert_eq!(
+        view.changefeed.info.swaps[0].state,
+        crate::SwapState::RolledBack
+    );
+    // And the swap is over: a new one may start.
+    owner
+        .swap(&id("orders"), ask("sink-file@0.3.0"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_swap_races_cleanly_with_pause_update_and_remove() {
+    let (owner, _ctx) = owner(FakeContext::default()).await;
+    owner.create(info("orders")).await.unwrap();
+    owner
+        .swap(&id("orders"), ask("sink-file@0.2.0"))
+        .await
+        .unwrap();
+    // Pausing keeps the swap: the new version runs (on probation) at resume.
+    let view = owner.pause(&id("orders")).await.unwrap();
+    assert_eq!(
+        view.changefeed.info.swaps[0].state,
+        crate::SwapState::Pending
+    );
+    assert_eq!(
+        view.changefeed.info.config.sink.plugin.to_string(),
+        "sink-file@0.2.0"
+    );
+    // The plugin the swap would fall back to cannot be deleted meanwhile.
+    let err = owner
+        .delete_plugin("acme", &"sink-file@0.1.0".parse().unwrap())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("acme/orders"), "{err}");
+    // An update overtakes it; exactly one sink remains, the updated one.
+    let view = owner.update(info("orders")).await.unwrap();
+    let info = &view.changefeed.info;
+    assert_eq!(info.swaps[0].state, crate::SwapState::Superseded);
+    assert_eq!(info.config.sink.plugin.to_string(), "sink-file@0.1.0");
+    // A swap of a removed changefeed is refused.
+    owner.remove(&id("orders")).await.unwrap();
+    let err = owner
+        .swap(&id("orders"), ask("sink-file@0.2.0"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("removed") || err.to_string().contains("no changefeed"),
+        "{err}"
     );
 }

@@ -53,6 +53,10 @@ impl OwnerContext for ServerContext {
         self.capture.prepare_source(info).await
     }
 
+    async fn check_plugins(&self, info: &ChangefeedInfo) -> Result<(), OwnerError> {
+        self.capture.check_plugins(info).await
+    }
+
     async fn delete_plugin(
         &self,
         tenant: &str,

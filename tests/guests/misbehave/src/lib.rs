@@ -40,7 +40,7 @@ impl Sink for Misbehave {
         self.rows += batch.row_count() as u64;
         let target = self.config.target.as_str();
         match self.config.mode.as_str() {
-            "ok" | "hang-close" => Ok(()),
+            "ok" | "hang-close" | "flush-fatal" => Ok(()),
             "oom" => {
                 let mut hog: Vec<Vec<u8>> = Vec::new();
                 loop {
@@ -158,6 +158,9 @@ impl Sink for Misbehave {
     fn flush(&mut self, _ts: u64) -> Result<(), Error> {
         match self.config.mode.as_str() {
             "flush-panic" => panic!("misbehave: deliberate panic in flush"),
+            "flush-fatal" => Err(Error::fatal(
+                "mode flush-fatal: the target refused the flush",
+            )),
             _ => Ok(()),
         }
     }

@@ -1,0 +1,296 @@
+//! Hot swaps: replacing a running changefeed's sink with another version at a
+//! barrier, recorded in the changefeed's info.
+//!
+//! A swap is a change of the changefeed's description: the owner checks the new
+//! version (outside its task), then in one meta-store write (compare-and-swap
+//! on the info's revision, under its ownership) sets the sink to the new
+//! version and appends a [`SwapRecord`] in state [`SwapState::Pending`]. The
+//! capture that runs the changefeed sees the new info revision and swaps at a
+//! barrier without stopping the work; it reports each step in its task
+//! position ([`SwapReport`]), and the owner writes the outcome into the record:
+//! on probation, done, rolled back (the sink is set back to the old version)
+//! or refused. Whatever the store holds is what runs: a server killed at any
+//! point of a swap runs the sink its stored info names, and a record still
+//! pending or on probation puts that sink on probation again, with the old
+//! version to fall back to.
+
+use serde::{Deserialize, Serialize};
+use sluice_config::PluginConfig;
+use sluice_core::CheckpointTs;
+
+use crate::info::bound_message;
+use crate::plugin::PluginId;
+
+/// Swap records kept per changefeed (the newest).
+pub const MAX_SWAP_RECORDS: usize = 20;
+
+/// Longest probation window a swap may ask for.
+pub const MAX_PROBATION_MS: u64 = 24 * 3600 * 1000;
+/// Most flushes a probation may ask for.
+pub const MAX_PROBATION_FLUSHES: u64 = 1_000_000;
+/// Most retryable failures a probation may tolerate.
+pub const MAX_PROBATION_RETRIES: u32 = 100;
+
+/// How long a swapped-in sink is on trial (both must pass), and how many
+/// retryable failures it may have meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ProbationPolicy {
+    /// At least this long (ms).
+    pub window_ms: u64,
+    /// And at least this many acknowledged flushes.
+    pub flushes: u64,
+    /// Retryable failures tolerated; the next one rolls back. Any other
+    /// failure rolls back at once.
+    pub max_retries: u32,
+}
+
+impl Default for ProbationPolicy {
+    fn default() -> Self {
+        Self {
+            window_ms: 30_000,
+            flushes: 3,
+            max_retries: 2,
+        }
+    }
+}
+
+impl ProbationPolicy {
+    /// Checks every number against its range.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.window_ms > MAX_PROBATION_MS {
+            return Err(format!(
+                "probation window is {} ms; at most {MAX_PROBATION_MS} (24 h)",
+                self.window_ms
+            ));
+        }
+        if self.flushes > MAX_PROBATION_FLUSHES {
+            return Err(format!(
+                "probation flushes is {}; at most {MAX_PROBATION_FLUSHES}",
+                self.flushes
+            ));
+        }
+        if self.max_retries > MAX_PROBATION_RETRIES {
+            return Err(format!(
+                "probation retries is {}; at most {MAX_PROBATION_RETRIES}",
+                self.max_retries
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Where a swap stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SwapState {
+    /// Recorded; the capture has not swapped yet (or the changefeed is not
+    /// running: the new version starts on probation when it runs).
+    Pending,
+    /// Swapped at a barrier; the new version is on trial.
+    Probation,
+    /// The new version passed its probation.
+    Done,
+    /// The new version failed on probation; the old one runs again.
+    RolledBack,
+    /// The new version did not open; the old one ran on.
+    Refused,
+    /// Overtaken before it ended: the changefeed was updated or removed.
+    Superseded,
+}
+
+impl SwapState {
+    /// Whether the swap is still in progress (a new swap must wait).
+    pub fn is_open(self) -> bool {
+        matches!(self, SwapState::Pending | SwapState::Probation)
+    }
+
+    /// The state's name as shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SwapState::Pending => "pending",
+            SwapState::Probation => "probation",
+            SwapState::Done => "done",
+            SwapState::RolledBack => "rolled-back",
+            SwapState::Refused => "refused",
+            SwapState::Superseded => "superseded",
+        }
+    }
+}
+
+/// One swap of a changefeed's sink, as stored in its info.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SwapRecord {
+    /// The swap's number within the changefeed (1, 2, ...).
+    pub seq: u64,
+    /// What was swapped: `sink`.
+    pub role: String,
+    /// The plugin table before the swap.
+    pub from: PluginConfig,
+    /// The plugin table after it.
+    pub to: PluginConfig,
+    /// Who asked (the tenant, and the caller's address when known).
+    pub by: String,
+    /// When it was asked for (ms since the Unix epoch).
+    pub at_ms: u64,
+    /// The changefeed epoch when it was asked for.
+    pub epoch: crate::Epoch,
+    /// The new version's trial.
+    pub probation: ProbationPolicy,
+    /// Where it stands.
+    pub state: SwapState,
+    /// The checkpoint at the barrier: the old version has every row up to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub barrier_ts: Option<CheckpointTs>,
+    /// How long delivery paused at the barrier (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_ms: Option<u64>,
+    /// Why it ended as it did (rolled back, refused, superseded, or run after a
+    /// restart), bounded and escaped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When it reached its last state (ms since the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at_ms: Option<u64>,
+}
+
+impl SwapRecord {
+    /// The version swapped away from.
+    pub fn from_plugin(&self) -> &PluginId {
+        &self.from.plugin
+    }
+
+    /// The version swapped to.
+    pub fn to_plugin(&self) -> &PluginId {
+        &self.to.plugin
+    }
+}
+
+/// What a capture reports about the swap it runs (in its task position).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SwapReport {
+    /// The swap's [`SwapRecord::seq`].
+    pub seq: u64,
+    /// Where it stands at the capture: probation, done, rolled back or refused.
+    pub state: SwapState,
+    /// The checkpoint at the barrier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub barrier_ts: Option<u64>,
+    /// How long delivery paused at the barrier (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_ms: Option<u64>,
+    /// Why (a rollback's or refusal's error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Appends `record`, keeping the newest [`MAX_SWAP_RECORDS`].
+pub(crate) fn push_record(records: &mut Vec<SwapRecord>, record: SwapRecord) {
+    records.push(record);
+    if records.len() > MAX_SWAP_RECORDS {
+        let extra = records.len() - MAX_SWAP_RECORDS;
+        records.drain(..extra);
+    }
+}
+
+/// What a report changes in the swap it names, if it moves the swap forward
+/// (reports arrive again and out of date; only forward moves count): the new
+/// state, and whether the sink goes back to the old version.
+pub(crate) fn advance(record: &mut SwapRecord, report: &SwapReport, now_ms: u64) -> Option<bool> {
+    use SwapState::*;
+    if report.seq != record.seq {
+        return None;
+    }
+    let forward = matches!(
+        (record.state, report.state),
+        (Pending, Probation | Done | RolledBack | Refused) | (Probation, Done | RolledBack)
+    );
+    if !forward {
+        return None;
+    }
+    record.state = report.state;
+    if let Some(b) = report.barrier_ts {
+        record.barrier_ts = Some(CheckpointTs::new(b));
+    }
+    if report.pause_ms.is_some() {
+        record.pause_ms = report.pause_ms;
+    }
+    if let Some(reason) = &report.reason {
+        record.reason = Some(bound_message(reason));
+    }
+    if !report.state.is_open() {
+        record.ended_at_ms = Some(now_ms);
+    }
+    Some(matches!(report.state, RolledBack | Refused))
+}
+
+/// What an operator asks for: swap the sink to `to` (its table: the new
+/// version, and its options, quotas and grants), on trial for `probation`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SwapAsk {
+    /// The new sink table. Its grants must be within the current sink's.
+    pub to: PluginConfig,
+    /// The trial.
+    pub probation: ProbationPolicy,
+    /// Who asks, for the record.
+    pub by: String,
+}
+
+/// Refuses grants in `to` that `from` does not hold: a swap may not widen
+/// what the changefeed grants its sink (an update may, while it is stopped).
+pub fn within_grants(
+    from: &sluice_config::Capabilities,
+    to: &sluice_config::Capabilities,
+) -> Result<(), String> {
+    if to.data_dir.is_granted() && !from.data_dir.is_granted() {
+        return Err(
+            "sink.capabilities.data-dir is not granted to the running sink; a swap cannot \
+             grant it (pause the changefeed and update it)"
+                .into(),
+        );
+    }
+    for (key, want, have) in [("tcp", &to.tcp, &from.tcp), ("http", &to.http, &from.http)] {
+        if let Some(extra) = want.iter().find(|w| !have.contains(w)) {
+            return Err(format!(
+                "sink.capabilities.{key} `{extra}` is not granted to the running sink; a swap \
+                 cannot widen the grants (pause the changefeed and update it)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The record of a swap `ask`ed for on a changefeed whose sink is `from`, at
+/// `now_ms` under `epoch` (its number is set when it is stored).
+pub fn record_for(
+    from: &PluginConfig,
+    ask: SwapAsk,
+    epoch: crate::Epoch,
+    now_ms: u64,
+) -> Result<SwapRecord, String> {
+    ask.probation.validate()?;
+    within_grants(&from.capabilities, &ask.to.capabilities)?;
+    if ask.to == *from {
+        return Err(format!(
+            "the sink is {} with this table already; nothing to swap",
+            from.plugin
+        ));
+    }
+    Ok(SwapRecord {
+        seq: 0,
+        role: "sink".into(),
+        from: from.clone(),
+        to: ask.to,
+        by: bound_message(&ask.by),
+        at_ms: now_ms,
+        epoch,
+        probation: ask.probation,
+        state: SwapState::Pending,
+        barrier_ts: None,
+        pause_ms: None,
+        reason: None,
+        ended_at_ms: None,
+    })
+}

@@ -1,0 +1,392 @@
+//! Hot swaps through a real server: a running changefeed's sink replaced by
+//! another version at a barrier, back and forth under load; versions that
+//! fail on probation rolled back; bad swaps refused with nothing stopped; a
+//! server killed during swaps.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value as Json;
+
+mod common;
+use common::server::Server;
+use common::{expected_rows, lines_in};
+
+/// datagen (quickstart seed) -> filter-mask -> sink-file@0.1.0, `total` rows at
+/// `rate` rows/s, flushing every 50 ms.
+fn feed_file(dir: &Path, name: &str, total: u64, rate: u64) -> PathBuf {
+    let text = format!(
+        r#"
+[source]
+type = "datagen"
+seed = 42
+total-rows = {total}
+rate = {rate}
+
+[[filters]]
+plugin = "filter-mask@0.1.0"
+[filters.config]
+columns = ["email", "shop.users.name"]
+mode = "hash"
+salt = "quickstart"
+
+[sink]
+plugin = "sink-file@0.1.0"
+[sink.config]
+format = "canal-json"
+enable-sluice-extension = true
+dir = "changes"
+max-file-bytes = 4194304
+[sink.capabilities]
+data-dir = true
+
+[pipeline]
+flush-interval-ms = 50
+"#
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A server with sink-file as 0.1.0 and 0.2.0, filter-mask and misbehave.
+fn server(data: &Path) -> Server {
+    let server = Server::start(data, &[]);
+    server.upload("sink-file", "sink");
+    server.json(&[
+        "plugin",
+        "upload",
+        sluice_tests::plugin_path("sink-file").to_str().unwrap(),
+        "--id",
+        "sink-file@0.2.0",
+        "--kind",
+        "sink",
+    ]);
+    server.upload("filter-mask", "filter");
+    server.upload("misbehave", "sink");
+    server
+}
+
+fn out_dir(server: &Server, name: &str) -> PathBuf {
+    let q = server.state(name);
+    PathBuf::from(q["status"]["sink-data-dir"].as_str().unwrap()).join("changes")
+}
+
+fn swaps(server: &Server, name: &str) -> Vec<Json> {
+    server.state(name)["swaps"].as_array().unwrap().clone()
+}
+
+/// Swaps `name`'s sink to `plugin` (with `extra` CLI arguments); the JSON of
+/// the changefeed as recorded.
+fn swap(server: &Server, name: &str, plugin: &str, extra: &[&str]) -> Json {
+    let mut args = vec!["changefeed", "swap", "-c", name, "--sink", plugin];
+    args.extend_from_slice(extra);
+    server.json(&args)
+}
+
+/// Waits until swap `seq` of `name` has left pending and probation; its record.
+fn settled_swap(server: &Server, name: &str, seq: u64) -> Json {
+    let mut last = Json::Null;
+    server.wait_for(
+        &format!("swap {seq} to settle"),
+        Duration::from_secs(60),
+        || {
+            last = swaps(server, name)
+                .into_iter()
+                .find(|s| s["seq"] == seq)
+                .unwrap_or(Json::Null);
+            !matches!(last["state"].as_str(), Some("pending" | "probation") | None)
+        },
+    );
+    last
+}
+
+/// Every generated row is in `lines` at least once; a row seen again is
+/// flagged replay; no line is foreign; per table, rows go forward except where
+/// a replay starts again. Returns (lines, rows flagged replay).
+fn check_output(name: &str, out: &Path, total: u64) -> (usize, usize) {
+    let lines = lines_in(out);
+    let expected: std::collections::HashSet<String> =
+        expected_rows(total).iter().map(|e| e.to_string()).collect();
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    let mut last_ts = std::collections::HashMap::<String, u64>::new();
+    for l in &lines {
+        let key = serde_json::json!({
+            "table": l["table"], "type": l["type"],
+            "commitTs": l["_sluice"]["commitTs"], "data": l["data"][0],
+        })
+        .to_string();
+        assert!(expected.contains(&key), "{name}: a foreign line: {key}");
+        let n = seen.entry(key.clone()).or_default();
+        *n += 1;
+        let ts = l["_sluice"]["commitTs"].as_u64().unwrap();
+        let table = l["table"].as_str().unwrap().to_string();
+        let before = last_ts.insert(table.clone(), ts).unwrap_or(0);
+        if *n > 1 || ts < before {
+            assert_eq!(
+                l["_sluice"]["replay"], true,
+                "{name}: a repeated or out-of-order line is not flagged replay: {key}"
+            );
+        }
+    }
+    for e in &expected {
+        assert!(seen.contains_key(e), "{name}: row lost: {e}");
+    }
+    let replayed = lines
+        .iter()
+        .filter(|l| l["_sluice"]["replay"] == true)
+        .count();
+    (lines.len(), replayed)
+}
+
+#[test]
+fn swaps_back_and_forth_under_load_lose_reorder_and_duplicate_nothing() {
+    // 20,000 rows/s for 60 s: time for 100 swaps (about 0.4 s each here).
+    const TOTAL: u64 = 1_200_000;
+    const SWAPS: u64 = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("server"));
+    let file = feed_file(dir.path(), "busy", TOTAL, 20_000);
+    server.create("busy", &file);
+    let out = out_dir(&server, "busy");
+    let started = std::time::Instant::now();
+    let mut done = 0;
+    for seq in 1..=SWAPS {
+        if server.state("busy")["state"] == "finished" {
+            break;
+        }
+        let to = if seq % 2 == 1 {
+            "sink-file@0.2.0"
+        } else {
+            "sink-file@0.1.0"
+        };
+        let recorded = swap(
+            &server,
+            "busy",
+            to,
+            &["--probation-ms", "0", "--probation-flushes", "1"],
+        );
+        assert_eq!(recorded["sink"], to);
+        let record = settled_swap(&server, "busy", seq);
+        assert_eq!(record["state"], "done", "{record}");
+        assert!(record["barrier-ts"].as_u64().unwrap() > 0, "{record}");
+        done += 1;
+    }
+    eprintln!("{done} swaps in {:?}", started.elapsed());
+    assert_eq!(done, SWAPS, "the changefeed ended after {done} swaps");
+    server.wait_for("the changefeed to finish", Duration::from_secs(120), || {
+        server.state("busy")["state"] == "finished"
+    });
+    let q = server.state("busy");
+    let history = q["swaps"].as_array().unwrap();
+    assert_eq!(history.len(), 20, "the newest 20 are kept: {q}");
+    assert_eq!(history.last().unwrap()["seq"], done);
+    let (_, metrics) = server.http_get("/metrics");
+    let swapped = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("sluice_changefeed_swaps_total")
+                && l.contains("changefeed=\"busy\"")
+                && l.contains("outcome=\"swapped\"")
+        })
+        .unwrap_or_else(|| panic!("no swap counter: {metrics}"));
+    assert!(swapped.ends_with(&format!(" {done}")), "{swapped}");
+    assert!(metrics.contains("sluice_changefeed_swap_pause_seconds_count"));
+    server.stop();
+    let (lines, replayed) = check_output("busy", &out, TOTAL);
+    // After clean swaps nothing is delivered twice.
+    assert_eq!(replayed, 0, "{lines} lines");
+    assert_eq!(lines, TOTAL as usize);
+}
+
+#[test]
+fn a_version_that_fails_on_probation_is_rolled_back_with_the_reason() {
+    const TOTAL: u64 = 60_000;
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("server"));
+    for (name, mode, why) in [
+        ("trap", "panic", "deliberate panic"),
+        ("oom", "oom", "memory"),
+        ("flushfatal", "flush-fatal", "refused the flush"),
+    ] {
+        let file = feed_file(dir.path(), name, TOTAL, 20_000);
+        server.create(name, &file);
+        let out = out_dir(&server, name);
+        std::thread::sleep(Duration::from_millis(500));
+        let table = dir.path().join(format!("{name}-sink.toml"));
+        std::fs::write(
+            &table,
+            format!(
+                "[sink]\nplugin = \"misbehave@0.1.0\"\n[sink.config]\nmode = \"{mode}\"\n[sink.limits]\nmemory = \"32MiB\"\n"
+            ),
+        )
+        .unwrap();
+        let before = server.state(name)["checkpoint-ts"].as_u64().unwrap();
+        swap(
+            &server,
+            name,
+            "misbehave@0.1.0",
+            &["--sink-config", table.to_str().unwrap()],
+        );
+        let record = settled_swap(&server, name, 1);
+        assert_eq!(record["state"], "rolled-back", "{name}: {record}");
+        let reason = record["reason"].as_str().unwrap();
+        assert!(reason.contains(why), "{name}: {reason}");
+        let q = server.state(name);
+        assert_eq!(q["sink"], "sink-file@0.1.0", "{name}: {q}");
+        let warned = q["status"]["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["message"].as_str().unwrap().contains("rolled-back"));
+        assert!(warned, "{name}: {q}");
+        server.wait_for("the changefeed to finish", Duration::from_secs(120), || {
+            server.state(name)["state"] == "finished"
+        });
+        let after = server.state(name)["checkpoint-ts"].as_u64().unwrap();
+        assert!(after >= before, "{name}: the checkpoint went back");
+        check_output(name, &out, TOTAL);
+    }
+    server.stop();
+}
+
+#[test]
+fn bad_swaps_are_refused_and_nothing_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("server"));
+    let file = feed_file(dir.path(), "steady", 10_000_000, 5_000);
+    server.create("steady", &file);
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let reject = write(
+        "reject.toml",
+        "[sink]\nplugin = \"misbehave@0.1.0\"\n[sink.config]\nmode = \"reject-config\"\n",
+    );
+    let wider = write(
+        "wider.toml",
+        "[sink]\nplugin = \"sink-file@0.2.0\"\n[sink.config]\nformat = \"canal-json\"\n[sink.capabilities]\ndata-dir = true\ntcp = [\"10.1.2.3:9092\"]\n",
+    );
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--sink", "filter-mask@0.1.0"], "filter"),
+        (vec!["--sink", "sink-file@9.9.9"], "upload it first"),
+        (
+            vec![
+                "--sink",
+                "misbehave@0.1.0",
+                "--sink-config",
+                reject.to_str().unwrap(),
+            ],
+            "this config is refused",
+        ),
+        (
+            vec![
+                "--sink",
+                "sink-file@0.2.0",
+                "--sink-config",
+                wider.to_str().unwrap(),
+            ],
+            "capabilities.tcp",
+        ),
+        (
+            vec![
+                "--sink",
+                "sink-file@0.2.0",
+                "--probation-ms",
+                "999999999999",
+            ],
+            "probation window",
+        ),
+        (vec!["--sink", "sink-file@0.1.0"], "nothing to swap"),
+    ];
+    let before = server.state("steady")["checkpoint-ts"].as_u64().unwrap();
+    for (args, why) in cases {
+        let mut all = vec!["changefeed", "swap", "-c", "steady"];
+        all.extend_from_slice(&args);
+        let err = server.error(&all);
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+    let q = server.state("steady");
+    assert_eq!(q["state"], "normal", "{q}");
+    assert_eq!(q["sink"], "sink-file@0.1.0");
+    assert!(q["swaps"].as_array().unwrap().is_empty(), "{q}");
+    server.wait_for("the checkpoint to move on", Duration::from_secs(30), || {
+        server.state("steady")["checkpoint-ts"].as_u64().unwrap() > before
+    });
+    server.stop();
+}
+
+#[test]
+fn a_server_killed_during_swaps_runs_exactly_one_version_and_loses_no_row() {
+    const TOTAL: u64 = 120_000;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("server");
+    let server = server(&data);
+    let file = feed_file(dir.path(), "crashy", TOTAL, 10_000);
+    server.create("crashy", &file);
+    let out = out_dir(&server, "crashy");
+    let mut server = Some(server);
+    let mut seed: u64 = 0x05ee_d5a9;
+    let mut seq = 0;
+    for round in 0..10 {
+        let s = server.take().unwrap();
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let q = s.state("crashy");
+        if q["state"] == "finished" {
+            server = Some(s);
+            break;
+        }
+        let open = q["swaps"]
+            .as_array()
+            .unwrap()
+            .last()
+            .is_some_and(|r| matches!(r["state"].as_str(), Some("pending" | "probation")));
+        if !open {
+            let to = if q["sink"] == "sink-file@0.1.0" {
+                "sink-file@0.2.0"
+            } else {
+                "sink-file@0.1.0"
+            };
+            swap(
+                &s,
+                "crashy",
+                to,
+                &["--probation-ms", "300", "--probation-flushes", "2"],
+            );
+            seq += 1;
+        }
+        // Kill at a seeded moment: before, at or after the barrier, or on probation.
+        std::thread::sleep(Duration::from_millis((seed >> 33) % 600));
+        s.kill();
+        let s = Server::start(&data, &[]);
+        let q = s.state("crashy");
+        let history = q["swaps"].as_array().unwrap();
+        let last = history.last().unwrap();
+        // The store names one sink, and the history agrees with it.
+        let runs = q["sink"].as_str().unwrap();
+        match last["state"].as_str().unwrap() {
+            "pending" | "probation" | "done" => assert_eq!(runs, last["to"], "round {round}: {q}"),
+            "rolled-back" | "refused" => assert_eq!(runs, last["from"], "round {round}: {q}"),
+            other => panic!("round {round}: {other}: {q}"),
+        }
+        server = Some(s);
+    }
+    let s = server.take().unwrap();
+    s.wait_for("the changefeed to finish", Duration::from_secs(180), || {
+        s.state("crashy")["state"] == "finished"
+    });
+    let q = s.state("crashy");
+    assert!(seq > 0);
+    for r in q["swaps"].as_array().unwrap() {
+        assert!(
+            matches!(r["state"].as_str(), Some("done" | "rolled-back")),
+            "every swap ended: {q}"
+        );
+    }
+    s.stop();
+    check_output("crashy", &out, TOTAL);
+}
