@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use sluice_capture::{PluginCounters, SwapStats};
 use sluice_core::CommitTs;
 use sluice_owner::{ChangefeedId, Clock, FeedState, FeedView, SystemClock};
+use sluice_runtime::LatencyHistogram;
 
 use crate::error::http_status;
 use crate::grpc;
@@ -187,6 +188,26 @@ impl Families {
     }
 }
 
+/// A latency histogram as a Prometheus one (seconds, cumulative buckets).
+fn histogram(h: &LatencyHistogram) -> Histogram {
+    let mut out = Histogram::default();
+    out.set_sample_count(h.count());
+    out.set_sample_sum(h.sum_seconds());
+    out.set_bucket(
+        sluice_runtime::LATENCY_BUCKETS
+            .iter()
+            .zip(h.cumulative())
+            .map(|(bound, count)| {
+                let mut b = Bucket::default();
+                b.set_upper_bound(*bound);
+                b.set_cumulative_count(count);
+                b
+            })
+            .collect(),
+    );
+    out
+}
+
 /// Every metric, computed at scrape time from the owner's snapshot and the
 /// counters of each changefeed's plugins.
 pub fn render_metrics(
@@ -328,32 +349,14 @@ pub fn render_metrics(
                 count.load(Ordering::Relaxed) as f64,
             );
         }
-        {
-            let pause = &swaps.pause;
-            let mut h = Histogram::default();
-            h.set_sample_count(pause.count());
-            h.set_sample_sum(pause.sum_seconds());
-            h.set_bucket(
-                sluice_runtime::LATENCY_BUCKETS
-                    .iter()
-                    .zip(pause.cumulative())
-                    .map(|(bound, count)| {
-                        let mut b = Bucket::default();
-                        b.set_upper_bound(*bound);
-                        b.set_cumulative_count(count);
-                        b
-                    })
-                    .collect(),
-            );
-            let mut m = Metric::from_label(labels(&l));
-            m.set_histogram(h);
-            f.push(
-                "sluice_changefeed_swap_pause_seconds",
-                "How long delivery paused at each sink swap's barrier.",
-                MetricType::HISTOGRAM,
-                m,
-            );
-        }
+        let mut m = Metric::from_label(labels(&l));
+        m.set_histogram(histogram(&swaps.pause));
+        f.push(
+            "sluice_changefeed_swap_pause_seconds",
+            "How long delivery paused at each sink swap's barrier.",
+            MetricType::HISTOGRAM,
+            m,
+        );
         for (role, plugin, stats) in plugins {
             let pl = [
                 ("tenant", tenant),
@@ -410,24 +413,8 @@ pub fn render_metrics(
                     value,
                 );
             }
-            let cumulative = stats.call_latency.cumulative();
-            let mut h = Histogram::default();
-            h.set_sample_count(stats.call_latency.count());
-            h.set_sample_sum(stats.call_latency.sum_seconds());
-            h.set_bucket(
-                sluice_runtime::LATENCY_BUCKETS
-                    .iter()
-                    .zip(cumulative)
-                    .map(|(bound, count)| {
-                        let mut b = Bucket::default();
-                        b.set_upper_bound(*bound);
-                        b.set_cumulative_count(count);
-                        b
-                    })
-                    .collect(),
-            );
             let mut m = Metric::from_label(labels(&pl));
-            m.set_histogram(h);
+            m.set_histogram(histogram(&stats.call_latency));
             f.push(
                 "sluice_plugin_call_duration_seconds",
                 "Latency of plugin calls (write, flush, transform, ...).",

@@ -453,29 +453,32 @@ async fn run(
             Ok(fallback) => {
                 let (probation, verdict) = probation(&open.probation);
                 pipeline = pipeline.with_probation(fallback, probation);
-                trial = Some(Trial {
+                let t = Trial {
                     seq: open.seq,
                     barrier_ts: open.barrier_ts.map(|b| b.get()),
                     pause_ms: open.pause_ms,
                     from: open.from.clone(),
                     verdict,
-                });
-                let reason = open.reason.clone();
-                report_swap(
-                    &reporter,
-                    open.seq,
-                    SwapState::Probation,
-                    open.barrier_ts.map(|b| b.get()),
-                    open.pause_ms,
-                    reason,
-                )
-                .await;
+                };
+                report_swap(&reporter, t.report(SwapState::Probation, None)).await;
+                trial = Some(t);
             }
             Err(o) => {
-                tracing::warn!(
-                    ?o,
-                    "The old version of the swap in progress cannot be loaded; the new one runs without a fallback."
-                );
+                // Without a fallback there is nothing to roll back to: the swap
+                // ends here, with why.
+                let why = reason_of(o);
+                tracing::warn!(%why, "The old version of the swap in progress cannot be loaded; the new one runs without a fallback.");
+                let report = SwapReport {
+                    seq: open.seq,
+                    state: SwapState::Done,
+                    barrier_ts: open.barrier_ts.map(|b| b.get()),
+                    pause_ms: open.pause_ms,
+                    reason: Some(format!(
+                        "after a restart the old version {} could not be loaded ({why}); the new one runs without a fallback",
+                        open.from.plugin
+                    )),
+                };
+                report_swap(&reporter, report).await;
             }
         }
     }
@@ -616,6 +619,14 @@ async fn build_sink(
     }
 }
 
+/// Why building a sink failed, for a swap record.
+fn reason_of(outcome: Outcome) -> String {
+    match outcome {
+        Outcome::Failed { message, .. } => message,
+        other => format!("{other:?}"),
+    }
+}
+
 /// Counters of a changefeed's swaps, kept across its processors.
 #[derive(Debug, Default)]
 pub struct SwapStats {
@@ -641,6 +652,19 @@ struct Trial {
     verdict: oneshot::Receiver<Verdict<WasmSink>>,
 }
 
+impl Trial {
+    /// A report of this swap in `state`.
+    fn report(&self, state: SwapState, reason: Option<String>) -> SwapReport {
+        SwapReport {
+            seq: self.seq,
+            state,
+            barrier_ts: self.barrier_ts,
+            pause_ms: self.pause_ms,
+            reason,
+        }
+    }
+}
+
 fn probation(
     policy: &sluice_owner::ProbationPolicy,
 ) -> (Probation<WasmSink>, oneshot::Receiver<Verdict<WasmSink>>) {
@@ -656,23 +680,10 @@ fn probation(
     )
 }
 
-/// Writes where swap `seq` stands into the run's task position (a few tries;
-/// the owner reads it there).
-async fn report_swap(
-    reporter: &Reporter,
-    seq: u64,
-    state: SwapState,
-    barrier_ts: Option<u64>,
-    pause_ms: Option<u64>,
-    reason: Option<String>,
-) {
-    let report = SwapReport {
-        seq,
-        state,
-        barrier_ts,
-        pause_ms,
-        reason: reason.map(|r| sluice_owner::bound_message(&r)),
-    };
+/// Writes where a swap stands into the run's task position (a few tries; the
+/// owner reads it there).
+async fn report_swap(reporter: &Reporter, mut report: SwapReport) {
+    report.reason = report.reason.map(|r| sluice_owner::bound_message(&r));
     for attempt in 1..=REPORT_ATTEMPTS {
         match reporter.report_swap(report.clone()).await {
             Ok(()) => return,
@@ -728,6 +739,19 @@ impl Swapper<'_> {
         }
     }
 
+    /// Swap `seq` did not happen: the old version runs on.
+    async fn refused(&mut self, seq: u64, reason: String) {
+        self.stats.refused.fetch_add(1, Ordering::Relaxed);
+        let report = SwapReport {
+            seq,
+            state: SwapState::Refused,
+            barrier_ts: None,
+            pause_ms: None,
+            reason: Some(reason),
+        };
+        report_swap(&self.reporter, report).await;
+    }
+
     async fn judged(&mut self, verdict: Option<Verdict<WasmSink>>) {
         let trial = self.trial.take().expect("on trial");
         match verdict {
@@ -737,15 +761,7 @@ impl Swapper<'_> {
                     flushes,
                     "The swapped-in sink passed its probation."
                 );
-                report_swap(
-                    &self.reporter,
-                    trial.seq,
-                    SwapState::Done,
-                    trial.barrier_ts,
-                    trial.pause_ms,
-                    None,
-                )
-                .await;
+                report_swap(&self.reporter, trial.report(SwapState::Done, None)).await;
             }
             Some(Verdict::RolledBack {
                 failed,
@@ -758,16 +774,9 @@ impl Swapper<'_> {
                 let reason = format!(
                     "{error} (rolled back at checkpoint {checkpoint}; {replayed_batches} batches replayed, flagged)"
                 );
+                let report = trial.report(SwapState::RolledBack, Some(reason));
                 self.running = trial.from;
-                report_swap(
-                    &self.reporter,
-                    trial.seq,
-                    SwapState::RolledBack,
-                    trial.barrier_ts,
-                    trial.pause_ms,
-                    Some(reason),
-                )
-                .await;
+                report_swap(&self.reporter, report).await;
             }
             // The pipeline ended first: the next run judges it.
             None => {}
@@ -791,20 +800,7 @@ impl Swapper<'_> {
         let sink = match build_sink(self.ctx, self.id, &to, self.plugins).await {
             Ok(s) => s,
             Err(outcome) => {
-                let reason = match outcome {
-                    Outcome::Failed { message, .. } => message,
-                    other => format!("{other:?}"),
-                };
-                self.stats.refused.fetch_add(1, Ordering::Relaxed);
-                report_swap(
-                    &self.reporter,
-                    seq,
-                    SwapState::Refused,
-                    None,
-                    None,
-                    Some(reason),
-                )
-                .await;
+                self.refused(seq, reason_of(outcome)).await;
                 return;
             }
         };
@@ -823,38 +819,20 @@ impl Swapper<'_> {
                 self.stats.swaps.fetch_add(1, Ordering::Relaxed);
                 self.stats.pause.record(swapped.pause);
                 self.running = to;
-                let (barrier_ts, pause_ms) = (
-                    Some(swapped.barrier.get()),
-                    Some(swapped.pause.as_millis() as u64),
-                );
-                self.trial = Some(Trial {
+                let trial = Trial {
                     seq,
-                    barrier_ts,
-                    pause_ms,
+                    barrier_ts: Some(swapped.barrier.get()),
+                    pause_ms: Some(swapped.pause.as_millis() as u64),
                     from,
                     verdict,
-                });
-                report_swap(
-                    &self.reporter,
-                    seq,
-                    SwapState::Probation,
-                    barrier_ts,
-                    pause_ms,
-                    None,
-                )
-                .await;
+                };
+                let report = trial.report(SwapState::Probation, None);
+                self.trial = Some(trial);
+                report_swap(&self.reporter, report).await;
             }
             Ok(Err(refused)) => {
-                self.stats.refused.fetch_add(1, Ordering::Relaxed);
-                report_swap(
-                    &self.reporter,
-                    seq,
-                    SwapState::Refused,
-                    None,
-                    None,
-                    Some(format!("{} did not open: {}", to.plugin, refused.error)),
-                )
-                .await;
+                let reason = format!("{} did not open: {}", to.plugin, refused.error);
+                self.refused(seq, reason).await;
             }
             // The pipeline ended before it got to the request.
             Err(_) => {}

@@ -382,6 +382,56 @@ impl Owner {
     }
 }
 
+/// What a create, update or swap has checked outside the owner task.
+#[derive(Debug, Clone, Copy)]
+enum Check {
+    /// The plugins and the source (a create or update).
+    Whole,
+    /// The plugins only (a swap changes a plugin of a running changefeed).
+    Plugins,
+}
+
+fn busy() -> OwnerError {
+    OwnerError::Unavailable(format!(
+        "{MAX_PENDING_CHECKS} creates, updates and swaps are having their plugins checked; \
+         retry shortly"
+    ))
+}
+
+/// Checks `info` on a task of its own (loading and validating plugins takes a
+/// while: not in the owner task), at most [`CONCURRENT_CHECKS`] at a time, and
+/// hands the answer back to the owner task as [`Command::Checked`].
+fn spawn_check<C: OwnerContext>(
+    (ctx, slots, outbox): (Arc<C>, Arc<Semaphore>, mpsc::UnboundedSender<Command>),
+    token: u64,
+    mut info: Box<ChangefeedInfo>,
+    check: Check,
+    reply: Reply<FeedView>,
+) {
+    tokio::spawn(
+        async move {
+            let checked = match slots.acquire_owned().await {
+                Ok(_slot) => match check {
+                    Check::Whole => ctx.check(&info).await.map(|pinned| {
+                        if let Some(source) = pinned {
+                            info.config.source = source;
+                        }
+                    }),
+                    Check::Plugins => ctx.check_plugins(&info).await,
+                },
+                Err(_) => Err(gone()),
+            };
+            let _ = outbox.send(Command::Checked {
+                token,
+                info,
+                checked,
+                reply,
+            });
+        }
+        .in_current_span(),
+    );
+}
+
 async fn run<C: OwnerContext>(
     mut runtime: Runtime<C>,
     mut inbox: mpsc::Receiver<Command>,
@@ -422,16 +472,8 @@ async fn run<C: OwnerContext>(
                 .ok_or_else(|| OwnerError::no_changefeed(id))
         };
         match command {
-            Command::Begin {
-                info,
-                create: _,
-                reply,
-            } if pending_checks >= MAX_PENDING_CHECKS => {
-                let _ = reply.send(Err(OwnerError::Unavailable(format!(
-                    "{MAX_PENDING_CHECKS} creates and updates are having their plugins \
-                     checked; retry {} shortly",
-                    info.id
-                ))));
+            Command::Begin { reply, .. } if pending_checks >= MAX_PENDING_CHECKS => {
+                let _ = reply.send(Err(busy()));
             }
             Command::Begin {
                 info,
@@ -442,31 +484,9 @@ async fn run<C: OwnerContext>(
                     let _ = reply.send(Err(e));
                 }
                 Ok(token) => {
-                    // Loading and validating plugins takes a while: not here.
-                    let ctx = runtime.context();
-                    let outbox = outbox.clone();
-                    let slots = check_slots.clone();
                     pending_checks += 1;
-                    tokio::spawn(
-                        async move {
-                            let mut info = info;
-                            let checked = match slots.acquire_owned().await {
-                                Ok(_slot) => ctx.check(&info).await.map(|pinned| {
-                                    if let Some(source) = pinned {
-                                        info.config.source = source;
-                                    }
-                                }),
-                                Err(_) => Err(gone()),
-                            };
-                            let _ = outbox.send(Command::Checked {
-                                token,
-                                info,
-                                checked,
-                                reply,
-                            });
-                        }
-                        .in_current_span(),
-                    );
+                    let checks = (runtime.context(), check_slots.clone(), outbox.clone());
+                    spawn_check(checks, token, info, Check::Whole, reply);
                 }
             },
             Command::Checked {
@@ -481,35 +501,16 @@ async fn run<C: OwnerContext>(
                 let _ = reply.send(result.and_then(|()| answer(&runtime, &id)));
             }
             Command::Swap { reply, .. } if pending_checks >= MAX_PENDING_CHECKS => {
-                let _ = reply.send(Err(OwnerError::Unavailable(format!(
-                    "{MAX_PENDING_CHECKS} creates, updates and swaps are having their plugins \
-                     checked; retry shortly"
-                ))));
+                let _ = reply.send(Err(busy()));
             }
             Command::Swap { id, ask, reply } => match runtime.begin_swap(&id, *ask) {
                 Err(e) => {
                     let _ = reply.send(Err(e));
                 }
                 Ok((token, candidate)) => {
-                    let ctx = runtime.context();
-                    let outbox = outbox.clone();
-                    let slots = check_slots.clone();
                     pending_checks += 1;
-                    tokio::spawn(
-                        async move {
-                            let checked = match slots.acquire_owned().await {
-                                Ok(_slot) => ctx.check_plugins(&candidate).await,
-                                Err(_) => Err(gone()),
-                            };
-                            let _ = outbox.send(Command::Checked {
-                                token,
-                                info: Box::new(candidate),
-                                checked,
-                                reply,
-                            });
-                        }
-                        .in_current_span(),
-                    );
+                    let checks = (runtime.context(), check_slots.clone(), outbox.clone());
+                    spawn_check(checks, token, Box::new(candidate), Check::Plugins, reply);
                 }
             },
             Command::Admin { id, job, reply } => {

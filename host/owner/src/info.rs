@@ -156,9 +156,23 @@ impl ChangefeedInfo {
     /// Ends a swap in progress that was overtaken (an update, a removal).
     pub(crate) fn supersede_swap(&mut self, why: &str, now_ms: u64) {
         if let Some(last) = self.swaps.last_mut().filter(|s| s.state.is_open()) {
-            last.state = SwapState::Superseded;
-            last.reason = Some(bound_message(why));
-            last.ended_at_ms = Some(now_ms);
+            last.end(SwapState::Superseded, Some(why), now_ms);
+        }
+    }
+
+    /// The work finished (its source ended) with the new version of a swap
+    /// on probation: it delivered everything, so the swap is done.
+    pub(crate) fn finish_open_swap(&mut self, now_ms: u64) {
+        if let Some(open) = self
+            .swaps
+            .last_mut()
+            .filter(|s| s.state.is_open() && s.to == self.config.sink)
+        {
+            open.end(
+                SwapState::Done,
+                Some("the changefeed finished while the new version was on probation"),
+                now_ms,
+            );
         }
     }
 
@@ -172,7 +186,7 @@ impl ChangefeedInfo {
         let Some(back) = crate::swap::advance(record, report, now_ms) else {
             return false;
         };
-        if back {
+        if let Some(old) = back {
             let (seq, from, to, state) = (
                 record.seq,
                 record.from.plugin.to_string(),
@@ -180,7 +194,7 @@ impl ChangefeedInfo {
                 record.state.as_str(),
             );
             let reason = record.reason.clone().unwrap_or_default();
-            self.config.sink = record.from.clone();
+            self.config.sink = old;
             self.record_warning(WarningRecord {
                 at_ms: now_ms,
                 epoch: self.epoch,
@@ -930,5 +944,71 @@ max-batch-bytes = "8MiB"
         assert_eq!(DisplayMillis(1_500).to_string(), "1500ms");
         assert_eq!(DisplayMillis(10_000).to_string(), "10s");
         assert_eq!(DisplayMillis(7_200_000).to_string(), "2h");
+    }
+
+    #[test]
+    fn ended_swaps_keep_only_plugin_ids_so_many_large_tables_still_fit() {
+        let mut info = sample_info("orders");
+        // Options near their 64 KiB bound in every version swapped to.
+        let big = serde_json::Value::String("x".repeat(60 << 10));
+        for i in 0..(crate::MAX_SWAP_RECORDS as u64 + 5) {
+            let mut to = info.config.sink.clone();
+            to.plugin = format!("sink-file@0.{}.0", i + 2).parse().unwrap();
+            to.config.insert("pad".into(), big.clone());
+            let record = crate::swap::record_for(
+                &info.config.sink,
+                crate::SwapAsk {
+                    to: to.clone(),
+                    probation: Default::default(),
+                    by: "t".into(),
+                },
+                Epoch(1),
+                0,
+            )
+            .unwrap();
+            info.begin_swap(record);
+            info.validate().unwrap();
+            let seq = info.swap_count;
+            let report = SwapReport {
+                seq,
+                state: SwapState::Done,
+                barrier_ts: Some(5),
+                pause_ms: Some(1),
+                reason: None,
+            };
+            assert!(info.on_swap_report(&report, 10));
+            assert_eq!(info.config.sink, to, "the new version's table is the sink");
+        }
+        assert_eq!(info.swaps.len(), crate::MAX_SWAP_RECORDS);
+        let last = info.swaps.last().unwrap();
+        assert_eq!(last.state, SwapState::Done);
+        assert!(last.from.config.is_empty() && last.to.config.is_empty());
+        assert!(info.encode().len() < 200 << 10, "{}", info.encode().len());
+        // A rollback hands back the old table whole.
+        let old = info.config.sink.clone();
+        let mut to = old.clone();
+        to.plugin = "sink-file@9.0.0".parse().unwrap();
+        let record = crate::swap::record_for(
+            &old,
+            crate::SwapAsk {
+                to,
+                probation: Default::default(),
+                by: "t".into(),
+            },
+            Epoch(1),
+            0,
+        )
+        .unwrap();
+        info.begin_swap(record);
+        let report = SwapReport {
+            seq: info.swap_count,
+            state: SwapState::RolledBack,
+            barrier_ts: None,
+            pause_ms: None,
+            reason: Some("trap".into()),
+        };
+        assert!(info.on_swap_report(&report, 20));
+        assert_eq!(info.config.sink, old);
+        assert!(!info.config.sink.config.is_empty());
     }
 }

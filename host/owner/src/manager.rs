@@ -162,19 +162,11 @@ impl<C: Clock, J: JitterSource> FeedStateManager<C, J> {
         Ok(effect)
     }
 
-    /// The work finished (its source ended) with a swap still open: the new
-    /// version delivered everything, so the swap is done.
+    /// The work finished (its source ended) with the new version of a swap
+    /// still on probation: it delivered everything, so the swap is done.
     pub fn on_finished_with_swap(&mut self) {
         let now = self.now();
-        let info = &mut self.changefeed.info;
-        if let Some(open) = info.swaps.last_mut().filter(|s| s.state.is_open())
-            && open.to == info.config.sink
-        {
-            open.state = crate::SwapState::Done;
-            open.reason =
-                Some("the changefeed finished while the new version was on probation".into());
-            open.ended_at_ms = Some(now);
-        }
+        self.changefeed.info.finish_open_swap(now);
     }
 
     /// A capture reported on a swap (see [`crate::ChangefeedInfo::on_swap_report`]);

@@ -165,6 +165,27 @@ impl SwapRecord {
     pub fn to_plugin(&self) -> &PluginId {
         &self.to.plugin
     }
+
+    /// Ends the swap in `state` (with `reason`, if any) at `now_ms`. An ended
+    /// record keeps only the plugin ids of its tables: their options and
+    /// grants matter only while the swap may still roll back, and this keeps
+    /// the newest records small whatever the tables held. Returns the old
+    /// table as it was.
+    pub(crate) fn end(
+        &mut self,
+        state: SwapState,
+        reason: Option<&str>,
+        now_ms: u64,
+    ) -> PluginConfig {
+        self.state = state;
+        if let Some(reason) = reason {
+            self.reason = Some(bound_message(reason));
+        }
+        self.ended_at_ms = Some(now_ms);
+        self.to = PluginConfig::new(self.to.plugin.clone());
+        let bare = PluginConfig::new(self.from.plugin.clone());
+        std::mem::replace(&mut self.from, bare)
+    }
 }
 
 /// What a capture reports about the swap it runs (in its task position).
@@ -195,10 +216,14 @@ pub(crate) fn push_record(records: &mut Vec<SwapRecord>, record: SwapRecord) {
     }
 }
 
-/// What a report changes in the swap it names, if it moves the swap forward
-/// (reports arrive again and out of date; only forward moves count): the new
-/// state, and whether the sink goes back to the old version.
-pub(crate) fn advance(record: &mut SwapRecord, report: &SwapReport, now_ms: u64) -> Option<bool> {
+/// Takes in a report on the swap of `record` if it moves the swap forward
+/// (reports arrive again and out of date; only forward moves count). Returns
+/// none when nothing changed; else the old table when the sink goes back to it.
+pub(crate) fn advance(
+    record: &mut SwapRecord,
+    report: &SwapReport,
+    now_ms: u64,
+) -> Option<Option<PluginConfig>> {
     use SwapState::*;
     if report.seq != record.seq {
         return None;
@@ -210,20 +235,21 @@ pub(crate) fn advance(record: &mut SwapRecord, report: &SwapReport, now_ms: u64)
     if !forward {
         return None;
     }
-    record.state = report.state;
     if let Some(b) = report.barrier_ts {
         record.barrier_ts = Some(CheckpointTs::new(b));
     }
     if report.pause_ms.is_some() {
         record.pause_ms = report.pause_ms;
     }
-    if let Some(reason) = &report.reason {
-        record.reason = Some(bound_message(reason));
+    if report.state.is_open() {
+        record.state = report.state;
+        if let Some(reason) = &report.reason {
+            record.reason = Some(bound_message(reason));
+        }
+        return Some(None);
     }
-    if !report.state.is_open() {
-        record.ended_at_ms = Some(now_ms);
-    }
-    Some(matches!(report.state, RolledBack | Refused))
+    let from = record.end(report.state, report.reason.as_deref(), now_ms);
+    Some(matches!(report.state, RolledBack | Refused).then_some(from))
 }
 
 /// What an operator asks for: swap the sink to `to` (its table: the new

@@ -207,6 +207,8 @@ fn a_version_that_fails_on_probation_is_rolled_back_with_the_reason() {
     for (name, mode, why) in [
         ("trap", "panic", "deliberate panic"),
         ("oom", "oom", "memory"),
+        ("spin", "loop", "stopped"),
+        ("hugeerr", "huge-error", "EEEE"),
         ("flushfatal", "flush-fatal", "refused the flush"),
     ] {
         let file = feed_file(dir.path(), name, TOTAL, 20_000);
@@ -217,7 +219,7 @@ fn a_version_that_fails_on_probation_is_rolled_back_with_the_reason() {
         std::fs::write(
             &table,
             format!(
-                "[sink]\nplugin = \"misbehave@0.1.0\"\n[sink.config]\nmode = \"{mode}\"\n[sink.limits]\nmemory = \"32MiB\"\n"
+                "[sink]\nplugin = \"misbehave@0.1.0\"\n[sink.config]\nmode = \"{mode}\"\n[sink.limits]\nmemory = \"32MiB\"\ncall-timeout-ms = 500\n"
             ),
         )
         .unwrap();
@@ -232,6 +234,8 @@ fn a_version_that_fails_on_probation_is_rolled_back_with_the_reason() {
         assert_eq!(record["state"], "rolled-back", "{name}: {record}");
         let reason = record["reason"].as_str().unwrap();
         assert!(reason.contains(why), "{name}: {reason}");
+        // A plugin's error is bounded in the record, however long it was.
+        assert!(reason.len() < 8 << 10, "{name}: {} bytes", reason.len());
         let q = server.state(name);
         assert_eq!(q["sink"], "sink-file@0.1.0", "{name}: {q}");
         let warned = q["status"]["warnings"]
@@ -269,7 +273,62 @@ fn bad_swaps_are_refused_and_nothing_stops() {
         "wider.toml",
         "[sink]\nplugin = \"sink-file@0.2.0\"\n[sink.config]\nformat = \"canal-json\"\n[sink.capabilities]\ndata-dir = true\ntcp = [\"10.1.2.3:9092\"]\n",
     );
+    let garbage = write("garbage.toml", "[sink\nplugin = ");
+    let other = write(
+        "other.toml",
+        "[sink]\nplugin = \"sink-file@0.1.0\"\n[sink.config]\nformat = \"canal-json\"\n",
+    );
+    let huge = write(
+        "huge.toml",
+        "[sink]\nplugin = \"sink-file@0.2.0\"\n[sink.config]\nformat = \"canal-json\"\n[sink.capabilities]\ndata-dir = true\n[sink.limits]\nmemory = \"1024GiB\"\ncall-timeout-ms = 9223372036854775807\n",
+    );
     let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--sink", "../../etc@1"], "plugin"),
+        (
+            vec![
+                "--sink",
+                "sink-file@0.2.0",
+                "--sink-config",
+                garbage.to_str().unwrap(),
+            ],
+            "sink_toml",
+        ),
+        (
+            vec![
+                "--sink",
+                "sink-file@0.2.0",
+                "--sink-config",
+                other.to_str().unwrap(),
+            ],
+            "name one",
+        ),
+        (
+            vec![
+                "--sink",
+                "sink-file@0.2.0",
+                "--sink-config",
+                huge.to_str().unwrap(),
+            ],
+            "sink.limits",
+        ),
+        (
+            vec![
+                "--sink",
+                "sink-file@0.2.0",
+                "--probation-flushes",
+                "18446744073709551615",
+            ],
+            "probation flushes",
+        ),
+        (
+            vec![
+                "--sink",
+                "sink-file@0.2.0",
+                "--probation-retries",
+                "4294967295",
+            ],
+            "probation retries",
+        ),
         (vec!["--sink", "filter-mask@0.1.0"], "filter"),
         (vec!["--sink", "sink-file@9.9.9"], "upload it first"),
         (
