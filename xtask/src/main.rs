@@ -12,6 +12,9 @@
 //! - `bench-binlog`: the binlog source on a private MariaDB (release build): raw
 //!   decode next to `sluice run` → sink-blackhole, and the memory of a 1M-row
 //!   transaction.
+//! - `bench-swap`: hot swaps through `sluice server` (release build) at 50,000
+//!   rows/s into sink-blackhole: the pause of each of 100 swaps (p50, p99) and
+//!   the throughput while swapping against steady state.
 //! - `bench-server`: build the plugins and run the control-plane benchmark of
 //!   `sluice server` (release build): API latency, cost of saving positions,
 //!   recovery after SIGKILL.
@@ -98,9 +101,10 @@ fn main() -> Result<()> {
         }
         Some("bench-e2e") => bench_e2e(&root, &args[1..]),
         Some("bench-binlog") => bench_binlog(&root),
+        Some("bench-swap") => bench_swap(&root),
         _ => {
             eprintln!(
-                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server | bench-isolation | bench-e2e | bench-binlog>"
+                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server | bench-isolation | bench-e2e | bench-binlog | bench-swap>"
             );
             bail!("unknown or missing command")
         }
@@ -249,6 +253,18 @@ fn bench_binlog(root: &Path) -> Result<()> {
     let bin = target_dir(root).join("release/sluice");
     run(Command::new(env!("CARGO"))
         .args(["bench", "-p", "sluice-tests", "--bench", "binlog"])
+        .env("SLUICE_BIN", &bin)
+        .env_remove("RUST_BACKTRACE"))
+}
+
+/// Hot swaps through the server (see tests/benches/swap.rs).
+fn bench_swap(root: &Path) -> Result<()> {
+    ensure_system_tools()?;
+    build_plugins(root)?;
+    cargo(&["build", "--release", "-p", "sluice-server"])?;
+    let bin = target_dir(root).join("release/sluice");
+    run(Command::new(env!("CARGO"))
+        .args(["bench", "-p", "sluice-tests", "--bench", "swap"])
         .env("SLUICE_BIN", &bin)
         .env_remove("RUST_BACKTRACE"))
 }
