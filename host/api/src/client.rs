@@ -10,7 +10,9 @@ use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
-use crate::json::{capture_json, changefeed_json, plugin_json, status_json};
+use crate::json::{
+    capture_json, changefeed_json, plugin_json, rollout_json, shadow_json, status_json,
+};
 use crate::v1::changefeed_service_client::ChangefeedServiceClient;
 use crate::v1::cluster_service_client::ClusterServiceClient;
 use crate::v1::plugin_service_client::PluginServiceClient;
@@ -120,19 +122,27 @@ pub enum ChangefeedCommand {
         #[arg(long)]
         target_ts: Option<u64>,
     },
-    /// Replace the sink with another version while the changefeed runs (hot
-    /// swap at a barrier, with probation and automatic rollback).
+    /// Replace the sink, or one filter, with another version while the
+    /// changefeed runs (hot swap at a barrier, with probation and automatic
+    /// rollback).
     Swap {
         /// `name` or `tenant/name`.
         #[arg(long, short = 'c')]
         changefeed: String,
-        /// The new version, `name@version` (uploaded in the tenant).
-        #[arg(long)]
-        sink: String,
-        /// A TOML file with the new sink table (`[sink]`: config, limits,
-        /// capabilities within the running sink's); without it only the
-        /// version changes.
-        #[arg(long)]
+        /// The sink's new version, `name@version` (uploaded in the tenant).
+        #[arg(long, conflicts_with = "filter", required_unless_present = "filter")]
+        sink: Option<String>,
+        /// Swap this filter instead: its position (0, 1, ...) or its
+        /// plugin's name; `--plugin` gives the new version.
+        #[arg(long, requires = "plugin")]
+        filter: Option<String>,
+        /// The filter's new version, `name@version`.
+        #[arg(long, requires = "filter")]
+        plugin: Option<String>,
+        /// A TOML file with the new table (`[sink]` or `[filter]`: config,
+        /// limits, capabilities within the running plugin's); without it
+        /// only the version changes.
+        #[arg(long, visible_alias = "plugin-config")]
         sink_config: Option<PathBuf>,
         /// How long the new version is on trial (ms; default 30000).
         #[arg(long)]
@@ -144,6 +154,10 @@ pub enum ChangefeedCommand {
         #[arg(long)]
         probation_retries: Option<u32>,
     },
+    /// Run a candidate version beside the sink or a filter without
+    /// delivering what it does, compare, then stop or promote it.
+    #[command(subcommand)]
+    Shadow(ShadowCommand),
     /// Stop a changefeed and drop it.
     Remove {
         /// `name` or `tenant/name`.
@@ -155,6 +169,66 @@ pub enum ChangefeedCommand {
         /// `name` or `tenant/name`.
         #[arg(long, short = 'c')]
         changefeed: String,
+    },
+}
+
+/// `sluice cli changefeed shadow ...`.
+#[derive(Debug, Subcommand)]
+pub enum ShadowCommand {
+    /// Start a candidate in shadow (checked first; one at a time).
+    Start {
+        /// `name` or `tenant/name`.
+        #[arg(long, short = 'c')]
+        changefeed: String,
+        /// A sink candidate, `name@version`; give it its own table (a
+        /// staging target) with `--config`.
+        #[arg(long, conflicts_with = "filter", required_unless_present = "filter")]
+        sink: Option<String>,
+        /// Beside this filter instead (position or name); `--plugin` gives
+        /// the candidate.
+        #[arg(long, requires = "plugin")]
+        filter: Option<String>,
+        /// The filter candidate, `name@version`.
+        #[arg(long, requires = "filter")]
+        plugin: Option<String>,
+        /// A TOML file with the candidate's table (config, limits,
+        /// capabilities); without it, the live table with the version changed.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Drop a sink candidate whose oldest waiting batch is older (ms;
+        /// default 30000).
+        #[arg(long)]
+        max_lag_ms: Option<u64>,
+        /// Or with more bytes waiting for it (default 64 MiB).
+        #[arg(long)]
+        max_queued_bytes: Option<u64>,
+    },
+    /// What the shadow did: rows compared, differences, errors, latency.
+    Status {
+        /// `name` or `tenant/name`.
+        #[arg(long, short = 'c')]
+        changefeed: String,
+    },
+    /// Stop the shadow.
+    Stop {
+        /// `name` or `tenant/name`.
+        #[arg(long, short = 'c')]
+        changefeed: String,
+    },
+    /// Turn the shadow into a swap to its candidate.
+    Promote {
+        /// `name` or `tenant/name`.
+        #[arg(long, short = 'c')]
+        changefeed: String,
+        /// How long the new version is on trial (ms; default 30000).
+        #[arg(long)]
+        probation_ms: Option<u64>,
+        /// How many acknowledged flushes the trial needs (default 3).
+        #[arg(long)]
+        probation_flushes: Option<u64>,
+        /// Retryable failures tolerated on trial (default 2).
+        #[arg(long)]
+        probation_retries: Option<u32>,
     },
 }
 
@@ -179,6 +253,29 @@ pub enum PluginCommand {
         /// `name@version`.
         #[arg(long)]
         id: String,
+    },
+    /// Swap every changefeed of the tenant running `--from` to `--to`, a
+    /// batch at a time, each until its probation ends; stops at the first
+    /// rollback. Prints each step as it happens.
+    Rollout {
+        /// The version running now, `name@version`.
+        #[arg(long)]
+        from: String,
+        /// The version to run, `name@version`.
+        #[arg(long)]
+        to: String,
+        /// Changefeeds swapped at once (default 1).
+        #[arg(long, default_value_t = 1)]
+        batch_size: u32,
+        /// How long each new version is on trial (ms; default 30000).
+        #[arg(long)]
+        probation_ms: Option<u64>,
+        /// How many acknowledged flushes each trial needs (default 3).
+        #[arg(long)]
+        probation_flushes: Option<u64>,
+        /// Retryable failures tolerated on trial (default 2).
+        #[arg(long)]
+        probation_retries: Option<u32>,
     },
 }
 
@@ -370,6 +467,8 @@ async fn execute(args: &CliArgs, channel: Channel) -> Result<Out, tonic::Status>
             ChangefeedCommand::Swap {
                 changefeed,
                 sink,
+                filter,
+                plugin,
                 sink_config,
                 probation_ms,
                 probation_flushes,
@@ -377,7 +476,7 @@ async fn execute(args: &CliArgs, channel: Channel) -> Result<Out, tonic::Status>
             } => one(feeds
                 .swap_sink(pb::SwapSinkRequest {
                     id: Some(changefeed_ref(tenant, changefeed)),
-                    plugin: sink.clone(),
+                    plugin: sink.clone().or_else(|| plugin.clone()).unwrap_or_default(),
                     sink_toml: match sink_config {
                         Some(path) => read(path)?,
                         None => String::new(),
@@ -385,9 +484,58 @@ async fn execute(args: &CliArgs, channel: Channel) -> Result<Out, tonic::Status>
                     probation_ms: *probation_ms,
                     probation_flushes: *probation_flushes,
                     probation_retries: *probation_retries,
+                    filter: filter.clone().unwrap_or_default(),
                 })
                 .await?
                 .into_inner()),
+            ChangefeedCommand::Shadow(cmd) => match cmd {
+                ShadowCommand::Start {
+                    changefeed,
+                    sink,
+                    filter,
+                    plugin,
+                    config,
+                    max_lag_ms,
+                    max_queued_bytes,
+                } => one(feeds
+                    .start_shadow(pb::StartShadowRequest {
+                        id: Some(changefeed_ref(tenant, changefeed)),
+                        plugin: sink.clone().or_else(|| plugin.clone()).unwrap_or_default(),
+                        filter: filter.clone().unwrap_or_default(),
+                        table_toml: match config {
+                            Some(path) => read(path)?,
+                            None => String::new(),
+                        },
+                        max_lag_ms: *max_lag_ms,
+                        max_queued_bytes: *max_queued_bytes,
+                    })
+                    .await?
+                    .into_inner()),
+                ShadowCommand::Status { changefeed } => Out::One(shadow_json(
+                    &feeds
+                        .get_shadow(changefeed_ref(tenant, changefeed))
+                        .await?
+                        .into_inner(),
+                )),
+                ShadowCommand::Stop { changefeed } => one(feeds
+                    .stop_shadow(changefeed_ref(tenant, changefeed))
+                    .await?
+                    .into_inner()),
+                ShadowCommand::Promote {
+                    changefeed,
+                    probation_ms,
+                    probation_flushes,
+                    probation_retries,
+                } => one(feeds
+                    .promote_shadow(pb::PromoteShadowRequest {
+                        id: Some(changefeed_ref(tenant, changefeed)),
+                        probation_ms: *probation_ms,
+                        probation_flushes: *probation_flushes,
+                        probation_retries: *probation_retries,
+                    })
+                    .await?
+                    .into_inner()),
+            },
             ChangefeedCommand::Remove { changefeed } => one(feeds
                 .remove_changefeed(changefeed_ref(tenant, changefeed))
                 .await?
@@ -453,6 +601,64 @@ async fn execute(args: &CliArgs, channel: Channel) -> Result<Out, tonic::Status>
                     .await?
                     .into_inner(),
             )),
+            PluginCommand::Rollout {
+                from,
+                to,
+                batch_size,
+                probation_ms,
+                probation_flushes,
+                probation_retries,
+            } => {
+                let mut stream = plugins
+                    .rollout_plugin(pb::RolloutRequest {
+                        tenant: tenant.into(),
+                        from: from.clone(),
+                        to: to.clone(),
+                        batch_size: *batch_size,
+                        probation_ms: *probation_ms,
+                        probation_flushes: *probation_flushes,
+                        probation_retries: *probation_retries,
+                    })
+                    .await?
+                    .into_inner();
+                let mut steps = Vec::new();
+                let mut last = None;
+                while let Some(event) = stream.message().await? {
+                    let v = rollout_json(&event);
+                    if event.changefeed.is_empty() {
+                        last = Some(event);
+                        break;
+                    }
+                    // Each step as it happens (a rollout waits for every
+                    // probation), unless one JSON document is wanted.
+                    if args.output == Output::Table {
+                        let mut out = std::io::stdout().lock();
+                        let _ = writeln!(
+                            out,
+                            "{:<32}  {:<10}  {:<12}  {}",
+                            event.changefeed, event.role, event.state, event.reason
+                        );
+                        let _ = out.flush();
+                    }
+                    steps.push(v);
+                }
+                let Some(last) = last else {
+                    return Err(tonic::Status::unavailable(
+                        "the server ended the rollout without a summary; see each changefeed's swaps",
+                    ));
+                };
+                if last.state == "stopped" {
+                    return Err(tonic::Status::aborted(format!(
+                        "the rollout stopped: {} swapped, {} failed, {} skipped, {} not tried",
+                        last.swapped, last.failed, last.skipped, last.remaining
+                    )));
+                }
+                let summary = rollout_json(&last);
+                match args.output {
+                    Output::Json => Out::One(json!({"steps": steps, "summary": summary})),
+                    Output::Table => Out::One(summary),
+                }
+            }
         },
         CliCommand::Capture(CaptureCommand::List) => {
             let list = cluster

@@ -28,6 +28,25 @@ pub struct Api {
 }
 
 impl Api {
+    /// Refuses a table for the plugin in `role` of `running` that passes
+    /// the server's limits.
+    fn within_limits(
+        &self,
+        running: &sluice_config::ChangefeedConfig<PluginId>,
+        role: sluice_owner::PluginRole,
+        table: &sluice_config::PluginConfig,
+    ) -> Result<(), Status> {
+        let mut probe = running.clone();
+        match role {
+            sluice_owner::PluginRole::Sink => probe.sink = table.clone(),
+            sluice_owner::PluginRole::Filter(i) => probe.filters[i] = table.clone(),
+        }
+        self.node
+            .limits
+            .check(&probe)
+            .map_err(Status::invalid_argument)
+    }
+
     /// The services, answering from `node`.
     pub fn new(node: Arc<Node>) -> Self {
         Self { node }
@@ -168,6 +187,76 @@ pub fn changefeed_pb(v: &FeedView) -> pb::Changefeed {
             .map(|f| f.plugin.to_string())
             .collect(),
         swaps: info.swaps.iter().map(swap_pb).collect(),
+        shadow: info.shadow.as_ref().map(shadow_record_pb),
+    }
+}
+
+/// A shadow record as the API shows it.
+fn shadow_record_pb(s: &sluice_owner::ShadowRecord) -> pb::ShadowRecord {
+    pb::ShadowRecord {
+        seq: s.seq,
+        role: s.role.clone(),
+        live: s.live.to_string(),
+        candidate: s.candidate.plugin.to_string(),
+        by: s.by.clone(),
+        at_ms: s.at_ms,
+        state: s.state.as_str().to_string(),
+        reason: s.reason.clone().unwrap_or_default(),
+        ended_at_ms: s.ended_at_ms.unwrap_or(0),
+        max_lag_ms: s.max_lag_ms,
+        max_queued_bytes: s.max_queued_bytes,
+    }
+}
+
+/// What the shadow of `v` did, from the capture's last report of it.
+pub fn shadow_status_pb(v: &FeedView) -> pb::ShadowStatus {
+    let info = &v.changefeed.info;
+    let record = info.shadow.as_ref();
+    let report = v
+        .shadow
+        .clone()
+        .filter(|r| record.is_some_and(|s| s.seq == r.seq))
+        .unwrap_or_default();
+    let latency = |l: &sluice_owner::LatencyReport| pb::CallLatency {
+        calls: l.calls,
+        mean_us: l.mean_us,
+        p50_us: l.p50_us,
+        p99_us: l.p99_us,
+        max_us: l.max_us,
+    };
+    pb::ShadowStatus {
+        id: Some(id_pb(&info.id)),
+        shadow: record.map(shadow_record_pb),
+        batches: report.batches,
+        rows_compared: report.rows_compared,
+        rows_differing: report.rows_differing,
+        differences: report
+            .differences
+            .iter()
+            .map(|d| pb::ShadowDifference {
+                table: d.table.clone(),
+                key: d.key.clone(),
+                column: d.column.clone(),
+                live: d.live.clone(),
+                candidate: d.candidate.clone(),
+            })
+            .collect(),
+        errors: report.errors,
+        last_error: report.last_error.clone().unwrap_or_default(),
+        live: Some(latency(&report.live_latency)),
+        candidate: Some(latency(&report.candidate_latency)),
+        rows_written: report.rows_written,
+        flushes: report.flushes,
+        lag_ms: report.lag_ms,
+        dropped: report
+            .dropped
+            .clone()
+            .or_else(|| {
+                record
+                    .filter(|s| s.state == sluice_owner::ShadowState::Dropped)
+                    .and_then(|s| s.reason.clone())
+            })
+            .unwrap_or_default(),
     }
 }
 
@@ -184,60 +273,107 @@ fn swap_pb(s: &sluice_owner::SwapRecord) -> pb::SwapRecord {
         pause_ms: s.pause_ms.unwrap_or(0),
         reason: s.reason.clone().unwrap_or_default(),
         ended_at_ms: s.ended_at_ms.unwrap_or(0),
+        role: s.role.clone(),
     }
 }
 
-/// The swap a request asks for, checked as far as can be without the
-/// changefeed: the new sink table (the running one with the plugin changed, or
-/// the one given), within the server's limits, and the probation's numbers.
-fn swap_ask(
+/// Which plugin of `config` a request names: the sink (`filter` empty), or a
+/// filter by position or name.
+fn role_of(
+    config: &sluice_config::ChangefeedConfig<PluginId>,
+    filter: &str,
+) -> Result<sluice_owner::PluginRole, Status> {
+    if filter.is_empty() {
+        return Ok(sluice_owner::PluginRole::Sink);
+    }
+    sluice_owner::PluginRole::filter_named(&config.filters, filter)
+        .map_err(Status::invalid_argument)
+}
+
+/// A plugin table a request gives: `running` with the plugin changed to
+/// `plugin` when `table_toml` is empty; else the table (`[key]` or its
+/// keys), whose `plugin` must agree with `plugin` when both are given.
+fn plugin_table(
     running: &sluice_config::PluginConfig,
-    r: &pb::SwapSinkRequest,
-    by: String,
-) -> Result<sluice_owner::SwapAsk, Status> {
+    plugin: &str,
+    table_toml: &str,
+    field: &str,
+    key: &str,
+) -> Result<sluice_config::PluginConfig, Status> {
     let invalid = |m: String| Status::invalid_argument(m);
-    let to = if r.sink_toml.trim().is_empty() {
+    let to = if table_toml.trim().is_empty() {
         let mut to = running.clone();
-        to.plugin = r
-            .plugin
+        to.plugin = plugin
             .parse()
             .map_err(|e| invalid(format!("plugin: {e}")))?;
         to
     } else {
-        let mut table: toml::Table = r
-            .sink_toml
+        let mut table: toml::Table = table_toml
             .parse()
-            .map_err(|e| invalid(format!("sink_toml: {e}")))?;
-        if let Some(toml::Value::Table(inner)) = table.remove("sink") {
-            table = inner;
+            .map_err(|e| invalid(format!("{field}: {e}")))?;
+        for outer in ["sink", "filter"] {
+            if let Some(toml::Value::Table(inner)) = table.remove(outer) {
+                table = inner;
+            }
         }
-        if !r.plugin.is_empty() {
+        if !plugin.is_empty() {
             match table.get("plugin").and_then(toml::Value::as_str) {
-                Some(p) if p != r.plugin => {
+                Some(p) if p != plugin => {
                     return Err(invalid(format!(
-                        "sink_toml names plugin `{p}` and the request `{}`; name one",
-                        r.plugin
+                        "{field} names plugin `{p}` and the request `{plugin}`; name one"
                     )));
                 }
                 _ => {
-                    table.insert("plugin".into(), toml::Value::String(r.plugin.clone()));
+                    table.insert("plugin".into(), toml::Value::String(plugin.to_string()));
                 }
             }
         }
         toml::Value::Table(table)
             .try_into::<sluice_config::PluginConfig>()
-            .map_err(|e| invalid(format!("sink_toml: {e}")))?
+            .map_err(|e| invalid(format!("{field}: {e}")))?
     };
-    to.validate("sink", sluice_config::Mode::Server)
+    to.validate(key, sluice_config::Mode::Server)
         .map_err(|e| invalid(e.to_string()))?;
+    Ok(to)
+}
+
+/// A probation from a request's optional numbers, defaults for the rest.
+fn probation_of(
+    ms: Option<u64>,
+    flushes: Option<u64>,
+    retries: Option<u32>,
+) -> Result<sluice_owner::ProbationPolicy, Status> {
     let defaults = sluice_owner::ProbationPolicy::default();
     let probation = sluice_owner::ProbationPolicy {
-        window_ms: r.probation_ms.unwrap_or(defaults.window_ms),
-        flushes: r.probation_flushes.unwrap_or(defaults.flushes),
-        max_retries: r.probation_retries.unwrap_or(defaults.max_retries),
+        window_ms: ms.unwrap_or(defaults.window_ms),
+        flushes: flushes.unwrap_or(defaults.flushes),
+        max_retries: retries.unwrap_or(defaults.max_retries),
     };
-    probation.validate().map_err(invalid)?;
-    Ok(sluice_owner::SwapAsk { to, probation, by })
+    probation.validate().map_err(Status::invalid_argument)?;
+    Ok(probation)
+}
+
+/// The swap a request asks for, checked as far as can be without the owner:
+/// which plugin, its new table (the running one with the plugin changed, or
+/// the one given), and the probation's numbers.
+fn swap_ask(
+    config: &sluice_config::ChangefeedConfig<PluginId>,
+    r: &pb::SwapSinkRequest,
+    by: String,
+) -> Result<sluice_owner::SwapAsk, Status> {
+    let role = role_of(config, &r.filter)?;
+    let running = match role {
+        sluice_owner::PluginRole::Sink => &config.sink,
+        sluice_owner::PluginRole::Filter(i) => &config.filters[i],
+    };
+    let to = plugin_table(running, &r.plugin, &r.sink_toml, "sink_toml", &role.key())?;
+    let probation = probation_of(r.probation_ms, r.probation_flushes, r.probation_retries)?;
+    Ok(sluice_owner::SwapAsk {
+        role,
+        to,
+        probation,
+        by,
+    })
 }
 
 /// Wall-clock lag of a ts behind now, in milliseconds.
@@ -428,14 +564,84 @@ impl ChangefeedService for Api {
         let id = changefeed_id(r.id.as_ref())?;
         let current = self.node.owner.snapshot().get(&id).map_err(status)?;
         let running = &current.changefeed.info.config;
-        let ask = swap_ask(&running.sink, &r, format!("tenant {}{caller}", id.tenant()))?;
-        let mut probe = running.clone();
-        probe.sink = ask.to.clone();
-        self.node
-            .limits
-            .check(&probe)
-            .map_err(Status::invalid_argument)?;
+        let ask = swap_ask(running, &r, format!("tenant {}{caller}", id.tenant()))?;
+        self.within_limits(running, ask.role, &ask.to)?;
         let view = self.node.owner.swap(&id, ask).await.map_err(status)?;
+        Ok(Response::new(changefeed_pb(&view)))
+    }
+
+    async fn start_shadow(
+        &self,
+        request: Request<pb::StartShadowRequest>,
+    ) -> Result<Response<pb::Changefeed>, Status> {
+        let caller = request
+            .remote_addr()
+            .map(|a| format!(" from {a}"))
+            .unwrap_or_default();
+        let r = request.into_inner();
+        let id = changefeed_id(r.id.as_ref())?;
+        let current = self.node.owner.snapshot().get(&id).map_err(status)?;
+        let running = &current.changefeed.info.config;
+        let role = role_of(running, &r.filter)?;
+        let live = match role {
+            sluice_owner::PluginRole::Sink => &running.sink,
+            sluice_owner::PluginRole::Filter(i) => &running.filters[i],
+        };
+        let candidate = plugin_table(live, &r.plugin, &r.table_toml, "table_toml", &role.key())?;
+        self.within_limits(running, role, &candidate)?;
+        let ask = sluice_owner::ShadowAsk {
+            role,
+            candidate,
+            max_lag_ms: r.max_lag_ms.unwrap_or(30_000),
+            max_queued_bytes: r.max_queued_bytes.unwrap_or(64 << 20),
+            by: format!("tenant {}{caller}", id.tenant()),
+        };
+        ask.validate().map_err(Status::invalid_argument)?;
+        let view = self
+            .node
+            .owner
+            .shadow_start(&id, ask)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(changefeed_pb(&view)))
+    }
+
+    async fn get_shadow(
+        &self,
+        request: Request<pb::ChangefeedRef>,
+    ) -> Result<Response<pb::ShadowStatus>, Status> {
+        let id = changefeed_id(Some(request.get_ref()))?;
+        let view = self.node.owner.snapshot().get(&id).map_err(status)?;
+        Ok(Response::new(shadow_status_pb(&view)))
+    }
+
+    async fn stop_shadow(
+        &self,
+        request: Request<pb::ChangefeedRef>,
+    ) -> Result<Response<pb::Changefeed>, Status> {
+        let id = changefeed_id(Some(request.get_ref()))?;
+        let view = self.node.owner.shadow_stop(&id).await.map_err(status)?;
+        Ok(Response::new(changefeed_pb(&view)))
+    }
+
+    async fn promote_shadow(
+        &self,
+        request: Request<pb::PromoteShadowRequest>,
+    ) -> Result<Response<pb::Changefeed>, Status> {
+        let caller = request
+            .remote_addr()
+            .map(|a| format!(" from {a}"))
+            .unwrap_or_default();
+        let r = request.into_inner();
+        let id = changefeed_id(r.id.as_ref())?;
+        let probation = probation_of(r.probation_ms, r.probation_flushes, r.probation_retries)?;
+        let by = format!("tenant {}{caller} (promote)", id.tenant());
+        let view = self
+            .node
+            .owner
+            .promote(&id, probation, by)
+            .await
+            .map_err(status)?;
         Ok(Response::new(changefeed_pb(&view)))
     }
 
@@ -590,6 +796,83 @@ impl ClusterService for Api {
 
 #[tonic::async_trait]
 impl PluginService for Api {
+    type RolloutPluginStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<pb::RolloutEvent, Status>> + Send + 'static>,
+    >;
+
+    async fn rollout_plugin(
+        &self,
+        request: Request<pb::RolloutRequest>,
+    ) -> Result<Response<Self::RolloutPluginStream>, Status> {
+        let caller = request
+            .remote_addr()
+            .map(|a| format!(" from {a}"))
+            .unwrap_or_default();
+        let r = request.into_inner();
+        let mut tenant = r.tenant.clone();
+        if tenant.is_empty() {
+            tenant = sluice_owner::DEFAULT_TENANT.into();
+        }
+        tenant_name(&tenant)?;
+        let version = |field: &str, v: &str| -> Result<PluginId, Status> {
+            v.parse()
+                .map_err(|e| Status::invalid_argument(format!("{field}: {e}")))
+        };
+        let plan = sluice_owner::RolloutPlan {
+            by: format!("tenant {tenant}{caller}"),
+            tenant,
+            from: version("from", &r.from)?,
+            to: version("to", &r.to)?,
+            batch_size: (r.batch_size.max(1)) as usize,
+            probation: probation_of(r.probation_ms, r.probation_flushes, r.probation_retries)?,
+        };
+        plan.validate().map_err(Status::invalid_argument)?;
+        let owner = self.node.owner.clone();
+        let (events, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            let (steps, mut step_rx) = tokio::sync::mpsc::channel(16);
+            let forward = {
+                let events = events.clone();
+                async move {
+                    while let Some(step) = step_rx.recv().await {
+                        let step: sluice_owner::RolloutStep = step;
+                        let event = pb::RolloutEvent {
+                            changefeed: step.changefeed.to_string(),
+                            role: step.role.to_string(),
+                            state: step.state,
+                            reason: step.reason,
+                            seq: step.seq,
+                            ..pb::RolloutEvent::default()
+                        };
+                        if events.send(Ok(event)).await.is_err() {
+                            // The caller went away: no new swap starts.
+                            break;
+                        }
+                    }
+                }
+            };
+            let run = sluice_owner::rollout(&owner, plan, steps);
+            let (summary, ()) = tokio::join!(run, forward);
+            let last = pb::RolloutEvent {
+                state: if summary.stopped {
+                    "stopped"
+                } else {
+                    "finished"
+                }
+                .into(),
+                swapped: summary.swapped,
+                failed: summary.failed,
+                skipped: summary.skipped,
+                remaining: summary.remaining,
+                ..pb::RolloutEvent::default()
+            };
+            let _ = events.send(Ok(last)).await;
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
     async fn upload_plugin(
         &self,
         request: Request<Streaming<pb::UploadPluginRequest>>,

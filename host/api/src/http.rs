@@ -344,16 +344,40 @@ pub fn render_metrics(
         ] {
             f.counter(
                 "sluice_changefeed_swaps_total",
-                "Sink swaps this server carried out (swapped at a barrier), rolled back on probation, or refused at the barrier.",
+                "Sink and filter swaps this server carried out (swapped at a barrier), rolled back on probation, or refused at the barrier.",
                 &[("tenant", tenant), ("changefeed", name), ("outcome", outcome)],
                 count.load(Ordering::Relaxed) as f64,
             );
+        }
+        for (name_, help, count) in [
+            (
+                "sluice_changefeed_shadow_rows_compared_total",
+                "Rows whose output a shadow filter candidate and the live filter were compared on.",
+                &swaps.shadow_rows_compared,
+            ),
+            (
+                "sluice_changefeed_shadow_differences_total",
+                "Rows where a shadow filter candidate's output differed from the live filter's.",
+                &swaps.shadow_differences,
+            ),
+            (
+                "sluice_changefeed_shadow_errors_total",
+                "Calls of a shadow candidate that failed.",
+                &swaps.shadow_errors,
+            ),
+            (
+                "sluice_changefeed_shadow_dropped_total",
+                "Shadow candidates dropped (behind past their bound, or failing).",
+                &swaps.shadow_dropped,
+            ),
+        ] {
+            f.counter(name_, help, &l, count.load(Ordering::Relaxed) as f64);
         }
         let mut m = Metric::from_label(labels(&l));
         m.set_histogram(histogram(&swaps.pause));
         f.push(
             "sluice_changefeed_swap_pause_seconds",
-            "How long delivery paused at each sink swap's barrier.",
+            "How long delivery paused at each swap's barrier.",
             MetricType::HISTOGRAM,
             m,
         );
@@ -493,6 +517,7 @@ mod tests {
             progress: None,
             totals: Totals::default(),
             last_advance_ms: 0,
+            shadow: None,
         };
         let swaps = Arc::new(SwapStats::default());
         swaps.swaps.fetch_add(2, Ordering::Relaxed);

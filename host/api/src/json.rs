@@ -63,6 +63,73 @@ pub fn changefeed_json(c: &pb::Changefeed) -> Value {
         "created-at-ms": c.created_at_ms,
         "failure": c.failure,
         "swaps": c.swaps.iter().map(swap_json).collect::<Vec<_>>(),
+        "shadow": c.shadow.as_ref().map(shadow_record_json),
+    })
+}
+
+/// A shadow record as JSON.
+pub fn shadow_record_json(s: &pb::ShadowRecord) -> Value {
+    json!({
+        "seq": s.seq,
+        "role": s.role,
+        "live": s.live,
+        "candidate": s.candidate,
+        "state": s.state,
+        "by": s.by,
+        "at": ms_time(s.at_ms),
+        "max-lag-ms": s.max_lag_ms,
+        "max-queued-bytes": s.max_queued_bytes,
+        "reason": s.reason,
+        "ended": if s.ended_at_ms == 0 { String::new() } else { ms_time(s.ended_at_ms) },
+    })
+}
+
+/// What a shadow did, as JSON.
+pub fn shadow_json(s: &pb::ShadowStatus) -> Value {
+    let latency = |l: Option<pb::CallLatency>| {
+        let l = l.unwrap_or_default();
+        json!({"calls": l.calls, "mean-us": l.mean_us, "p50-us": l.p50_us, "p99-us": l.p99_us, "max-us": l.max_us})
+    };
+    json!({
+        "shadow": s.shadow.as_ref().map(shadow_record_json),
+        "batches": s.batches,
+        "rows-compared": s.rows_compared,
+        "rows-differing": s.rows_differing,
+        "differences": s.differences.iter().map(|d| json!({
+            "table": d.table,
+            "key": d.key,
+            "column": d.column,
+            "live": d.live,
+            "candidate": d.candidate,
+        })).collect::<Vec<_>>(),
+        "errors": s.errors,
+        "last-error": s.last_error,
+        "live-latency": latency(s.live),
+        "candidate-latency": latency(s.candidate),
+        "rows-written": s.rows_written,
+        "flushes": s.flushes,
+        "lag-ms": s.lag_ms,
+        "dropped": s.dropped,
+    })
+}
+
+/// A step (or the summary) of a rollout, as JSON.
+pub fn rollout_json(e: &pb::RolloutEvent) -> Value {
+    if e.changefeed.is_empty() {
+        return json!({
+            "state": e.state,
+            "swapped": e.swapped,
+            "failed": e.failed,
+            "skipped": e.skipped,
+            "remaining": e.remaining,
+        });
+    }
+    json!({
+        "changefeed": e.changefeed,
+        "role": e.role,
+        "state": e.state,
+        "seq": e.seq,
+        "reason": e.reason,
     })
 }
 
@@ -70,6 +137,7 @@ pub fn changefeed_json(c: &pb::Changefeed) -> Value {
 pub fn swap_json(s: &pb::SwapRecord) -> Value {
     json!({
         "seq": s.seq,
+        "role": s.role,
         "from": s.from,
         "to": s.to,
         "state": s.state,

@@ -13,9 +13,13 @@ use sluice_core::{
     TransactionRun,
 };
 use sluice_owner::{ChangefeedId, ChangefeedInfo, Epoch, ErrorKind, Outcome, TaskState};
-use sluice_owner::{SwapReport, SwapState};
+use sluice_owner::{
+    LatencyReport, PluginRole, ShadowDifference, ShadowReport, SwapReport, SwapState,
+};
 use sluice_processor::{
-    Pipeline, PipelineError, Probation, Progress, ProgressStoreError, SwapRequest, Verdict,
+    FilterSwapRequest, Pipeline, PipelineError, Probation, Progress, ProgressStoreError,
+    ShadowCandidate, ShadowCommand, ShadowLimits, ShadowSnapshot, ShadowStatus, SwapRequest,
+    Verdict,
 };
 use sluice_runtime::{LatencyHistogram, PluginKind, PluginStats, WasmFilter, WasmSink};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -368,46 +372,23 @@ async fn run(
         let live = live.clone();
         Box::new(move || live.counters())
     });
-    let plugin_dir = |role: &str| -> Result<PathBuf, Outcome> {
-        let dir = plugin_data_dir(&ctx.data_dir, id, role);
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            failed(
-                ErrorKind::Retryable,
-                format!("cannot create {}: {e}", dir.display()),
-            )
-        })?;
-        Ok(dir)
-    };
     let mut filters = Vec::new();
     for (i, plugin) in info.config.filters.iter().enumerate() {
-        let at = format!("filters[{i}]");
-        let component = match ctx.registry.load(tenant, &plugin.plugin).await {
-            Ok(c) => c,
-            Err(e) => return registry_failure(&at, &plugin.plugin.to_string(), e),
-        };
-        if component.kind() != PluginKind::Filter {
-            return failed(
-                ErrorKind::Config,
-                format!("{at}.plugin `{}` is not a filter", plugin.plugin),
-            );
-        }
-        let dir = if plugin.capabilities.data_dir.is_granted() {
-            match plugin_dir(&format!("filter-{i}")) {
-                Ok(d) => Some(d),
-                Err(o) => return o,
-            }
-        } else {
-            None
-        };
-        match WasmFilter::new(
-            component,
-            plugin_settings(plugin, plugin.plugin.to_string(), dir),
-        ) {
-            Ok(f) => filters.push(f.with_stats(stats_of(plugins, &format!("filter-{i}")))),
-            Err(e) => return failed(ErrorKind::Config, format!("{at}: {e}")),
+        let role = format!("filter-{i}");
+        match build_filter(ctx, id, plugin, &role, stats_of(plugins, &role)).await {
+            Ok(f) => filters.push(f),
+            Err(o) => return o,
         }
     }
-    let sink = match build_sink(ctx, id, &info.config.sink, plugins).await {
+    let sink = match build_sink(
+        ctx,
+        id,
+        &info.config.sink,
+        "sink",
+        stats_of(plugins, "sink"),
+    )
+    .await
+    {
         Ok(s) => s,
         Err(o) => return o,
     };
@@ -445,18 +426,44 @@ async fn run(
     let mut pipeline =
         Pipeline::new(config, filters, sink, start).with_progress_store(Box::new(store));
     // A swap still pending or on probation when the previous run ended: the
-    // stored sink (its new version) runs on probation again, with the old one
-    // to fall back to.
+    // stored version runs on probation again, with the old one to fall back
+    // to.
     let mut trial = None;
-    if let Some(open) = info.open_swap().filter(|s| s.to == info.config.sink) {
-        match build_sink(ctx, id, &open.from, plugins).await {
-            Ok(fallback) => {
-                let (probation, verdict) = probation(&open.probation);
-                pipeline = pipeline.with_probation(fallback, probation);
+    let open = info.open_swap().and_then(|s| {
+        let role = s.role()?;
+        (info.plugin(role) == Some(&s.to)).then(|| (role, s.clone()))
+    });
+    if let Some((role, open)) = open {
+        let fallback = match role {
+            PluginRole::Sink => {
+                match build_sink(ctx, id, &open.from, "sink", stats_of(plugins, "sink")).await {
+                    Ok(fallback) => {
+                        let (p, verdict) = probation(&open.probation);
+                        pipeline = pipeline.with_probation(fallback, p);
+                        Ok(verdict)
+                    }
+                    Err(o) => Err(o),
+                }
+            }
+            PluginRole::Filter(i) => {
+                let at = format!("filter-{i}");
+                match build_filter(ctx, id, &open.from, &at, stats_of(plugins, &at)).await {
+                    Ok(fallback) => {
+                        let (p, verdict) = probation(&open.probation);
+                        pipeline = pipeline.with_filter_probation(i, fallback, p);
+                        Ok(verdict)
+                    }
+                    Err(o) => Err(o),
+                }
+            }
+        };
+        match fallback {
+            Ok(verdict) => {
                 let t = Trial {
                     seq: open.seq,
                     barrier_ts: open.barrier_ts.map(|b| b.get()),
                     pause_ms: open.pause_ms,
+                    role,
                     from: open.from.clone(),
                     verdict,
                 };
@@ -493,12 +500,16 @@ async fn run(
         stats: swap_stats,
         reporter,
         swaps: pipeline.swaps(),
-        running: info.config.sink.clone(),
+        filter_swaps: pipeline.filter_swaps(),
+        shadows: pipeline.shadows(),
+        sink: info.config.sink.clone(),
+        filters: info.config.filters.clone(),
         trial,
+        shadow: None,
     };
     let result = tokio::select! {
         result = pipeline.run(source, stop) => result,
-        never = swapper.run(infos) => match never {},
+        never = swapper.run(infos, &info) => match never {},
     };
     match result {
         Ok(report) if report.interrupted => Outcome::Stopped,
@@ -586,7 +597,8 @@ async fn build_sink(
     ctx: &Ctx,
     id: &ChangefeedId,
     table: &sluice_config::PluginConfig,
-    plugins: &PluginCounters,
+    role: &str,
+    stats: Arc<PluginStats>,
 ) -> Result<WasmSink, Outcome> {
     let component = match ctx.registry.load(id.tenant(), &table.plugin).await {
         Ok(c) => c,
@@ -598,24 +610,66 @@ async fn build_sink(
             format!("sink.plugin `{}` is not a sink", table.plugin),
         ));
     }
-    let dir = if table.capabilities.data_dir.is_granted() {
-        let dir = plugin_data_dir(&ctx.data_dir, id, "sink");
-        if let Err(e) = std::fs::create_dir_all(&dir) {
-            return Err(failed(
-                ErrorKind::Retryable,
-                format!("cannot create {}: {e}", dir.display()),
-            ));
-        }
-        Some(dir)
-    } else {
-        None
-    };
+    let dir = data_dir(ctx, id, table, role)?;
     match WasmSink::new(
         component,
         plugin_settings(table, table.plugin.to_string(), dir),
     ) {
-        Ok(s) => Ok(s.with_stats(stats_of(plugins, "sink"))),
+        Ok(s) => Ok(s.with_stats(stats)),
         Err(e) => Err(failed(ErrorKind::Config, format!("sink: {e}"))),
+    }
+}
+
+/// The data dir of the plugin in `role`, created, if `table` grants one.
+fn data_dir(
+    ctx: &Ctx,
+    id: &ChangefeedId,
+    table: &sluice_config::PluginConfig,
+    role: &str,
+) -> Result<Option<PathBuf>, Outcome> {
+    if !table.capabilities.data_dir.is_granted() {
+        return Ok(None);
+    }
+    let dir = plugin_data_dir(&ctx.data_dir, id, role);
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        failed(
+            ErrorKind::Retryable,
+            format!("cannot create {}: {e}", dir.display()),
+        )
+    })?;
+    Ok(Some(dir))
+}
+
+/// Loads and instantiates the filter `table` names, as `role` (`filter-N`,
+/// or a shadow's), counting into `stats`.
+async fn build_filter(
+    ctx: &Ctx,
+    id: &ChangefeedId,
+    table: &sluice_config::PluginConfig,
+    role: &str,
+    stats: Arc<PluginStats>,
+) -> Result<WasmFilter, Outcome> {
+    let at = match role.strip_prefix("filter-") {
+        Some(i) => format!("filters[{i}]"),
+        None => role.to_string(),
+    };
+    let component = match ctx.registry.load(id.tenant(), &table.plugin).await {
+        Ok(c) => c,
+        Err(e) => return Err(registry_failure(&at, &table.plugin.to_string(), e)),
+    };
+    if component.kind() != PluginKind::Filter {
+        return Err(failed(
+            ErrorKind::Config,
+            format!("{at}.plugin `{}` is not a filter", table.plugin),
+        ));
+    }
+    let dir = data_dir(ctx, id, table, role)?;
+    match WasmFilter::new(
+        component,
+        plugin_settings(table, table.plugin.to_string(), dir),
+    ) {
+        Ok(f) => Ok(f.with_stats(stats)),
+        Err(e) => Err(failed(ErrorKind::Config, format!("{at}: {e}"))),
     }
 }
 
@@ -638,18 +692,65 @@ pub struct SwapStats {
     pub refused: AtomicU64,
     /// How long delivery paused at each swap's barrier.
     pub pause: LatencyHistogram,
+    /// Rows a shadow filter's output was compared on.
+    pub shadow_rows_compared: AtomicU64,
+    /// Rows where it differed from the live filter's.
+    pub shadow_differences: AtomicU64,
+    /// Candidate calls that failed.
+    pub shadow_errors: AtomicU64,
+    /// Shadows dropped (behind past their bound, or failing).
+    pub shadow_dropped: AtomicU64,
 }
 
-/// A swapped-in sink on trial.
+/// How a trial ended, whichever plugin was on it.
+enum Judged {
+    Passed {
+        flushes: u64,
+    },
+    RolledBack {
+        error: sluice_core::PluginError,
+        checkpoint: CheckpointTs,
+        replayed_batches: usize,
+    },
+}
+
+impl<S> From<Verdict<S>> for Judged {
+    fn from(v: Verdict<S>) -> Self {
+        match v {
+            Verdict::Passed { flushes } => Judged::Passed { flushes },
+            Verdict::RolledBack {
+                failed,
+                error,
+                checkpoint,
+                replayed_batches,
+            } => {
+                drop(failed);
+                Judged::RolledBack {
+                    error,
+                    checkpoint,
+                    replayed_batches,
+                }
+            }
+        }
+    }
+}
+
+/// The verdict of a trial, once the pipeline gives it (none: the pipeline
+/// ended first).
+type VerdictFuture = std::pin::Pin<Box<dyn Future<Output = Option<Judged>> + Send>>;
+
+/// A swapped-in plugin on trial.
 struct Trial {
     seq: u64,
     /// The barrier checkpoint and the pause of the swap, repeated in every
     /// report of it (the owner may see only the last one).
     barrier_ts: Option<u64>,
     pause_ms: Option<u64>,
+    /// What was swapped.
+    role: PluginRole,
     /// The table to fall back to.
     from: sluice_config::PluginConfig,
-    verdict: oneshot::Receiver<Verdict<WasmSink>>,
+    verdict: VerdictFuture,
 }
 
 impl Trial {
@@ -665,10 +766,10 @@ impl Trial {
     }
 }
 
-fn probation(
+fn probation<S: Send + 'static>(
     policy: &sluice_owner::ProbationPolicy,
-) -> (Probation<WasmSink>, oneshot::Receiver<Verdict<WasmSink>>) {
-    let (verdict, judged) = oneshot::channel();
+) -> (Probation<S>, VerdictFuture) {
+    let (verdict, judged) = oneshot::channel::<Verdict<S>>();
     (
         Probation {
             duration: std::time::Duration::from_millis(policy.window_ms),
@@ -676,7 +777,7 @@ fn probation(
             max_retries: policy.max_retries,
             verdict,
         },
-        judged,
+        Box::pin(async move { judged.await.ok().map(Judged::from) }),
     )
 }
 
@@ -696,8 +797,71 @@ async fn report_swap(reporter: &Reporter, mut report: SwapReport) {
     }
 }
 
-/// Carries out the swaps recorded in the changefeed's info while the pipeline
-/// runs, and reports each step.
+/// Hands `request` to the pipeline and waits for its answer: the barrier
+/// and pause of a swap that happened, or why it did not; none when the
+/// pipeline ended first.
+async fn ask<R, S>(
+    to: &tokio::sync::mpsc::Sender<R>,
+    request: R,
+    answer: oneshot::Receiver<
+        Result<sluice_processor::Swapped<S>, sluice_processor::SwapRefused<S>>,
+    >,
+) -> Option<Result<(CheckpointTs, std::time::Duration), sluice_core::PluginError>> {
+    to.send(request).await.ok()?;
+    let answer = answer.await.ok()?;
+    Some(answer.map(|s| (s.barrier, s.pause)).map_err(|e| e.error))
+}
+
+/// A shadow the pipeline runs.
+struct RunningShadow {
+    seq: u64,
+    status: Arc<ShadowStatus>,
+    /// The last report written.
+    reported: Option<ShadowReport>,
+}
+
+/// What a shadow did, as its task position reports it.
+fn shadow_report(seq: u64, s: &ShadowSnapshot) -> ShadowReport {
+    let latency = |l: &sluice_processor::CallLatency| LatencyReport {
+        calls: l.calls,
+        mean_us: l.mean_us(),
+        p50_us: l.quantile_us(0.5),
+        p99_us: l.quantile_us(0.99),
+        max_us: l.max_us,
+    };
+    ShadowReport {
+        seq,
+        batches: s.batches,
+        rows_compared: s.rows_compared,
+        rows_differing: s.rows_differing,
+        differences: s
+            .differences
+            .iter()
+            .map(|d| ShadowDifference {
+                table: d.table.clone(),
+                key: d.key.clone(),
+                column: d.column.clone(),
+                live: d.live.clone(),
+                candidate: d.candidate.clone(),
+            })
+            .collect(),
+        errors: s.errors,
+        last_error: s.last_error.clone(),
+        live_latency: latency(&s.live),
+        candidate_latency: latency(&s.candidate),
+        rows_written: s.rows_written,
+        flushes: s.flushes,
+        lag_ms: s.lag.as_millis() as u64,
+        dropped: s.dropped.clone(),
+    }
+    .bounded()
+}
+
+/// How often a running shadow's counts are written to the task position.
+const SHADOW_REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Carries out the swaps and shadows recorded in the changefeed's info while
+/// the pipeline runs, and reports each step.
 struct Swapper<'a> {
     ctx: &'a Ctx,
     id: &'a ChangefeedId,
@@ -705,9 +869,14 @@ struct Swapper<'a> {
     stats: &'a SwapStats,
     reporter: Reporter,
     swaps: tokio::sync::mpsc::Sender<SwapRequest<WasmSink>>,
+    filter_swaps: tokio::sync::mpsc::Sender<FilterSwapRequest<WasmFilter>>,
+    shadows: tokio::sync::mpsc::Sender<ShadowCommand<WasmSink, WasmFilter>>,
     /// The sink table the pipeline runs.
-    running: sluice_config::PluginConfig,
+    sink: sluice_config::PluginConfig,
+    /// The filter tables it runs.
+    filters: Vec<sluice_config::PluginConfig>,
     trial: Option<Trial>,
+    shadow: Option<RunningShadow>,
 }
 
 impl Swapper<'_> {
@@ -715,13 +884,18 @@ impl Swapper<'_> {
     async fn run(
         mut self,
         mut infos: watch::Receiver<Option<ChangefeedInfo>>,
+        first: &ChangefeedInfo,
     ) -> std::convert::Infallible {
+        // A shadow recorded before this run started runs again.
+        self.follow_shadow(first).await;
         let mut infos_open = true;
+        let mut ticker = tokio::time::interval(SHADOW_REPORT_INTERVAL);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 verdict = async {
                     match &mut self.trial {
-                        Some(t) => (&mut t.verdict).await.ok(),
+                        Some(t) => (&mut t.verdict).await,
                         None => std::future::pending().await,
                     }
                 } => self.judged(verdict).await,
@@ -732,8 +906,29 @@ impl Swapper<'_> {
                     }
                     let info = infos.borrow_and_update().clone();
                     if let Some(info) = info {
+                        self.follow_shadow(&info).await;
                         self.follow(&info).await;
                     }
+                }
+                _ = ticker.tick() => self.report_shadow().await,
+            }
+        }
+    }
+
+    /// The table of the plugin in `role` the pipeline runs.
+    fn running(&self, role: PluginRole) -> Option<&sluice_config::PluginConfig> {
+        match role {
+            PluginRole::Sink => Some(&self.sink),
+            PluginRole::Filter(i) => self.filters.get(i),
+        }
+    }
+
+    fn set_running(&mut self, role: PluginRole, table: sluice_config::PluginConfig) {
+        match role {
+            PluginRole::Sink => self.sink = table,
+            PluginRole::Filter(i) => {
+                if let Some(at) = self.filters.get_mut(i) {
+                    *at = table;
                 }
             }
         }
@@ -752,30 +947,29 @@ impl Swapper<'_> {
         report_swap(&self.reporter, report).await;
     }
 
-    async fn judged(&mut self, verdict: Option<Verdict<WasmSink>>) {
+    async fn judged(&mut self, verdict: Option<Judged>) {
         let trial = self.trial.take().expect("on trial");
         match verdict {
-            Some(Verdict::Passed { flushes }) => {
+            Some(Judged::Passed { flushes }) => {
                 tracing::info!(
                     seq = trial.seq,
+                    role = %trial.role,
                     flushes,
-                    "The swapped-in sink passed its probation."
+                    "The swapped-in plugin passed its probation."
                 );
                 report_swap(&self.reporter, trial.report(SwapState::Done, None)).await;
             }
-            Some(Verdict::RolledBack {
-                failed,
+            Some(Judged::RolledBack {
                 error,
                 checkpoint,
                 replayed_batches,
             }) => {
-                drop(failed);
                 self.stats.rollbacks.fetch_add(1, Ordering::Relaxed);
                 let reason = format!(
                     "{error} (rolled back at checkpoint {checkpoint}; {replayed_batches} batches replayed, flagged)"
                 );
                 let report = trial.report(SwapState::RolledBack, Some(reason));
-                self.running = trial.from;
+                self.set_running(trial.role, trial.from);
                 report_swap(&self.reporter, report).await;
             }
             // The pipeline ended first: the next run judges it.
@@ -783,59 +977,202 @@ impl Swapper<'_> {
         }
     }
 
-    /// Swaps to the sink the info names if a pending swap asks for it.
+    /// Swaps to the version the info names if a pending swap asks for it.
     async fn follow(&mut self, info: &ChangefeedInfo) {
         let Some(open) = info.open_swap() else {
             return;
         };
+        let Some(role) = open.role() else {
+            return;
+        };
         if open.state != SwapState::Pending
-            || open.to != info.config.sink
-            || open.to == self.running
+            || info.plugin(role) != Some(&open.to)
+            || self.running(role) == Some(&open.to)
             || self.trial.is_some()
         {
             return;
         }
         let (seq, to, from) = (open.seq, open.to.clone(), open.from.clone());
-        tracing::info!(seq, from = %from.plugin, to = %to.plugin, "Swapping the sink.");
-        let sink = match build_sink(self.ctx, self.id, &to, self.plugins).await {
-            Ok(s) => s,
-            Err(outcome) => {
-                self.refused(seq, reason_of(outcome)).await;
-                return;
+        tracing::info!(seq, %role, from = %from.plugin, to = %to.plugin, "Swapping a plugin.");
+        let (probation_of, answer) = match role {
+            PluginRole::Sink => {
+                let stats = stats_of(self.plugins, "sink");
+                let sink = match build_sink(self.ctx, self.id, &to, "sink", stats).await {
+                    Ok(s) => s,
+                    Err(outcome) => return self.refused(seq, reason_of(outcome)).await,
+                };
+                let (probation, verdict) = probation(&open.probation);
+                let (reply, answer) = oneshot::channel();
+                let request = SwapRequest {
+                    sink,
+                    probation: Some(probation),
+                    reply,
+                };
+                (verdict, ask(&self.swaps, request, answer).await)
+            }
+            PluginRole::Filter(index) => {
+                let at = format!("filter-{index}");
+                let stats = stats_of(self.plugins, &at);
+                let filter = match build_filter(self.ctx, self.id, &to, &at, stats).await {
+                    Ok(f) => f,
+                    Err(outcome) => return self.refused(seq, reason_of(outcome)).await,
+                };
+                let (probation, verdict) = probation(&open.probation);
+                let (reply, answer) = oneshot::channel();
+                let request = FilterSwapRequest {
+                    index,
+                    filter,
+                    probation: Some(probation),
+                    reply,
+                };
+                (verdict, ask(&self.filter_swaps, request, answer).await)
             }
         };
-        let (probation, verdict) = probation(&open.probation);
-        let (reply, answer) = oneshot::channel();
-        let request = SwapRequest {
-            sink,
-            probation: Some(probation),
-            reply,
-        };
-        if self.swaps.send(request).await.is_err() {
-            return;
-        }
-        match answer.await {
-            Ok(Ok(swapped)) => {
+        match answer {
+            Some(Ok((barrier, pause))) => {
                 self.stats.swaps.fetch_add(1, Ordering::Relaxed);
-                self.stats.pause.record(swapped.pause);
-                self.running = to;
+                self.stats.pause.record(pause);
+                self.set_running(role, to);
                 let trial = Trial {
                     seq,
-                    barrier_ts: Some(swapped.barrier.get()),
-                    pause_ms: Some(swapped.pause.as_millis() as u64),
+                    barrier_ts: Some(barrier.get()),
+                    pause_ms: Some(pause.as_millis() as u64),
+                    role,
                     from,
-                    verdict,
+                    verdict: probation_of,
                 };
                 let report = trial.report(SwapState::Probation, None);
                 self.trial = Some(trial);
                 report_swap(&self.reporter, report).await;
             }
-            Ok(Err(refused)) => {
-                let reason = format!("{} did not open: {}", to.plugin, refused.error);
+            Some(Err(error)) => {
+                let reason = format!("{} did not open: {error}", to.plugin);
                 self.refused(seq, reason).await;
             }
             // The pipeline ended before it got to the request.
-            Err(_) => {}
+            None => {}
+        }
+    }
+
+    /// Starts or stops the shadow as the info says.
+    async fn follow_shadow(&mut self, info: &ChangefeedInfo) {
+        let want = info.running_shadow();
+        if want.map(|s| s.seq) == self.shadow.as_ref().map(|s| s.seq) {
+            return;
+        }
+        if self.shadow.take().is_some() {
+            // Its last counts stay in the task position.
+            let _ = self.shadows.send(ShadowCommand::Stop).await;
+        }
+        let Some(record) = want else {
+            return;
+        };
+        let (seq, table) = (record.seq, record.candidate.clone());
+        let limits = ShadowLimits {
+            max_lag: std::time::Duration::from_millis(record.max_lag_ms),
+            max_queued_bytes: usize::try_from(record.max_queued_bytes).unwrap_or(usize::MAX),
+        };
+        let status = Arc::new(ShadowStatus::default());
+        let candidate = match record.role() {
+            Some(PluginRole::Sink) => {
+                build_sink(self.ctx, self.id, &table, "shadow-sink", Arc::default())
+                    .await
+                    .map(ShadowCandidate::Sink)
+            }
+            Some(PluginRole::Filter(index)) => build_filter(
+                self.ctx,
+                self.id,
+                &table,
+                &format!("shadow-filter-{index}"),
+                Arc::default(),
+            )
+            .await
+            .map(|filter| ShadowCandidate::Filter { index, filter }),
+            None => Err(failed(
+                ErrorKind::Config,
+                format!("unknown role `{}`", record.role),
+            )),
+        };
+        self.shadow = Some(RunningShadow {
+            seq,
+            status: status.clone(),
+            reported: None,
+        });
+        match candidate {
+            Ok(candidate) => {
+                tracing::info!(seq, role = %record.role, candidate = %table.plugin, "Starting a shadow.");
+                let command = ShadowCommand::Start {
+                    candidate,
+                    limits,
+                    status,
+                };
+                if self.shadows.send(command).await.is_err() {
+                    return;
+                }
+            }
+            Err(outcome) => {
+                status.drop_with(format!(
+                    "the candidate did not load: {}",
+                    reason_of(outcome)
+                ));
+            }
+        }
+        self.report_shadow().await;
+    }
+
+    /// Writes what the shadow did into the task position, if it changed; a
+    /// dropped shadow ends here.
+    async fn report_shadow(&mut self) {
+        let Some(shadow) = &mut self.shadow else {
+            return;
+        };
+        let snapshot = shadow.status.snapshot();
+        let report = shadow_report(shadow.seq, &snapshot);
+        if shadow.reported.as_ref() == Some(&report) {
+            return;
+        }
+        let before = shadow.reported.clone().unwrap_or_default();
+        let add = |counter: &AtomicU64, now: u64, was: u64| {
+            counter.fetch_add(now.saturating_sub(was), Ordering::Relaxed);
+        };
+        add(
+            &self.stats.shadow_rows_compared,
+            report.rows_compared,
+            before.rows_compared,
+        );
+        add(
+            &self.stats.shadow_differences,
+            report.rows_differing,
+            before.rows_differing,
+        );
+        add(&self.stats.shadow_errors, report.errors, before.errors);
+        let dropped = report.dropped.clone();
+        shadow.reported = Some(report.clone());
+        let mut written = false;
+        for attempt in 1..=REPORT_ATTEMPTS {
+            match self.reporter.report_shadow(Some(report.clone())).await {
+                Ok(()) | Err(ProgressStoreError::Fenced(_)) => {
+                    written = true;
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(attempt, error = %e, "Could not report the shadow; retrying.");
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+            }
+        }
+        if !written {
+            // Try again at the next tick.
+            if let Some(s) = &mut self.shadow {
+                s.reported = None;
+            }
+            return;
+        }
+        if let Some(why) = dropped {
+            tracing::warn!(%why, "The shadow was dropped.");
+            self.stats.shadow_dropped.fetch_add(1, Ordering::Relaxed);
+            self.shadow = None;
+            let _ = self.shadows.send(ShadowCommand::Stop).await;
         }
     }
 }

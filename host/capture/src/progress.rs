@@ -53,6 +53,9 @@ pub struct TaskPosition {
     /// Where the swap this run carries out stands (absent when none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub swap: Option<sluice_owner::SwapReport>,
+    /// What the shadow this run carries out did (absent when none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<sluice_owner::ShadowReport>,
 }
 
 /// What a run did, as reported in its task position.
@@ -236,8 +239,9 @@ impl MetaProgressStore {
             } else {
                 Counters::default()
             },
-            // A swap is reported by the run that carries it out.
+            // A swap or shadow is reported by the run that carries it out.
             swap: None,
+            shadow: None,
             ..previous.clone()
         };
         let result = store
@@ -362,6 +366,14 @@ impl Reporter {
     ) -> Result<(), ProgressStoreError> {
         self.key.save(|record| record.swap = Some(report)).await
     }
+
+    /// Writes what the shadow this run carries out did (none: it ended).
+    pub async fn report_shadow(
+        &self,
+        report: Option<sluice_owner::ShadowReport>,
+    ) -> Result<(), ProgressStoreError> {
+        self.key.save(|record| record.shadow = report).await
+    }
 }
 
 impl ProgressStore for MetaProgressStore {
@@ -441,6 +453,7 @@ mod tests {
                 state: TaskState::Running,
                 counters: Counters::default(),
                 swap: None,
+                shadow: None,
             }
         );
         assert_eq!(

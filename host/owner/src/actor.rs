@@ -23,8 +23,18 @@ use crate::id::ChangefeedId;
 use crate::info::{Changefeed, ChangefeedInfo};
 use crate::plugin::PluginId;
 use crate::runtime::{OwnerConfig, Runtime, Totals};
+use crate::shadow::ShadowAsk;
 use crate::state::FeedState;
 use crate::swap::SwapAsk;
+
+/// A change of a running changefeed's plugins, checked before it is recorded.
+#[derive(Debug)]
+pub(crate) enum PluginChange {
+    /// A swap.
+    Swap(SwapAsk),
+    /// A shadow start.
+    Shadow(ShadowAsk),
+}
 
 /// How often the owner looks at every changefeed without being woken.
 const TICK: Duration = Duration::from_millis(200);
@@ -46,6 +56,7 @@ pub(crate) struct Entry {
     pub(crate) totals: Totals,
     pub(crate) resolved: CommitTs,
     pub(crate) last_advance_ms: u64,
+    pub(crate) last_shadow: Option<crate::ShadowReport>,
     /// The epoch and progress of its current work, if any.
     pub(crate) work: Option<(Epoch, Arc<dyn LiveProgress>)>,
     /// Whether its work was asked to stop and has not been taken in yet.
@@ -65,6 +76,9 @@ pub struct FeedView {
     pub totals: Totals,
     /// When its checkpoint last moved (ms since the Unix epoch).
     pub last_advance_ms: u64,
+    /// What the capture last reported about the changefeed's shadow (the
+    /// running work's, or the last work's while this owner runs).
+    pub shadow: Option<crate::ShadowReport>,
 }
 
 impl FeedView {
@@ -91,6 +105,7 @@ impl Snapshot {
     pub fn view(&self, id: &ChangefeedId) -> Option<FeedView> {
         let e = self.feeds.get(id)?;
         let progress = e.work.as_ref().and_then(|(_, live)| live.progress());
+        let progress_shadow = progress.as_ref().and_then(|p| p.shadow.clone());
         let mut cf = e.changefeed.clone();
         let mut resolved = e.resolved;
         if let (Some(p), Some((epoch, _))) = (&progress, &e.work)
@@ -106,6 +121,7 @@ impl Snapshot {
             progress,
             totals: e.totals,
             last_advance_ms: e.last_advance_ms,
+            shadow: progress_shadow.or_else(|| e.last_shadow.clone()),
         })
     }
 
@@ -142,7 +158,10 @@ impl Snapshot {
                 id.tenant() == tenant
                     && info.state != FeedState::Removed
                     && (info.config.plugins().any(|(_, p)| &p.plugin == plugin)
-                        || info.open_swap().is_some_and(|s| s.from_plugin() == plugin))
+                        || info.open_swap().is_some_and(|s| s.from_plugin() == plugin)
+                        || info
+                            .running_shadow()
+                            .is_some_and(|s| &s.candidate.plugin == plugin))
             })
             .map(|(id, _)| id.to_string())
             .collect()
@@ -178,9 +197,9 @@ enum Command {
         job: AdminJob,
         reply: Reply<FeedView>,
     },
-    Swap {
+    Change {
         id: ChangefeedId,
-        ask: Box<SwapAsk>,
+        change: Box<PluginChange>,
         reply: Reply<FeedView>,
     },
     DeletePlugin {
@@ -293,10 +312,79 @@ impl Owner {
     /// the capture carries it out at a barrier. Returns once it is recorded;
     /// `changefeed query` shows how it goes.
     pub async fn swap(&self, id: &ChangefeedId, ask: SwapAsk) -> Result<FeedView, OwnerError> {
+        self.change(id, PluginChange::Swap(ask)).await
+    }
+
+    /// Runs a candidate in shadow beside one of `id`'s plugins, as `ask`
+    /// says: the candidate is checked first (outside the owner task), then
+    /// recorded; the capture starts it without stopping the work.
+    pub async fn shadow_start(
+        &self,
+        id: &ChangefeedId,
+        ask: ShadowAsk,
+    ) -> Result<FeedView, OwnerError> {
+        self.change(id, PluginChange::Shadow(ask)).await
+    }
+
+    /// Stops the shadow running beside one of `id`'s plugins.
+    pub async fn shadow_stop(&self, id: &ChangefeedId) -> Result<FeedView, OwnerError> {
+        self.admin(id, AdminJob::ShadowStop).await
+    }
+
+    /// Turns the shadow running beside one of `id`'s plugins into a swap to
+    /// its candidate (on trial for `probation`): one write ends the shadow
+    /// and records the swap.
+    pub async fn promote(
+        &self,
+        id: &ChangefeedId,
+        probation: crate::ProbationPolicy,
+        by: String,
+    ) -> Result<FeedView, OwnerError> {
+        let view = self.snapshot().get(id)?;
+        let info = &view.changefeed.info;
+        let shadow = info.running_shadow().ok_or_else(|| {
+            OwnerError::from(crate::error::AdminError::NoShadow { id: id.clone() })
+        })?;
+        let role = shadow.role().ok_or_else(|| {
+            OwnerError::Invalid(format!("the shadow's role `{}` is unknown", shadow.role))
+        })?;
+        let live = info.plugin(role).ok_or_else(|| {
+            OwnerError::Invalid(format!("changefeed {id} has no {role} any more"))
+        })?;
+        // A sink candidate ran against a staging target (its own options and
+        // grants): the promoted version keeps the live sink's. A filter
+        // candidate's options are what is promoted, within the live grants.
+        let to = match role {
+            crate::PluginRole::Sink => {
+                let mut to = live.clone();
+                to.plugin = shadow.candidate.plugin.clone();
+                to.limits = shadow.candidate.limits;
+                to
+            }
+            crate::PluginRole::Filter(_) => {
+                let mut to = shadow.candidate.clone();
+                to.capabilities = live.capabilities.clone();
+                to
+            }
+        };
+        let ask = SwapAsk {
+            role,
+            to,
+            probation,
+            by,
+        };
+        self.swap(id, ask).await
+    }
+
+    async fn change(
+        &self,
+        id: &ChangefeedId,
+        change: PluginChange,
+    ) -> Result<FeedView, OwnerError> {
         let id = id.clone();
-        self.ask(|reply| Command::Swap {
+        self.ask(|reply| Command::Change {
             id,
-            ask: Box::new(ask),
+            change: Box::new(change),
             reply,
         })
         .await
@@ -500,10 +588,10 @@ async fn run<C: OwnerContext>(
                 let result = runtime.finish(token, *info, checked).await;
                 let _ = reply.send(result.and_then(|()| answer(&runtime, &id)));
             }
-            Command::Swap { reply, .. } if pending_checks >= MAX_PENDING_CHECKS => {
+            Command::Change { reply, .. } if pending_checks >= MAX_PENDING_CHECKS => {
                 let _ = reply.send(Err(busy()));
             }
-            Command::Swap { id, ask, reply } => match runtime.begin_swap(&id, *ask) {
+            Command::Change { id, change, reply } => match runtime.begin_change(&id, *change) {
                 Err(e) => {
                     let _ = reply.send(Err(e));
                 }

@@ -18,7 +18,9 @@ use sluice_core::CheckpointTs;
 
 use crate::epoch::Epoch;
 use crate::error::AdminError;
+use crate::id::ChangefeedId;
 use crate::info::{Changefeed, ChangefeedInfo};
+use crate::shadow::{ShadowRecord, ShadowState};
 use crate::state::FeedState;
 use crate::swap::SwapRecord;
 
@@ -47,6 +49,11 @@ pub enum AdminJob {
     /// changefeed runs: record the swap and make the new version the sink. Its
     /// `from` must be the sink as it stands.
     Swap(Box<SwapRecord>),
+    /// Run a candidate (checked already) in shadow beside the plugin in its
+    /// role, whose version must be the record's `live`.
+    ShadowStart(Box<ShadowRecord>),
+    /// Stop the shadow running.
+    ShadowStop,
 }
 
 impl AdminJob {
@@ -59,6 +66,8 @@ impl AdminJob {
             AdminJob::Update(_) => "update",
             AdminJob::Remove => "remove",
             AdminJob::Swap(_) => "swap",
+            AdminJob::ShadowStart(_) => "shadow-start",
+            AdminJob::ShadowStop => "shadow-stop",
         }
     }
 }
@@ -80,8 +89,9 @@ pub enum Effect {
     Updated,
     /// Stop the pipeline, if any, and delete what the changefeed kept (remove).
     Remove,
-    /// The sink changed while the work runs on: tell the work (swap).
-    Swapped,
+    /// A plugin (a swap) or the shadow changed while the work runs on: tell
+    /// the work.
+    Reconfigured,
     /// Nothing changed.
     Unchanged,
 }
@@ -108,9 +118,12 @@ pub fn apply_admin_job(
                 Ok(start(cf))
             }
             AdminJob::Remove => Ok(Effect::Unchanged),
-            AdminJob::Pause | AdminJob::Resume { .. } | AdminJob::Update(_) | AdminJob::Swap(_) => {
-                Err(AdminError::Removed { id })
-            }
+            AdminJob::Pause
+            | AdminJob::Resume { .. }
+            | AdminJob::Update(_)
+            | AdminJob::Swap(_)
+            | AdminJob::ShadowStart(_)
+            | AdminJob::ShadowStop => Err(AdminError::Removed { id }),
         };
     }
     match job {
@@ -187,6 +200,11 @@ pub fn apply_admin_job(
                     ..
                 } = *new;
                 cf.info.supersede_swap("the changefeed was updated", now_ms);
+                cf.info.end_shadow(
+                    ShadowState::Superseded,
+                    Some("the changefeed was updated"),
+                    now_ms,
+                );
                 cf.info.config = config;
                 cf.info.spec = spec;
                 cf.info.target_ts = target_ts;
@@ -195,37 +213,115 @@ pub fn apply_admin_job(
         },
         AdminJob::Remove => {
             cf.info.supersede_swap("the changefeed was removed", now_ms);
+            cf.info.end_shadow(
+                ShadowState::Superseded,
+                Some("the changefeed was removed"),
+                now_ms,
+            );
             cf.info.state = Removed;
             cf.info.failure = None;
             Ok(Effect::Remove)
         }
         AdminJob::Swap(record) => {
-            if state == Finished {
-                return Err(AdminError::SwapFinished { id });
-            }
-            if let Some(open) = cf.info.open_swap() {
-                return Err(AdminError::SwapInProgress {
-                    id,
-                    seq: open.seq,
-                    from: open.from.plugin.to_string(),
-                    to: open.to.plugin.to_string(),
-                    state: open.state.as_str(),
-                });
-            }
-            if record.from != cf.info.config.sink {
+            can_change_plugins(cf, &id)?;
+            let role = record.role().ok_or_else(|| AdminError::NoSuchPlugin {
+                id: id.clone(),
+                role: record.role.clone(),
+            })?;
+            let current = cf
+                .info
+                .plugin(role)
+                .ok_or_else(|| AdminError::NoSuchPlugin {
+                    id: id.clone(),
+                    role: record.role.clone(),
+                })?;
+            if record.from != *current {
                 return Err(AdminError::SwapStale {
                     id,
                     expected: record.from.plugin.to_string(),
-                    current: cf.info.config.sink.plugin.to_string(),
+                    current: current.plugin.to_string(),
                 });
             }
+            // A shadow running: only a swap to its candidate (a promotion)
+            // may go ahead, and it ends the shadow.
+            let promotes = match cf.info.running_shadow() {
+                None => false,
+                Some(s) if s.role == record.role && s.candidate.plugin == record.to.plugin => true,
+                Some(s) => {
+                    return Err(AdminError::ShadowRunning {
+                        id,
+                        seq: s.seq,
+                        role: s.role.clone(),
+                        candidate: s.candidate.plugin.to_string(),
+                    });
+                }
+            };
             let mut next = cf.info.clone();
+            if promotes {
+                let why = format!("promoted: swap {}", next.swap_count + 1);
+                next.end_shadow(ShadowState::Promoted, Some(&why), now_ms);
+            }
             next.begin_swap(*record);
             next.validate()?;
             cf.info = next;
-            Ok(Effect::Swapped)
+            Ok(Effect::Reconfigured)
+        }
+        AdminJob::ShadowStart(record) => {
+            can_change_plugins(cf, &id)?;
+            if let Some(s) = cf.info.running_shadow() {
+                return Err(AdminError::ShadowRunning {
+                    id,
+                    seq: s.seq,
+                    role: s.role.clone(),
+                    candidate: s.candidate.plugin.to_string(),
+                });
+            }
+            let current = record
+                .role()
+                .and_then(|r| cf.info.plugin(r))
+                .ok_or_else(|| AdminError::NoSuchPlugin {
+                    id: id.clone(),
+                    role: record.role.clone(),
+                })?;
+            if record.live != current.plugin {
+                return Err(AdminError::SwapStale {
+                    id,
+                    expected: record.live.to_string(),
+                    current: current.plugin.to_string(),
+                });
+            }
+            cf.info.begin_shadow(*record);
+            Ok(Effect::Reconfigured)
+        }
+        AdminJob::ShadowStop => {
+            if cf
+                .info
+                .end_shadow(ShadowState::Stopped, Some("stopped on request"), now_ms)
+            {
+                Ok(Effect::Reconfigured)
+            } else {
+                Err(AdminError::NoShadow { id })
+            }
         }
     }
+}
+
+/// Refuses a swap or a shadow of a finished changefeed, or of one whose swap
+/// is still open.
+fn can_change_plugins(cf: &Changefeed, id: &ChangefeedId) -> Result<(), AdminError> {
+    if cf.state() == FeedState::Finished {
+        return Err(AdminError::SwapFinished { id: id.clone() });
+    }
+    if let Some(open) = cf.info.open_swap() {
+        return Err(AdminError::SwapInProgress {
+            id: id.clone(),
+            seq: open.seq,
+            from: open.from.plugin.to_string(),
+            to: open.to.plugin.to_string(),
+            state: open.state.as_str(),
+        });
+    }
+    Ok(())
 }
 
 fn start(cf: &Changefeed) -> Effect {

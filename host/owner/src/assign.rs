@@ -177,6 +177,9 @@ pub struct TaskReport {
     /// Where the swap the run carries out stands.
     #[serde(default)]
     pub swap: Option<crate::SwapReport>,
+    /// What the shadow the run carries out did.
+    #[serde(default)]
+    pub shadow: Option<crate::ShadowReport>,
 }
 
 impl TaskReport {
@@ -192,6 +195,7 @@ impl TaskReport {
             source_time_ms: self.source_time_ms,
             event_cache_bytes: self.event_cache_bytes,
             swap: self.swap.clone(),
+            shadow: self.shadow.clone(),
         }
     }
 }
@@ -514,6 +518,7 @@ impl Reports {
                     source_time_ms: o.source_time_ms.max(p.source_time_ms),
                     event_cache_bytes: o.event_cache_bytes + p.event_cache_bytes,
                     swap: o.swap.or(p.swap),
+                    shadow: o.shadow.or(p.shadow),
                 },
             });
         }

@@ -42,6 +42,8 @@ pub struct WorkProgress {
     pub event_cache_bytes: u64,
     /// Where the latest swap stands at the capture, if the work ran one.
     pub swap: Option<crate::SwapReport>,
+    /// What the shadow running at the capture did, if one runs.
+    pub shadow: Option<crate::ShadowReport>,
 }
 
 /// How a capture's work for a changefeed ended.

@@ -133,6 +133,34 @@ pub enum AdminError {
         /// The changefeed.
         id: ChangefeedId,
     },
+    /// A swap or shadow naming a plugin the changefeed does not have.
+    #[error("changefeed {id} has no {role}; check `changefeed query`")]
+    NoSuchPlugin {
+        /// The changefeed.
+        id: ChangefeedId,
+        /// The role asked for.
+        role: String,
+    },
+    /// A swap or a second shadow while a shadow runs.
+    #[error(
+        "changefeed {id} runs shadow {seq} of {candidate} beside its {role}; stop it or promote it first"
+    )]
+    ShadowRunning {
+        /// The changefeed.
+        id: ChangefeedId,
+        /// The shadow running.
+        seq: u64,
+        /// Beside what.
+        role: String,
+        /// Its candidate.
+        candidate: String,
+    },
+    /// A shadow stop or promotion with no shadow running.
+    #[error("changefeed {id} runs no shadow; start one with `changefeed shadow start`")]
+    NoShadow {
+        /// The changefeed.
+        id: ChangefeedId,
+    },
     /// A swap asked against a sink that is no longer the changefeed's.
     #[error(
         "changefeed {id} now runs {current}, not {expected}; check `changefeed query` and swap again"
@@ -354,7 +382,8 @@ impl From<AdminError> for OwnerError {
             | IdChanged { .. }
             | StartTsChanged { .. }
             | TargetNotAfterCheckpoint { .. }
-            | OverwritePastTarget { .. } => Self::Invalid(e.to_string()),
+            | OverwritePastTarget { .. }
+            | NoSuchPlugin { .. } => Self::Invalid(e.to_string()),
             _ => Self::Precondition(e.to_string()),
         }
     }

@@ -12,7 +12,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::swap::{SwapRecord, SwapReport, SwapState};
+use crate::shadow::{ShadowRecord, ShadowReport, ShadowState};
+use crate::swap::{PluginRole, SwapRecord, SwapReport, SwapState};
+use sluice_config::PluginConfig;
 use sluice_config::{ChangefeedConfig, Mode};
 use sluice_core::{CheckpointTs, CommitTs, PluginError};
 
@@ -114,6 +116,12 @@ pub struct ChangefeedInfo {
     /// is one more).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub swap_count: u64,
+    /// The shadow running, or the last one (see [`ShadowRecord`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<ShadowRecord>,
+    /// How many shadows this changefeed started in all.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shadow_count: u64,
 }
 
 impl ChangefeedInfo {
@@ -136,7 +144,65 @@ impl ChangefeedInfo {
             failure: None,
             swaps: Vec::new(),
             swap_count: 0,
+            shadow: None,
+            shadow_count: 0,
         }
+    }
+
+    /// The table of the plugin in `role`; none for a filter position the
+    /// chain does not have.
+    pub fn plugin(&self, role: PluginRole) -> Option<&PluginConfig> {
+        match role {
+            PluginRole::Sink => Some(&self.config.sink),
+            PluginRole::Filter(i) => self.config.filters.get(i),
+        }
+    }
+
+    fn plugin_mut(&mut self, role: PluginRole) -> Option<&mut PluginConfig> {
+        match role {
+            PluginRole::Sink => Some(&mut self.config.sink),
+            PluginRole::Filter(i) => self.config.filters.get_mut(i),
+        }
+    }
+
+    /// The shadow running, if any.
+    pub fn running_shadow(&self) -> Option<&ShadowRecord> {
+        self.shadow.as_ref().filter(|s| s.is_running())
+    }
+
+    /// Records `record` as the next shadow.
+    pub(crate) fn begin_shadow(&mut self, mut record: ShadowRecord) {
+        self.shadow_count = self.shadow_count.saturating_add(1);
+        record.seq = self.shadow_count;
+        self.shadow = Some(record);
+    }
+
+    /// Ends the shadow running (if any) in `state`. Returns whether one ran.
+    pub(crate) fn end_shadow(
+        &mut self,
+        state: ShadowState,
+        why: Option<&str>,
+        now_ms: u64,
+    ) -> bool {
+        match self.shadow.as_mut().filter(|s| s.is_running()) {
+            Some(s) => {
+                s.end(state, why, now_ms);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Takes in a capture's report on a shadow: one it dropped ends. Returns
+    /// whether anything changed.
+    pub fn on_shadow_report(&mut self, report: &ShadowReport, now_ms: u64) -> bool {
+        let Some(why) = &report.dropped else {
+            return false;
+        };
+        if self.running_shadow().is_none_or(|s| s.seq != report.seq) {
+            return false;
+        }
+        self.end_shadow(ShadowState::Dropped, Some(why), now_ms)
     }
 
     /// The swap in progress (pending or on probation), if any.
@@ -149,7 +215,9 @@ impl ChangefeedInfo {
         self.swap_count = self.swap_count.saturating_add(1);
         record.seq = self.swap_count;
         record.state = SwapState::Pending;
-        self.config.sink = record.to.clone();
+        if let Some(at) = record.role().and_then(|r| self.plugin_mut(r)) {
+            *at = record.to.clone();
+        }
         crate::swap::push_record(&mut self.swaps, record);
     }
 
@@ -163,10 +231,10 @@ impl ChangefeedInfo {
     /// The work finished (its source ended) with the new version of a swap
     /// on probation: it delivered everything, so the swap is done.
     pub(crate) fn finish_open_swap(&mut self, now_ms: u64) {
-        if let Some(open) = self
-            .swaps
-            .last_mut()
-            .filter(|s| s.state.is_open() && s.to == self.config.sink)
+        let running = |s: &SwapRecord| s.role().and_then(|r| self.plugin(r)).cloned();
+        let open = self.swaps.last().filter(|s| s.state.is_open());
+        if open.is_some_and(|s| running(s).as_ref() == Some(&s.to))
+            && let Some(open) = self.swaps.last_mut()
         {
             open.end(
                 SwapState::Done,
@@ -194,7 +262,10 @@ impl ChangefeedInfo {
                 record.state.as_str(),
             );
             let reason = record.reason.clone().unwrap_or_default();
-            self.config.sink = old;
+            let role = record.role();
+            if let Some(at) = role.and_then(|r| self.plugin_mut(r)) {
+                *at = old;
+            }
             self.record_warning(WarningRecord {
                 at_ms: now_ms,
                 epoch: self.epoch,
@@ -958,6 +1029,7 @@ max-batch-bytes = "8MiB"
             let record = crate::swap::record_for(
                 &info.config.sink,
                 crate::SwapAsk {
+                    role: crate::PluginRole::Sink,
                     to: to.clone(),
                     probation: Default::default(),
                     by: "t".into(),
@@ -991,6 +1063,7 @@ max-batch-bytes = "8MiB"
         let record = crate::swap::record_for(
             &old,
             crate::SwapAsk {
+                role: crate::PluginRole::Sink,
                 to,
                 probation: Default::default(),
                 by: "t".into(),

@@ -34,7 +34,9 @@ mod info;
 mod manager;
 mod plugin;
 mod records;
+mod rollout;
 mod runtime;
+mod shadow;
 mod state;
 mod swap;
 
@@ -62,10 +64,15 @@ pub use info::{
 pub use manager::{Decision, FeedStateManager};
 pub use plugin::{Capabilities, DataDir, Limits, PluginId, PluginRef};
 pub use records::{GiveUp, MetaRecords};
+pub use rollout::{MAX_ROLLOUT_BATCH, RolloutPlan, RolloutStep, RolloutSummary, rollout};
 pub use runtime::{OwnerConfig, Totals};
+pub use shadow::{
+    LatencyReport, MAX_REPORTED_DIFFERENCES, MAX_SHADOW_LAG_MS, MAX_SHADOW_QUEUED_BYTES,
+    MIN_SHADOW_LAG_MS, ShadowAsk, ShadowDifference, ShadowRecord, ShadowReport, ShadowState,
+};
 pub use sluice_config::{ChangefeedConfig, IdError, MAX_NAME_LEN, NameKind, validate_name};
 pub use state::FeedState;
 pub use swap::{
-    MAX_PROBATION_FLUSHES, MAX_PROBATION_MS, MAX_PROBATION_RETRIES, MAX_SWAP_RECORDS,
+    MAX_PROBATION_FLUSHES, MAX_PROBATION_MS, MAX_PROBATION_RETRIES, MAX_SWAP_RECORDS, PluginRole,
     ProbationPolicy, SwapAsk, SwapRecord, SwapReport, SwapState, record_for, within_grants,
 };

@@ -157,7 +157,7 @@ impl<C: Clock, J: JitterSource> FeedStateManager<C, J> {
         let effect = admin::apply_admin_job(&mut self.changefeed, job, now)?;
         match effect {
             Effect::Start { .. } | Effect::Stop | Effect::Remove => self.end_streak(),
-            Effect::Updated | Effect::Unchanged | Effect::Swapped => {}
+            Effect::Updated | Effect::Unchanged | Effect::Reconfigured => {}
         }
         Ok(effect)
     }
@@ -178,6 +178,17 @@ impl<C: Clock, J: JitterSource> FeedStateManager<C, J> {
         }
         let now = self.now();
         self.changefeed.info.on_swap_report(report, now)
+    }
+
+    /// A capture reported on a shadow (see
+    /// [`crate::ChangefeedInfo::on_shadow_report`]). Returns whether the
+    /// changefeed changed.
+    pub fn on_shadow_report(&mut self, report: &crate::ShadowReport) -> bool {
+        if self.changefeed.state() == FeedState::Removed {
+            return false;
+        }
+        let now = self.now();
+        self.changefeed.info.on_shadow_report(report, now)
     }
 
     /// The pipeline of `epoch` reported an error. Errors reach a changefeed that is

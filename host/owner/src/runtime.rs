@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use sluice_core::{CheckpointTs, CommitTs};
 use sluice_meta::Revision;
 
+use crate::actor::PluginChange;
 use crate::actor::{Entry, Snapshot};
 use crate::admin::{AdminJob, Effect};
 use crate::backoff::{BackoffConfig, SeededJitter};
@@ -23,7 +24,7 @@ use crate::info::{Changefeed, ChangefeedInfo, ChangefeedStatus};
 use crate::manager::{Decision, FeedStateManager};
 use crate::plugin::PluginId;
 use crate::state::FeedState;
-use crate::swap::{SwapAsk, SwapRecord, record_for};
+use crate::swap::{PluginRole, record_for};
 
 type Manager = FeedStateManager<SystemClock, SeededJitter>;
 
@@ -80,6 +81,9 @@ struct Feed<W> {
     resolved: CommitTs,
     /// When the checkpoint last moved (ms since the Unix epoch), for synced status.
     last_advance_ms: u64,
+    /// What its work last reported about a shadow (kept after the work
+    /// ends, not stored).
+    last_shadow: Option<crate::ShadowReport>,
 }
 
 impl<W: Work> Feed<W> {
@@ -99,6 +103,7 @@ impl<W: Work> Feed<W> {
             totals: Totals::default(),
             resolved: CommitTs::ZERO,
             last_advance_ms: now_ms(),
+            last_shadow: None,
         }
     }
 
@@ -118,6 +123,10 @@ impl<W: Work> Feed<W> {
             if let Some(report) = &p.swap {
                 self.manager.on_swap_report(report);
             }
+            if let Some(report) = &p.shadow {
+                self.manager.on_shadow_report(report);
+                self.last_shadow = Some(report.clone());
+            }
         }
         let _ = match outcome {
             None | Some(Outcome::Stopped) | Some(Outcome::Fenced) => return,
@@ -135,6 +144,7 @@ impl<W: Work> Feed<W> {
             totals: self.totals,
             resolved: self.resolved,
             last_advance_ms: self.last_advance_ms,
+            last_shadow: self.last_shadow.clone(),
             work: self.work.as_ref().map(|w| (w.epoch(), w.live())),
             stopping: self.work.as_ref().is_some_and(Work::is_stopping),
         }
@@ -156,8 +166,8 @@ struct Pending {
     /// The changefeed as it would be.
     info: ChangefeedInfo,
     create: bool,
-    /// For a swap: its record.
-    swap: Option<SwapRecord>,
+    /// For a swap or a shadow: the job that records it.
+    change: Option<AdminJob>,
 }
 
 pub(crate) struct Runtime<C: OwnerContext> {
@@ -426,7 +436,7 @@ impl<C: OwnerContext> Runtime<C> {
 
     /// Plugin instances `info` reserves when it runs: one per filter and the sink.
     fn instances_of(info: &ChangefeedInfo) -> u64 {
-        info.config.filters.len() as u64 + 1
+        info.config.filters.len() as u64 + 1 + u64::from(info.running_shadow().is_some())
     }
 
     /// Refuses `info` if, with the tenant's other changefeeds (every one not
@@ -502,54 +512,78 @@ impl<C: OwnerContext> Runtime<C> {
             token: self.next_token,
             info: info.clone(),
             create,
-            swap: None,
+            change: None,
         });
         Ok(self.next_token)
     }
 
-    /// Takes the first step of a swap: the changefeed exists, can swap, and
-    /// the ask is sound. Returns a token for [`Runtime::finish`] and the
-    /// changefeed as it would be, whose plugins are checked outside the owner.
-    pub(crate) fn begin_swap(
+    /// Takes the first step of a swap or a shadow start: the changefeed
+    /// exists, can take it, and the ask is sound. Returns a token for
+    /// [`Runtime::finish`] and the changefeed as it would be (for a shadow:
+    /// with the candidate in its role), whose plugins are checked outside the
+    /// owner.
+    pub(crate) fn begin_change(
         &mut self,
         id: &ChangefeedId,
-        ask: SwapAsk,
+        change: PluginChange,
     ) -> Result<(u64, ChangefeedInfo), OwnerError> {
         self.open_for_jobs()?;
         let feed = self.require(id)?;
         let cf = feed.manager.changefeed();
         let info = &cf.info;
-        let record = record_for(&info.config.sink, ask, info.epoch, now_ms())
-            .map_err(OwnerError::Invalid)?;
-        // The job's own checks (state, a swap in progress), on a copy.
+        let role = match &change {
+            PluginChange::Swap(ask) => ask.role,
+            PluginChange::Shadow(ask) => ask.role,
+        };
+        let live = info.plugin(role).ok_or_else(|| {
+            OwnerError::Invalid(format!(
+                "changefeed {id} has no {role} (it has {} filters)",
+                info.config.filters.len()
+            ))
+        })?;
+        let (job, probe) = match change {
+            PluginChange::Swap(ask) => {
+                let record =
+                    record_for(live, ask, info.epoch, now_ms()).map_err(OwnerError::Invalid)?;
+                (AdminJob::Swap(Box::new(record)), None)
+            }
+            PluginChange::Shadow(ask) => {
+                let candidate = ask.candidate.clone();
+                let record = ask.record(live, now_ms()).map_err(OwnerError::Invalid)?;
+                (AdminJob::ShadowStart(Box::new(record)), Some(candidate))
+            }
+        };
+        // The job's own checks (state, a swap or shadow in progress), on a copy.
         let mut candidate = cf.clone();
-        crate::admin::apply_admin_job(
-            &mut candidate,
-            AdminJob::Swap(Box::new(record.clone())),
-            now_ms(),
-        )?;
+        crate::admin::apply_admin_job(&mut candidate, job.clone(), now_ms())?;
         if let Some(p) = self
             .pending
             .iter()
-            .find(|p| p.info.id == *id && p.swap.is_some())
+            .find(|p| p.info.id == *id && p.change.is_some())
         {
-            let to = p
-                .swap
-                .as_ref()
-                .map(|s| s.to.plugin.to_string())
-                .unwrap_or_default();
+            let what = p.change.as_ref().map(AdminJob::name).unwrap_or_default();
             return Err(OwnerError::Precondition(format!(
-                "a swap of {id} to {to} is being checked; wait for its answer"
+                "a {what} of {id} is being checked; wait for its answer"
             )));
+        }
+        let mut checked = candidate.info.clone();
+        if let Some(table) = probe {
+            // The candidate is checked in its role; one more instance counts
+            // against the tenant's share.
+            match role {
+                PluginRole::Sink => checked.config.sink = table,
+                PluginRole::Filter(i) => checked.config.filters[i] = table,
+            }
+            self.within_tenant_instances(&candidate.info)?;
         }
         self.next_token += 1;
         self.pending.push(Pending {
             token: self.next_token,
             info: candidate.info.clone(),
             create: false,
-            swap: Some(record),
+            change: Some(job),
         });
-        Ok((self.next_token, candidate.info))
+        Ok((self.next_token, checked))
     }
 
     /// The second step of a create or update: its plugins passed their checks
@@ -567,8 +601,8 @@ impl<C: OwnerContext> Runtime<C> {
         let create = pending.create;
         checked?;
         let id = info.id.clone();
-        if let Some(record) = pending.swap {
-            return self.admin(&id, AdminJob::Swap(Box::new(record))).await;
+        if let Some(job) = pending.change {
+            return self.admin(&id, job).await;
         }
         if !create {
             return self.admin(&id, AdminJob::Update(Box::new(info))).await;
@@ -631,7 +665,7 @@ impl<C: OwnerContext> Runtime<C> {
                 self.stop(id);
                 self.forget(id).await?;
             }
-            Effect::Swapped => {
+            Effect::Reconfigured => {
                 let feed = self.feeds.get_mut(id).expect("present");
                 let revision = feed.info_revision;
                 if let Some(work) = &mut feed.work {

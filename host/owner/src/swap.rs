@@ -21,6 +21,88 @@ use sluice_core::CheckpointTs;
 use crate::info::bound_message;
 use crate::plugin::PluginId;
 
+/// What a plugin does in a changefeed: the sink, or the filter at a position
+/// of the chain (`sink`, `filter-0`, ... as shown and stored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PluginRole {
+    /// The sink.
+    Sink,
+    /// The filter at this position (0-based).
+    Filter(usize),
+}
+
+impl PluginRole {
+    /// `sink` or `filter-N`.
+    pub fn parse(text: &str) -> Option<Self> {
+        if text == "sink" {
+            return Some(Self::Sink);
+        }
+        let n = text.strip_prefix("filter-")?;
+        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) || n.len() > 6 {
+            return None;
+        }
+        n.parse().ok().map(Self::Filter)
+    }
+
+    /// The key of its table in a changefeed file (`sink`, `filters[N]`).
+    pub fn key(self) -> String {
+        match self {
+            Self::Sink => "sink".into(),
+            Self::Filter(i) => format!("filters[{i}]"),
+        }
+    }
+
+    /// Finds a filter of `filters` by its position (`0`, `1`, ...) or by its
+    /// plugin's name (`filter-mask`, or `filter-mask@0.1.0`; it must be the
+    /// only such filter).
+    pub fn filter_named(filters: &[PluginConfig], which: &str) -> Result<Self, String> {
+        let which = which.trim();
+        if !which.is_empty() && which.bytes().all(|b| b.is_ascii_digit()) {
+            let at: usize = which
+                .parse()
+                .map_err(|_| format!("filter position `{which}` is out of range"))?;
+            if at >= filters.len() {
+                return Err(format!(
+                    "there is no filter at position {at}: the changefeed has {} filters",
+                    filters.len()
+                ));
+            }
+            return Ok(Self::Filter(at));
+        }
+        let found: Vec<usize> = filters
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.plugin.name() == which || f.plugin.to_string() == which)
+            .map(|(i, _)| i)
+            .collect();
+        match found.as_slice() {
+            [at] => Ok(Self::Filter(*at)),
+            [] => Err(format!(
+                "no filter of the changefeed is `{}`; its filters are: {}",
+                crate::bound_message(which),
+                filters
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| format!("{i}: {}", f.plugin))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            many => Err(format!(
+                "filters at positions {many:?} are `{which}`; name the filter by its position"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for PluginRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Sink => f.write_str("sink"),
+            Self::Filter(i) => write!(f, "filter-{i}"),
+        }
+    }
+}
+
 /// Swap records kept per changefeed (the newest).
 pub const MAX_SWAP_RECORDS: usize = 20;
 
@@ -124,7 +206,7 @@ impl SwapState {
 pub struct SwapRecord {
     /// The swap's number within the changefeed (1, 2, ...).
     pub seq: u64,
-    /// What was swapped: `sink`.
+    /// What was swapped: `sink` or `filter-N`.
     pub role: String,
     /// The plugin table before the swap.
     pub from: PluginConfig,
@@ -156,6 +238,11 @@ pub struct SwapRecord {
 }
 
 impl SwapRecord {
+    /// What was swapped.
+    pub fn role(&self) -> Option<PluginRole> {
+        PluginRole::parse(&self.role)
+    }
+
     /// The version swapped away from.
     pub fn from_plugin(&self) -> &PluginId {
         &self.from.plugin
@@ -252,11 +339,14 @@ pub(crate) fn advance(
     Some(matches!(report.state, RolledBack | Refused).then_some(from))
 }
 
-/// What an operator asks for: swap the sink to `to` (its table: the new
-/// version, and its options, quotas and grants), on trial for `probation`.
+/// What an operator asks for: swap the plugin in `role` to `to` (its table:
+/// the new version, and its options, quotas and grants), on trial for
+/// `probation`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SwapAsk {
-    /// The new sink table. Its grants must be within the current sink's.
+    /// The sink, or which filter.
+    pub role: PluginRole,
+    /// The new table. Its grants must be within the current one's.
     pub to: PluginConfig,
     /// The trial.
     pub probation: ProbationPolicy,
@@ -265,22 +355,24 @@ pub struct SwapAsk {
 }
 
 /// Refuses grants in `to` that `from` does not hold: a swap may not widen
-/// what the changefeed grants its sink (an update may, while it is stopped).
+/// what the changefeed grants the plugin in `role` (an update may, while it
+/// is stopped).
 pub fn within_grants(
+    role: PluginRole,
     from: &sluice_config::Capabilities,
     to: &sluice_config::Capabilities,
 ) -> Result<(), String> {
+    let at = role.key();
     if to.data_dir.is_granted() && !from.data_dir.is_granted() {
-        return Err(
-            "sink.capabilities.data-dir is not granted to the running sink; a swap cannot \
+        return Err(format!(
+            "{at}.capabilities.data-dir is not granted to the running {role}; a swap cannot \
              grant it (pause the changefeed and update it)"
-                .into(),
-        );
+        ));
     }
     for (key, want, have) in [("tcp", &to.tcp, &from.tcp), ("http", &to.http, &from.http)] {
         if let Some(extra) = want.iter().find(|w| !have.contains(w)) {
             return Err(format!(
-                "sink.capabilities.{key} `{extra}` is not granted to the running sink; a swap \
+                "{at}.capabilities.{key} `{extra}` is not granted to the running {role}; a swap \
                  cannot widen the grants (pause the changefeed and update it)"
             ));
         }
@@ -288,8 +380,9 @@ pub fn within_grants(
     Ok(())
 }
 
-/// The record of a swap `ask`ed for on a changefeed whose sink is `from`, at
-/// `now_ms` under `epoch` (its number is set when it is stored).
+/// The record of a swap `ask`ed for on a changefeed whose plugin in the
+/// ask's role is `from`, at `now_ms` under `epoch` (its number is set when it
+/// is stored).
 pub fn record_for(
     from: &PluginConfig,
     ask: SwapAsk,
@@ -297,16 +390,16 @@ pub fn record_for(
     now_ms: u64,
 ) -> Result<SwapRecord, String> {
     ask.probation.validate()?;
-    within_grants(&from.capabilities, &ask.to.capabilities)?;
+    within_grants(ask.role, &from.capabilities, &ask.to.capabilities)?;
     if ask.to == *from {
         return Err(format!(
-            "the sink is {} with this table already; nothing to swap",
-            from.plugin
+            "the {} is {} with this table already; nothing to swap",
+            ask.role, from.plugin
         ));
     }
     Ok(SwapRecord {
         seq: 0,
-        role: "sink".into(),
+        role: ask.role.to_string(),
         from: from.clone(),
         to: ask.to,
         by: bound_message(&ask.by),

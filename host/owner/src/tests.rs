@@ -100,7 +100,7 @@ fn outcome_kind(outcome: &Outcome) -> &'static str {
         Outcome::Admin(Ok(Effect::Updated)) => "updated",
         Outcome::Admin(Ok(Effect::Remove)) => "remove",
         Outcome::Admin(Ok(Effect::Unchanged)) => "unchanged",
-        Outcome::Admin(Ok(Effect::Swapped)) => "swapped",
+        Outcome::Admin(Ok(Effect::Reconfigured)) => "swapped",
         Outcome::Admin(Err(_)) => "admin error",
         Outcome::Report(Err(_)) => "fenced",
         Outcome::Report(Ok(d)) | Outcome::Tick(d) => match d {

@@ -18,6 +18,7 @@ mod dispatcher;
 mod error;
 mod persist;
 mod pipeline;
+mod shadow;
 mod stage;
 mod swap;
 #[cfg(test)]
@@ -27,5 +28,9 @@ pub use config::PipelineConfig;
 pub use error::PipelineError;
 pub use persist::{ProgressStore, ProgressStoreError, StoreFuture};
 pub use pipeline::{Pipeline, Progress, Report};
+pub use shadow::{
+    CallLatency, Difference, MAX_DIFFERENCES, MAX_FAILURES_IN_A_ROW, ShadowCandidate,
+    ShadowCommand, ShadowLimits, ShadowSnapshot, ShadowStatus,
+};
 pub use stage::{EventStage, PassThrough, StageError};
-pub use swap::{Probation, SwapRefused, SwapRequest, Swapped, Verdict};
+pub use swap::{FilterSwapRequest, Probation, SwapRefused, SwapRequest, Swapped, Verdict};

@@ -10,14 +10,16 @@ use sluice_core::{
     Filter, PluginError, ResolvedTs, RunPart, RunTransaction, Sink, Source, SourceEvent,
     SourcePosition, TableBatch, TableChanges, TableSchema, Transaction, TransactionRun,
 };
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use crate::cache::{CachePermit, Chunk, EventCache, Item};
 use crate::config::PipelineConfig;
 use crate::dispatcher::{Dispatcher, Held, changefeed_checkpoint};
 use crate::error::PipelineError;
 use crate::persist::ProgressStore;
+use crate::shadow::{FilterShadow, ShadowCandidate, ShadowCommand, SinkShadow};
 use crate::stage::{EventStage, PassThrough};
+use crate::swap::{FilterSwapRequest, Probation, SwapRequest, Verdict};
 
 /// Live progress, published after every batch and flush.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -121,39 +123,84 @@ pub struct Pipeline<K: Sink, F: Filter> {
     last_fence_save: Option<Instant>,
     last_saved: Option<(CheckpointTs, Instant)>,
     /// Sink swaps asked for (see [`Pipeline::swaps`]).
-    swaps: Option<tokio::sync::mpsc::Receiver<crate::SwapRequest<K>>>,
-    /// The sink swapped in last is on trial: the one it replaced waits here.
-    probation: Option<OnProbation<K>>,
+    swaps: Option<tokio::sync::mpsc::Receiver<SwapRequest<K>>>,
+    /// Filter swaps asked for (see [`Pipeline::filter_swaps`]).
+    filter_swaps: Option<tokio::sync::mpsc::Receiver<FilterSwapRequest<F>>>,
+    /// Shadows started and stopped (see [`Pipeline::shadows`]).
+    shadows: Option<tokio::sync::mpsc::Receiver<ShadowCommand<K, F>>>,
+    /// The plugin swapped in last is on trial: the one it replaced waits here.
+    probation: Option<OnProbation<K, F>>,
+    /// The candidate running in shadow.
+    shadow: Option<Shadow<F>>,
 }
 
-/// A sink on trial (see [`crate::Probation`]).
-struct OnProbation<K> {
-    /// The sink it replaced (closed), to swap back to.
-    fallback: K,
+/// A candidate running in shadow (see the `shadow` module).
+enum Shadow<F> {
+    Sink(SinkShadow),
+    Filter(FilterShadow<F>),
+}
+
+/// A plugin on trial (see [`Probation`]).
+struct OnProbation<K, F> {
+    /// What is on trial, and what it replaced (to swap back to).
+    trial: OnTrial<K, F>,
     until: Instant,
     flushes_left: u64,
     flushes: u64,
     retries_left: u32,
-    verdict: tokio::sync::oneshot::Sender<crate::Verdict<K>>,
 }
 
-impl<K> OnProbation<K> {
-    fn new(fallback: K, p: crate::Probation<K>) -> Self {
+enum OnTrial<K, F> {
+    Sink {
+        fallback: K,
+        verdict: tokio::sync::oneshot::Sender<Verdict<K>>,
+    },
+    Filter {
+        index: usize,
+        fallback: F,
+        verdict: tokio::sync::oneshot::Sender<Verdict<F>>,
+    },
+}
+
+impl<K, F> OnProbation<K, F> {
+    fn with<P>(
+        p: Probation<P>,
+        trial: impl FnOnce(oneshot::Sender<Verdict<P>>) -> OnTrial<K, F>,
+    ) -> Self {
         Self {
-            fallback,
             until: Instant::now() + p.duration,
             flushes_left: p.flushes,
             flushes: 0,
             retries_left: p.max_retries,
-            verdict: p.verdict,
+            trial: trial(p.verdict),
         }
+    }
+
+    fn sink(fallback: K, p: Probation<K>) -> Self {
+        Self::with(p, |verdict| OnTrial::Sink { fallback, verdict })
+    }
+
+    fn filter(index: usize, fallback: F, p: Probation<F>) -> Self {
+        Self::with(p, |verdict| OnTrial::Filter {
+            index,
+            fallback,
+            verdict,
+        })
+    }
+
+    fn is_sink(&self) -> bool {
+        matches!(self.trial, OnTrial::Sink { .. })
+    }
+
+    fn is_filter(&self, at: usize) -> bool {
+        matches!(self.trial, OnTrial::Filter { index, .. } if index == at)
     }
 }
 
 /// The most the fence lead is multiplied by while catching up.
 const MAX_FENCE_LEAD: u64 = 1024;
 
-impl<K: Sink, F: Filter> Pipeline<K, F> {
+impl<K: Sink + 'static, F: Filter> Pipeline<K, F> {
     /// A pipeline into `sink` through `filters`; `start` is the checkpoint (and,
     /// when saved, the source position) to resume from.
     pub fn new(
@@ -202,24 +249,55 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             last_fence_save: None,
             last_saved: None,
             swaps: None,
+            filter_swaps: None,
+            shadows: None,
             probation: None,
+            shadow: None,
         }
     }
 
     /// Run the sink on trial from the start, with `fallback` to swap back to if
     /// it fails within `probation` (a swap that was still on trial when the
     /// previous run ended).
-    pub fn with_probation(mut self, fallback: K, probation: crate::Probation<K>) -> Self {
-        self.probation = Some(OnProbation::new(fallback, probation));
+    pub fn with_probation(mut self, fallback: K, probation: Probation<K>) -> Self {
+        self.probation = Some(OnProbation::sink(fallback, probation));
         self
     }
 
-    /// Where to send [`crate::SwapRequest`]s: each replaces the sink at a
-    /// barrier while the pipeline runs (see the `swap` module). Call before
-    /// `run`; a later call replaces the channel.
-    pub fn swaps(&mut self) -> tokio::sync::mpsc::Sender<crate::SwapRequest<K>> {
+    /// Run the filter at `index` on trial from the start, with `fallback` to
+    /// swap back to (see [`Self::with_probation`]).
+    pub fn with_filter_probation(
+        mut self,
+        index: usize,
+        fallback: F,
+        probation: Probation<F>,
+    ) -> Self {
+        self.probation = Some(OnProbation::filter(index, fallback, probation));
+        self
+    }
+
+    /// Where to send [`SwapRequest`]s: each replaces the sink at a barrier
+    /// while the pipeline runs (see the `swap` module). Call before `run`; a
+    /// later call replaces the channel.
+    pub fn swaps(&mut self) -> tokio::sync::mpsc::Sender<SwapRequest<K>> {
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         self.swaps = Some(rx);
+        tx
+    }
+
+    /// Where to send [`FilterSwapRequest`]s: each replaces one filter at a
+    /// barrier while the pipeline runs. Call before `run`.
+    pub fn filter_swaps(&mut self) -> tokio::sync::mpsc::Sender<FilterSwapRequest<F>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        self.filter_swaps = Some(rx);
+        tx
+    }
+
+    /// Where to send [`ShadowCommand`]s: each starts or stops a candidate
+    /// running in shadow (see the `shadow` module). Call before `run`.
+    pub fn shadows(&mut self) -> tokio::sync::mpsc::Sender<ShadowCommand<K, F>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        self.shadows = Some(rx);
         tx
     }
 
@@ -286,6 +364,8 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
 
         self.open_all().await?;
         let mut swaps = self.swaps.take();
+        let mut filter_swaps = self.filter_swaps.take();
+        let mut shadows = self.shadows.take();
         let mut ticker = tokio::time::interval(self.config.flush_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
@@ -312,15 +392,23 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
                     if let Err(e) = self.flush_point().await { break Err(e); }
                     self.judge_probation();
                 }
-                Some(request) = next_swap(&mut swaps) => {
+                Some(request) = next_message(&mut swaps) => {
                     if let Err(e) = self.swap_sink(request).await { break Err(e); }
                 }
+                Some(request) = next_message(&mut filter_swaps) => {
+                    if let Err(e) = self.swap_filter(request).await { break Err(e); }
+                }
+                Some(command) = next_message(&mut shadows) => self.on_shadow(command).await,
             }
         };
         drop(cache);
         result?;
         self.flush_point().await?;
         self.save_checkpoint().await?;
+        // A sink candidate gets the last writes and flush, then closes.
+        if let Some(Shadow::Sink(s)) = self.shadow.take() {
+            s.stop();
+        }
         if let Err(e) = self.sink.close().await {
             tracing::warn!(sink = self.sink.name(), error = %e, "Sink close failed after the final flush.");
         }
@@ -835,26 +923,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         mut batch: Batch,
     ) -> Result<(), PipelineError> {
         for i in 0..self.filters.len() {
-            let mut attempt = 0;
-            loop {
-                let filter = &mut self.filters[i];
-                match filter.transform(&schemas, &mut batch).await {
-                    Ok(()) => break,
-                    Err(error) if error.is_retryable() && attempt < self.config.max_retries => {
-                        attempt += 1;
-                        self.progress.retries += 1;
-                        let wait = backoff(&self.config, attempt);
-                        tracing::warn!(filter = filter.name(), %error, attempt, ?wait, "Filter failed; retrying.");
-                        tokio::time::sleep(wait).await;
-                    }
-                    Err(error) => {
-                        return Err(PipelineError::Filter {
-                            name: filter.name().to_string(),
-                            error,
-                        });
-                    }
-                }
-            }
+            self.transform(i, &schemas, &mut batch).await?;
             batch.tables.retain(|t| !t.is_empty());
         }
         let rows = batch.row_count() as u64;
@@ -877,7 +946,17 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         self.unacked_bytes += bytes;
         self.unacked.push(Pending { schemas, batch });
         let last = self.unacked.last_mut().expect("just pushed");
+        let started = Instant::now();
+        if let Some(Shadow::Sink(shadow)) = &mut self.shadow
+            && shadow.write(&last.schemas, &last.batch).is_err()
+        {
+            self.shadow = None;
+        }
         let result = self.sink.write(&last.schemas, &mut last.batch).await;
+        if let Some(Shadow::Sink(shadow)) = &self.shadow {
+            let took = started.elapsed();
+            shadow.status.update(|s| s.live.record(took));
+        }
         self.retry_sink(result).await?;
         self.wrote_since_flush = true;
         self.progress.rows_written += rows;
@@ -893,6 +972,11 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         let target = self.read_through;
         if target > self.flushed || self.wrote_since_flush {
             self.call_sink(SinkCall::Flush(target)).await?;
+            if let Some(Shadow::Sink(shadow)) = &mut self.shadow
+                && shadow.flush(target).is_err()
+            {
+                self.shadow = None;
+            }
             if let Some(p) = &mut self.probation {
                 p.flushes += 1;
                 p.flushes_left = p.flushes_left.saturating_sub(1);
@@ -1025,7 +1109,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         mut attempt: u32,
     ) -> Result<u32, PipelineError> {
         while let Err(error) = result {
-            if let Some(p) = &mut self.probation {
+            if let Some(p) = self.probation.as_mut().filter(|p| p.is_sink()) {
                 // Only an error the plugin itself calls retryable is retried on
                 // probation; a trap or a quota or deadline stop rolls back.
                 if !matches!(error, PluginError::Retryable(_)) || p.retries_left == 0 {
@@ -1065,20 +1149,122 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
     /// replay went (the caller retries it like any sink call).
     async fn roll_back(&mut self, error: PluginError) -> Result<(), PluginError> {
         let p = self.probation.take().expect("on probation");
-        let mut failed = std::mem::replace(&mut self.sink, p.fallback);
+        let OnTrial::Sink { fallback, verdict } = p.trial else {
+            unreachable!("only a sink on trial rolls back here");
+        };
+        let mut failed = std::mem::replace(&mut self.sink, fallback);
         tracing::warn!(failed = failed.name(), sink = self.sink.name(), %error, checkpoint = %self.progress.checkpoint_ts, "The sink on probation failed; rolling back to the one it replaced.");
         if let Err(e) = failed.close().await {
             tracing::debug!(error = %e, "The failed sink did not close cleanly.");
         }
         let replayed_batches = self.unacked.len();
         let result = self.replay().await;
-        let _ = p.verdict.send(crate::Verdict::RolledBack {
+        let _ = verdict.send(Verdict::RolledBack {
             failed,
             error,
             checkpoint: self.progress.checkpoint_ts,
             replayed_batches,
         });
         result
+    }
+
+    /// The filter on trial failed with `error`: put back the one it replaced
+    /// (opened again); the caller transforms the failed batch with it.
+    async fn roll_back_filter(&mut self, error: PluginError) -> Result<(), PipelineError> {
+        let p = self.probation.take().expect("on probation");
+        let OnTrial::Filter {
+            index,
+            fallback,
+            verdict,
+        } = p.trial
+        else {
+            unreachable!("only a filter on trial rolls back here");
+        };
+        let failed = std::mem::replace(&mut self.filters[index], fallback);
+        let filter = &mut self.filters[index];
+        tracing::warn!(failed = failed.name(), filter = filter.name(), %error, checkpoint = %self.progress.checkpoint_ts, "The filter on probation failed; rolling back to the one it replaced.");
+        filter.open().await.map_err(|error| PipelineError::Filter {
+            name: filter.name().to_string(),
+            error,
+        })?;
+        let _ = verdict.send(Verdict::RolledBack {
+            failed,
+            error,
+            checkpoint: self.progress.checkpoint_ts,
+            replayed_batches: 0,
+        });
+        Ok(())
+    }
+
+    /// Runs filter `i` on `batch`, retrying retryable failures; with a
+    /// candidate of it in shadow, the candidate transforms a copy at the same
+    /// time and the outputs are compared; with it on probation, a failure
+    /// rolls it back and the old filter transforms the batch.
+    async fn transform(
+        &mut self,
+        i: usize,
+        schemas: &[Arc<TableSchema>],
+        batch: &mut Batch,
+    ) -> Result<(), PipelineError> {
+        let mut attempt = 0;
+        let mut copy = match &self.shadow {
+            Some(Shadow::Filter(s)) if s.index == i => Some(batch.clone()),
+            _ => None,
+        };
+        // The candidate's output and call time, compared once the live filter
+        // succeeds.
+        let mut candidate = None;
+        loop {
+            let started = Instant::now();
+            let result = match (copy.take(), &mut self.shadow) {
+                (Some(mut copy), Some(Shadow::Filter(shadow))) => {
+                    let timed = async {
+                        let r = shadow.filter.transform(schemas, &mut copy).await;
+                        (r, started.elapsed())
+                    };
+                    let (live, (theirs, took)) =
+                        tokio::join!(self.filters[i].transform(schemas, batch), timed);
+                    candidate = Some((theirs.map(|()| copy), took));
+                    live
+                }
+                _ => self.filters[i].transform(schemas, batch).await,
+            };
+            let error = match result {
+                Ok(()) => {
+                    let live_took = started.elapsed();
+                    if let (Some((theirs, took)), Some(Shadow::Filter(shadow))) =
+                        (candidate, &mut self.shadow)
+                        && shadow
+                            .took(schemas, batch, theirs, (live_took, took))
+                            .is_err()
+                    {
+                        self.shadow = None;
+                    }
+                    return Ok(());
+                }
+                Err(error) => error,
+            };
+            if let Some(p) = self.probation.as_mut().filter(|p| p.is_filter(i)) {
+                if !matches!(error, PluginError::Retryable(_)) || p.retries_left == 0 {
+                    self.roll_back_filter(error).await?;
+                    attempt = 0;
+                    continue;
+                }
+                p.retries_left -= 1;
+            }
+            let filter = &self.filters[i];
+            if !error.is_retryable() || attempt >= self.config.max_retries {
+                return Err(PipelineError::Filter {
+                    name: filter.name().to_string(),
+                    error,
+                });
+            }
+            attempt += 1;
+            self.progress.retries += 1;
+            let wait = backoff(&self.config, attempt);
+            tracing::warn!(filter = filter.name(), %error, attempt, ?wait, "Filter failed; retrying.");
+            tokio::time::sleep(wait).await;
+        }
     }
 
     /// Ends a probation whose time and flushes have both passed.
@@ -1089,30 +1275,41 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
             .is_some_and(|p| p.flushes_left == 0 && Instant::now() >= p.until);
         if passed {
             let p = self.probation.take().expect("checked");
-            tracing::info!(
-                sink = self.sink.name(),
-                flushes = p.flushes,
-                "The sink passed its probation."
-            );
-            let _ = p
-                .verdict
-                .send(crate::Verdict::Passed { flushes: p.flushes });
+            let flushes = p.flushes;
+            match p.trial {
+                OnTrial::Sink { verdict, .. } => {
+                    tracing::info!(
+                        sink = self.sink.name(),
+                        flushes,
+                        "The sink passed its probation."
+                    );
+                    let _ = verdict.send(Verdict::Passed { flushes });
+                }
+                OnTrial::Filter { index, verdict, .. } => {
+                    tracing::info!(
+                        filter = self.filters[index].name(),
+                        flushes,
+                        "The filter passed its probation."
+                    );
+                    let _ = verdict.send(Verdict::Passed { flushes });
+                }
+            }
         }
     }
 
     /// Replaces the sink at a barrier (see the `swap` module).
-    async fn swap_sink(&mut self, request: crate::SwapRequest<K>) -> Result<(), PipelineError> {
+    async fn swap_sink(&mut self, request: SwapRequest<K>) -> Result<(), PipelineError> {
         let started = Instant::now();
-        let crate::SwapRequest {
+        let SwapRequest {
             sink,
             probation,
             reply,
         } = request;
         if self.probation.is_some() {
-            let error = PluginError::Refused(
-                "the sink swapped in last is still on probation; swap again once it has passed or rolled back".into(),
-            );
-            let _ = reply.send(Err(crate::SwapRefused { sink, error }));
+            let _ = reply.send(Err(crate::SwapRefused {
+                plugin: sink,
+                error: on_probation(),
+            }));
             return Ok(());
         }
         // Everything read so far is written and flushed by the old sink.
@@ -1129,7 +1326,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
                     let new = std::mem::replace(&mut self.sink, old);
                     let result = self.sink.open().await;
                     self.retry_sink(result).await?;
-                    let _ = reply.send(Err(crate::SwapRefused { sink: new, error }));
+                    let _ = reply.send(Err(crate::SwapRefused { plugin: new, error }));
                     return Ok(());
                 }
             }
@@ -1147,7 +1344,7 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         let barrier = self.progress.checkpoint_ts;
         let old = match probation {
             Some(p) => {
-                self.probation = Some(OnProbation::new(old, p));
+                self.probation = Some(OnProbation::sink(old, p));
                 None
             }
             None => Some(old),
@@ -1163,6 +1360,104 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
         Ok(())
     }
 
+    /// Replaces filter `index` at a barrier (see [`FilterSwapRequest`]).
+    async fn swap_filter(&mut self, request: FilterSwapRequest<F>) -> Result<(), PipelineError> {
+        let started = Instant::now();
+        let FilterSwapRequest {
+            index,
+            mut filter,
+            probation,
+            reply,
+        } = request;
+        let refused = if self.probation.is_some() {
+            Some(on_probation())
+        } else if index >= self.filters.len() {
+            Some(PluginError::Refused(format!(
+                "there is no filter at position {index} (the chain has {})",
+                self.filters.len()
+            )))
+        } else {
+            None
+        };
+        if let Some(error) = refused {
+            let _ = reply.send(Err(crate::SwapRefused {
+                plugin: filter,
+                error,
+            }));
+            return Ok(());
+        }
+        // Everything the old filter transformed is written and flushed.
+        self.flush_point().await?;
+        if let Err(error) = filter.open().await {
+            let _ = reply.send(Err(crate::SwapRefused {
+                plugin: filter,
+                error,
+            }));
+            return Ok(());
+        }
+        let old = std::mem::replace(&mut self.filters[index], filter);
+        let barrier = self.progress.checkpoint_ts;
+        let old = match probation {
+            Some(p) => {
+                self.probation = Some(OnProbation::filter(index, old, p));
+                None
+            }
+            None => Some(old),
+        };
+        let swapped = crate::Swapped {
+            old,
+            barrier,
+            replayed_batches: 0,
+            pause: started.elapsed(),
+        };
+        tracing::info!(filter = self.filters[index].name(), index, barrier = %swapped.barrier, pause_ms = swapped.pause.as_millis() as u64, "Filter swapped.");
+        let _ = reply.send(Ok(swapped));
+        Ok(())
+    }
+
+    /// Starts or stops the candidate in shadow.
+    async fn on_shadow(&mut self, command: ShadowCommand<K, F>) {
+        // A shadow running ends first (a start replaces it).
+        if let Some(Shadow::Sink(s)) = self.shadow.take() {
+            s.stop();
+        }
+        let ShadowCommand::Start {
+            candidate,
+            limits,
+            status,
+        } = command
+        else {
+            tracing::info!("Shadow stopped.");
+            return;
+        };
+        match candidate {
+            ShadowCandidate::Sink(sink) => {
+                tracing::info!(candidate = sink.name(), "Shadow sink started.");
+                self.shadow = Some(Shadow::Sink(SinkShadow::start(sink, limits, status)));
+            }
+            ShadowCandidate::Filter { index, mut filter } => {
+                if index >= self.filters.len() {
+                    status.drop_with(format!(
+                        "there is no filter at position {index} (the chain has {})",
+                        self.filters.len()
+                    ));
+                    return;
+                }
+                if let Err(e) = filter.open().await {
+                    status.drop_with(format!("the candidate filter did not open: {e}"));
+                    return;
+                }
+                tracing::info!(candidate = filter.name(), index, "Shadow filter started.");
+                self.shadow = Some(Shadow::Filter(FilterShadow {
+                    index,
+                    filter,
+                    status,
+                    failures_in_a_row: 0,
+                }));
+            }
+        }
+    }
+
     fn publish(&mut self) {
         if let Some(stats) = &self.source_stats {
             use std::sync::atomic::Ordering::Relaxed;
@@ -1173,10 +1468,15 @@ impl<K: Sink, F: Filter> Pipeline<K, F> {
     }
 }
 
-/// The next swap request, or never when there is no channel (or it closed).
-async fn next_swap<S>(
-    swaps: &mut Option<tokio::sync::mpsc::Receiver<crate::SwapRequest<S>>>,
-) -> Option<crate::SwapRequest<S>> {
+/// Why a swap is refused while another is on probation.
+fn on_probation() -> PluginError {
+    PluginError::Refused(
+        "the plugin swapped in last is still on probation; swap again once it has passed or rolled back".into(),
+    )
+}
+
+/// The next message of `rx`, or never when there is no channel (or it closed).
+async fn next_message<T>(swaps: &mut Option<tokio::sync::mpsc::Receiver<T>>) -> Option<T> {
     match swaps {
         Some(rx) => match rx.recv().await {
             Some(request) => Some(request),

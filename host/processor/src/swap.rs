@@ -1,4 +1,5 @@
-//! Replacing the sink of a running pipeline at a barrier (hot swap).
+//! Replacing the sink, or a filter, of a running pipeline at a barrier (hot
+//! swap).
 //!
 //! A [`SwapRequest`] sent through [`Pipeline::swaps`](crate::Pipeline::swaps)
 //! is taken between two chunks of the event cache, so no transaction is half
@@ -49,12 +50,34 @@ pub struct Swapped<S> {
     pub pause: Duration,
 }
 
-/// A swap that did not happen: the old sink runs on.
+/// A swap that did not happen: the old version runs on.
 pub struct SwapRefused<S> {
-    /// The new sink, given back.
-    pub sink: S,
-    /// Why: the new sink's error when it was opened.
+    /// The new version, given back.
+    pub plugin: S,
+    /// Why: the new version's error when it was opened (or why it could not
+    /// be swapped in).
     pub error: PluginError,
+}
+
+/// Asks a running pipeline to replace the filter at `index` with `filter`.
+///
+/// The same barrier as a sink's: feeding stops, every batch the old filter
+/// transformed is written and flushed (the checkpoint at the barrier), then
+/// the new filter opens and transforms every batch above it. A filter keeps
+/// no rows of its own, so nothing is replayed. On probation, a failure of
+/// the new filter puts the old one back, which transforms the batch that
+/// failed and every one after it; batches the new filter transformed before
+/// it failed stay delivered as it transformed them.
+pub struct FilterSwapRequest<F> {
+    /// Which filter of the chain (0-based).
+    pub index: usize,
+    /// The new filter (not opened yet).
+    pub filter: F,
+    /// Keep the old filter and swap back to it if the new one fails within
+    /// this window; none: hand the old filter back at once.
+    pub probation: Option<Probation<F>>,
+    /// Where the outcome goes.
+    pub reply: oneshot::Sender<Result<Swapped<F>, SwapRefused<F>>>,
 }
 
 impl<S> std::fmt::Debug for SwapRefused<S> {
@@ -63,7 +86,7 @@ impl<S> std::fmt::Debug for SwapRefused<S> {
     }
 }
 
-/// How long a new sink is on trial, and what ends the trial early.
+/// How long a new sink (or filter) is on trial, and what ends the trial early.
 pub struct Probation<S> {
     /// The trial lasts at least this long...
     pub duration: Duration,

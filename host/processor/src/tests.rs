@@ -171,6 +171,8 @@ struct MemorySink {
     store_log: Option<Arc<std::sync::Mutex<StoreLog>>>,
     /// Rows written above the fence saved at the time.
     above_fence: Vec<u64>,
+    /// Every `write` takes this long.
+    write_delay: Option<Duration>,
 }
 
 impl MemorySink {
@@ -252,6 +254,9 @@ impl Sink for MemorySink {
         self.write_calls += 1;
         if let Some(error) = self.fail_writes.remove(&call) {
             return self.fail(Call::Write, error);
+        }
+        if let Some(delay) = self.write_delay {
+            tokio::time::sleep(delay).await;
         }
         self.batch_rows.push(batch.row_count());
         if let Some(log) = &self.store_log {
@@ -1996,7 +2001,7 @@ async fn a_new_sink_that_does_not_open_is_refused_and_the_old_one_runs_on() {
         "{:?}",
         refused
     );
-    assert!(refused.sink.durable.is_empty());
+    assert!(refused.plugin.durable.is_empty());
     // The old sink got everything, nothing twice.
     let old = pipeline.sink();
     assert_eq!(old.durable_ids().len(), row_ids(&txns).len());
@@ -2187,4 +2192,312 @@ async fn a_sink_that_passes_its_probation_stays_and_the_old_one_is_dropped() {
     );
     assert!(!new.durable.is_empty());
     let _ = txns;
+}
+
+// ---------------------------------------------------------------------------
+// Filter swaps and shadows
+// ---------------------------------------------------------------------------
+
+/// A filter in two versions: one drops deletes, the other keeps them; either
+/// fails (fatally) from transform call `fail_from` on.
+#[derive(Default)]
+struct Versioned {
+    keeps_deletes: bool,
+    fail_from: Option<usize>,
+    calls: usize,
+    opens: usize,
+}
+
+impl Versioned {
+    fn dropping() -> Self {
+        Self::default()
+    }
+
+    fn keeping() -> Self {
+        Self {
+            keeps_deletes: true,
+            ..Self::default()
+        }
+    }
+}
+
+impl Filter for Versioned {
+    fn name(&self) -> &str {
+        if self.keeps_deletes {
+            "keeping"
+        } else {
+            "dropping"
+        }
+    }
+
+    async fn open(&mut self) -> Result<(), PluginError> {
+        self.opens += 1;
+        Ok(())
+    }
+
+    async fn transform(
+        &mut self,
+        schemas: &[Arc<TableSchema>],
+        batch: &mut Batch,
+    ) -> Result<(), PluginError> {
+        let call = self.calls;
+        self.calls += 1;
+        if self.fail_from.is_some_and(|from| call >= from) {
+            return Err(PluginError::Stopped("wasm trap: out of fuel".into()));
+        }
+        if !self.keeps_deletes {
+            for table in &mut batch.tables {
+                let schema = schema_of(schemas, table).expect("a schema");
+                *table = table.select(schema, |row| row.op != Op::Delete);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// 20000 generated rows at 20k rows/s through `filter` into a memory sink,
+/// with `act` run against the pipeline's channels 120 ms in.
+async fn run_filtered<T: Send + 'static>(
+    filter: Versioned,
+    act: impl FnOnce(
+        tokio::sync::mpsc::Sender<crate::FilterSwapRequest<Versioned>>,
+        tokio::sync::mpsc::Sender<crate::ShadowCommand<MemorySink, Versioned>>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = T> + Send>>
+    + Send
+    + 'static,
+) -> (Pipeline<MemorySink, Versioned>, T, Vec<Transaction>) {
+    let source = DatagenConfig {
+        rate: 20_000,
+        ..workload(20_000)
+    };
+    let txns = transactions(&source);
+    let mut pipeline = Pipeline::new(
+        PipelineConfig {
+            flush_interval: Duration::from_millis(20),
+            ..config()
+        },
+        vec![filter],
+        MemorySink::default(),
+        CheckpointTs::ZERO,
+    );
+    let (swaps, shadows) = (pipeline.filter_swaps(), pipeline.shadows());
+    let actor = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        act(swaps, shadows).await
+    });
+    let generator = DatagenSource::new(source).expect("valid datagen config");
+    pipeline
+        .run(generator, std::future::pending())
+        .await
+        .expect("the pipeline succeeds");
+    (pipeline, actor.await.unwrap(), txns)
+}
+
+async fn swap_filter_to(
+    filter: Versioned,
+    probation: Option<crate::Probation<Versioned>>,
+    swaps: tokio::sync::mpsc::Sender<crate::FilterSwapRequest<Versioned>>,
+) -> crate::Swapped<Versioned> {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let request = crate::FilterSwapRequest {
+        index: 0,
+        filter,
+        probation,
+        reply,
+    };
+    assert!(swaps.send(request).await.is_ok());
+    answer
+        .await
+        .expect("a reply")
+        .map_err(|r| r.error)
+        .expect("the swap happened")
+}
+
+#[tokio::test]
+async fn a_filter_swapped_at_a_barrier_transforms_every_batch_above_it() {
+    let (pipeline, swapped, txns) = run_filtered(Versioned::dropping(), |swaps, _| {
+        Box::pin(swap_filter_to(Versioned::keeping(), None, swaps))
+    })
+    .await;
+    let barrier = swapped.barrier.get();
+    let sink = pipeline.sink();
+    assert!(
+        swapped
+            .old
+            .is_some_and(|old| !old.keeps_deletes && old.calls > 0)
+    );
+    assert_eq!(pipeline.filters()[0].opens, 1);
+    // Up to the barrier the old version dropped deletes; above it the new one
+    // kept them: exactly the generated rows that either version lets through,
+    // once each, in order per table, none flagged.
+    let want: Vec<RowId> = row_ids(&txns)
+        .into_iter()
+        .filter(|r| r.op != Op::Delete.code() || r.commit_ts > barrier)
+        .collect();
+    assert!(
+        want.iter().any(|r| r.op == Op::Delete.code()),
+        "the swap came mid-stream"
+    );
+    assert!(sink.durable.iter().any(|d| d.row.commit_ts <= barrier));
+    assert_eq!(sink.durable.len(), want.len());
+    assert_eq!(per_table(sink.durable_ids()), per_table(want));
+    assert!(sink.durable.iter().all(|d| !d.replay()));
+}
+
+#[tokio::test]
+async fn a_filter_that_fails_on_probation_is_rolled_back_and_the_failed_batch_goes_through_the_old_one()
+ {
+    let failing = Versioned {
+        fail_from: Some(3),
+        ..Versioned::keeping()
+    };
+    let (pipeline, (swapped, verdict), txns) = run_filtered(Versioned::dropping(), |swaps, _| {
+        Box::pin(async move {
+            let (verdict, judged) = tokio::sync::oneshot::channel();
+            let probation = crate::Probation {
+                duration: Duration::from_secs(60),
+                flushes: 3,
+                max_retries: 2,
+                verdict,
+            };
+            let swapped = swap_filter_to(failing, Some(probation), swaps).await;
+            (swapped, judged.await.ok())
+        })
+    })
+    .await;
+    let Some(crate::Verdict::RolledBack {
+        failed,
+        error,
+        checkpoint,
+        replayed_batches,
+    }) = verdict
+    else {
+        panic!("rolled back");
+    };
+    assert!(error.to_string().contains("out of fuel"), "{error}");
+    assert_eq!(replayed_batches, 0);
+    assert!(checkpoint >= swapped.barrier);
+    assert!(
+        failed.keeps_deletes && failed.calls == 4,
+        "3 good calls, then the trap"
+    );
+    let live = &pipeline.filters()[0];
+    assert!(!live.keeps_deletes, "the old version runs again");
+    assert_eq!(live.opens, 2, "opened again at the rollback");
+    // The new version kept the deletes of its three batches; everything else
+    // went through the old one. No row lost, none twice.
+    let sink = pipeline.sink();
+    let kept_deletes: Vec<RowId> = sink
+        .durable_ids()
+        .into_iter()
+        .filter(|r| r.op == Op::Delete.code())
+        .collect();
+    assert!(
+        kept_deletes
+            .iter()
+            .all(|r| r.commit_ts > swapped.barrier.get())
+    );
+    let want: Vec<RowId> = row_ids(&txns)
+        .into_iter()
+        .filter(|r| r.op != Op::Delete.code() || kept_deletes.contains(r))
+        .collect();
+    assert_eq!(sink.durable.len(), want.len());
+    assert_eq!(per_table(sink.durable_ids()), per_table(want));
+}
+
+#[tokio::test]
+async fn a_filter_in_shadow_is_compared_row_by_row_and_never_reaches_the_sink() {
+    let status = Arc::new(crate::ShadowStatus::default());
+    let (pipeline, (), txns) = run_filtered(Versioned::dropping(), {
+        let status = status.clone();
+        move |_, shadows| {
+            Box::pin(async move {
+                let command = crate::ShadowCommand::Start {
+                    candidate: crate::ShadowCandidate::Filter {
+                        index: 0,
+                        filter: Versioned::keeping(),
+                    },
+                    limits: crate::ShadowLimits::default(),
+                    status,
+                };
+                assert!(shadows.send(command).await.is_ok());
+            })
+        }
+    })
+    .await;
+    let s = status.snapshot();
+    // The live output is exactly the old version's: every row but deletes.
+    let sink = pipeline.sink();
+    let want: Vec<RowId> = row_ids(&txns)
+        .into_iter()
+        .filter(|r| r.op != Op::Delete.code())
+        .collect();
+    assert_eq!(per_table(sink.durable_ids()), per_table(want));
+    // Every delete the candidate saw is a row only it output.
+    assert!(s.batches > 0 && s.rows_compared > 0);
+    assert!(s.rows_differing > 0, "{s:?}");
+    assert_eq!(s.dropped, None);
+    assert_eq!(s.errors, 0);
+    let deletes = row_ids(&txns)
+        .iter()
+        .filter(|r| r.op == Op::Delete.code())
+        .count() as u64;
+    assert!(s.rows_differing <= deletes);
+    assert_eq!(s.differences.len(), crate::MAX_DIFFERENCES);
+    for d in &s.differences {
+        assert_eq!(d.column, "(row)");
+        assert_eq!(
+            (d.live.as_str(), d.candidate.as_str()),
+            ("absent", "present")
+        );
+        assert!(d.table.starts_with("shop."), "{d:?}");
+        assert!(d.key.contains('='), "{d:?}");
+    }
+    assert_eq!(s.live.calls, s.candidate.calls);
+    assert_eq!(s.live.calls, s.batches);
+}
+
+#[tokio::test]
+async fn a_sink_in_shadow_gets_every_batch_and_cannot_hold_the_live_one_back() {
+    for slow in [false, true] {
+        let status = Arc::new(crate::ShadowStatus::default());
+        let candidate = MemorySink {
+            write_delay: slow.then_some(Duration::from_millis(40)),
+            ..MemorySink::default()
+        };
+        let acked = candidate.acked.clone();
+        let (pipeline, (), txns) = run_filtered(Versioned::keeping(), {
+            let status = status.clone();
+            move |_, shadows| {
+                Box::pin(async move {
+                    let command = crate::ShadowCommand::Start {
+                        candidate: crate::ShadowCandidate::Sink(candidate),
+                        limits: crate::ShadowLimits {
+                            max_lag: Duration::from_millis(100),
+                            max_queued_bytes: 64 << 20,
+                        },
+                        status,
+                    };
+                    assert!(shadows.send(command).await.is_ok());
+                })
+            }
+        })
+        .await;
+        // The live sink has every row once, whatever the candidate did.
+        let sink = pipeline.sink();
+        assert_eq!(per_table(sink.durable_ids()), per_table(row_ids(&txns)));
+        // Its task finishes what was queued.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let s = status.snapshot();
+        if slow {
+            let why = s.dropped.expect("a candidate 40 ms per write falls behind");
+            assert!(why.contains("behind"), "{why}");
+        } else {
+            assert_eq!(s.dropped, None);
+            assert!(s.rows_written > 0 && s.flushes > 0, "{s:?}");
+            // It got every batch from its start on, and the last flush.
+            assert!(acked.load(Ordering::SeqCst) >= txns.last().unwrap().commit_ts.get());
+            assert_eq!(s.live.calls, s.candidate.calls);
+        }
+    }
 }

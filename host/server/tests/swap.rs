@@ -49,7 +49,7 @@ flush-interval-ms = 50
     path
 }
 
-/// A server with sink-file as 0.1.0 and 0.2.0, filter-mask and misbehave.
+/// A server with sink-file and filter-mask as 0.1.0 and 0.2.0, and misbehave.
 fn server(data: &Path) -> Server {
     let server = Server::start(data, &[]);
     server.upload("sink-file", "sink");
@@ -63,6 +63,16 @@ fn server(data: &Path) -> Server {
         "sink",
     ]);
     server.upload("filter-mask", "filter");
+    // The same component under a second version.
+    server.json(&[
+        "plugin",
+        "upload",
+        sluice_tests::plugin_path("filter-mask").to_str().unwrap(),
+        "--id",
+        "filter-mask@0.2.0",
+        "--kind",
+        "filter",
+    ]);
     server.upload("misbehave", "sink");
     server
 }
@@ -211,10 +221,14 @@ fn a_version_that_fails_on_probation_is_rolled_back_with_the_reason() {
         ("hugeerr", "huge-error", "EEEE"),
         ("flushfatal", "flush-fatal", "refused the flush"),
     ] {
-        let file = feed_file(dir.path(), name, TOTAL, 20_000);
+        // 6 s of rows: the swap (asked as soon as rows flow) has time to
+        // happen and fail even on a busy machine.
+        let file = feed_file(dir.path(), name, TOTAL, 10_000);
         server.create(name, &file);
         let out = out_dir(&server, name);
-        std::thread::sleep(Duration::from_millis(500));
+        server.wait_for("rows to flow", Duration::from_secs(30), || {
+            server.state(name)["checkpoint-ts"].as_u64().unwrap_or(0) > 0
+        });
         let table = dir.path().join(format!("{name}-sink.toml"));
         std::fs::write(
             &table,
@@ -405,17 +419,26 @@ fn a_server_killed_during_swaps_runs_exactly_one_version_and_loses_no_row() {
             .last()
             .is_some_and(|r| matches!(r["state"].as_str(), Some("pending" | "probation")));
         if !open {
-            let to = if q["sink"] == "sink-file@0.1.0" {
-                "sink-file@0.2.0"
+            // Odd rounds swap the filter, even ones the sink.
+            let (role, running) = if round % 2 == 1 {
+                ("--filter", &q["filters"][0])
             } else {
-                "sink-file@0.1.0"
+                ("--sink", &q["sink"])
             };
-            swap(
-                &s,
-                "crashy",
-                to,
-                &["--probation-ms", "300", "--probation-flushes", "2"],
-            );
+            let plugin = running.as_str().unwrap();
+            let to = match plugin.rsplit_once('@') {
+                Some((name, "0.1.0")) => format!("{name}@0.2.0"),
+                Some((name, _)) => format!("{name}@0.1.0"),
+                None => panic!("{plugin}"),
+            };
+            let mut args = vec!["changefeed", "swap", "-c", "crashy"];
+            if role == "--filter" {
+                args.extend(["--filter", "0", "--plugin", &to]);
+            } else {
+                args.extend(["--sink", &to]);
+            }
+            args.extend(["--probation-ms", "300", "--probation-flushes", "2"]);
+            s.json(&args);
             seq += 1;
         }
         // Kill at a seeded moment: before, at or after the barrier, or on probation.
@@ -425,8 +448,12 @@ fn a_server_killed_during_swaps_runs_exactly_one_version_and_loses_no_row() {
         let q = s.state("crashy");
         let history = q["swaps"].as_array().unwrap();
         let last = history.last().unwrap();
-        // The store names one sink, and the history agrees with it.
-        let runs = q["sink"].as_str().unwrap();
+        // The store names one version in each role, and the history agrees.
+        let runs = match last["role"].as_str().unwrap() {
+            "sink" => q["sink"].as_str().unwrap(),
+            "filter-0" => q["filters"][0].as_str().unwrap(),
+            other => panic!("round {round}: role {other}: {q}"),
+        };
         match last["state"].as_str().unwrap() {
             "pending" | "probation" | "done" => assert_eq!(runs, last["to"], "round {round}: {q}"),
             "rolled-back" | "refused" => assert_eq!(runs, last["from"], "round {round}: {q}"),
@@ -448,4 +475,483 @@ fn a_server_killed_during_swaps_runs_exactly_one_version_and_loses_no_row() {
     }
     s.stop();
     check_output("crashy", &out, TOTAL);
+}
+
+/// Writes `text` to `dir/name` and returns its path as a string.
+fn write_file(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn a_filter_swaps_and_a_candidate_in_shadow_shows_where_it_differs() {
+    const TOTAL: u64 = 60_000;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("server");
+    let server = server(&data);
+    let file = feed_file(dir.path(), "masked", TOTAL, 6_000);
+    server.create("masked", &file);
+    // A candidate that leaves `shop.users.name` unmasked.
+    let candidate = write_file(
+        dir.path(),
+        "candidate.toml",
+        r#"
+[filter]
+plugin = "filter-mask@0.2.0"
+[filter.config]
+columns = ["email"]
+mode = "hash"
+salt = "quickstart"
+"#,
+    );
+    let started = server.json(&[
+        "changefeed",
+        "shadow",
+        "start",
+        "-c",
+        "masked",
+        "--filter",
+        "filter-mask",
+        "--plugin",
+        "filter-mask@0.2.0",
+        "--config",
+        &candidate,
+    ]);
+    assert_eq!(started["shadow"]["state"], "running", "{started}");
+    assert_eq!(started["shadow"]["role"], "filter-0");
+    assert_eq!(started["shadow"]["candidate"], "filter-mask@0.2.0");
+    // One shadow at a time; a swap waits for it to be stopped or promoted.
+    let err = server.error(&[
+        "changefeed",
+        "shadow",
+        "start",
+        "-c",
+        "masked",
+        "--sink",
+        "sink-file@0.2.0",
+    ]);
+    assert!(err.contains("runs shadow 1"), "{err}");
+    let err = server.error(&[
+        "changefeed",
+        "swap",
+        "-c",
+        "masked",
+        "--sink",
+        "sink-file@0.2.0",
+    ]);
+    assert!(err.contains("stop it or promote it"), "{err}");
+    // A bad position and an unknown name are refused with what there is.
+    let err = server.error(&[
+        "changefeed",
+        "swap",
+        "-c",
+        "masked",
+        "--filter",
+        "3",
+        "--plugin",
+        "filter-mask@0.2.0",
+    ]);
+    assert!(err.contains("no filter at position 3"), "{err}");
+    let mut status = Json::Null;
+    server.wait_for("differences", Duration::from_secs(60), || {
+        status = server.json(&["changefeed", "shadow", "status", "-c", "masked"]);
+        status["rows-differing"].as_u64().unwrap_or(0) > 0
+    });
+    let differences = status["differences"].as_array().unwrap();
+    assert!(!differences.is_empty(), "{status}");
+    for d in differences {
+        assert_eq!(d["table"], "shop.users", "{status}");
+        assert_eq!(d["column"], "name", "{status}");
+        assert!(d["key"].as_str().unwrap().starts_with("id="), "{status}");
+        // The live value is the hash, the candidate's the name itself.
+        assert_eq!(d["live"].as_str().unwrap().len(), 64, "{status}");
+        assert_ne!(d["live"], d["candidate"], "{status}");
+    }
+    assert!(status["rows-compared"].as_u64().unwrap() > status["rows-differing"].as_u64().unwrap());
+    assert_eq!(status["errors"], 0, "{status}");
+    assert!(
+        status["live-latency"]["calls"].as_u64().unwrap() > 0,
+        "{status}"
+    );
+    assert!(
+        status["candidate-latency"]["calls"].as_u64().unwrap() > 0,
+        "{status}"
+    );
+    // The shadow is part of the changefeed's description: it runs again
+    // after a restart.
+    server.kill();
+    let server = Server::start(&data, &[]);
+    assert_eq!(server.state("masked")["shadow"]["state"], "running");
+    server.wait_for(
+        "differences after the restart",
+        Duration::from_secs(60),
+        || {
+            let status = server.json(&["changefeed", "shadow", "status", "-c", "masked"]);
+            status["rows-differing"].as_u64().unwrap_or(0) > 0
+        },
+    );
+    let stopped = server.json(&["changefeed", "shadow", "stop", "-c", "masked"]);
+    assert_eq!(stopped["shadow"]["state"], "stopped", "{stopped}");
+    // The filter itself swaps at a barrier, named by its position.
+    let recorded = server.json(&[
+        "changefeed",
+        "swap",
+        "-c",
+        "masked",
+        "--filter",
+        "0",
+        "--plugin",
+        "filter-mask@0.2.0",
+        "--probation-ms",
+        "0",
+        "--probation-flushes",
+        "1",
+    ]);
+    assert_eq!(recorded["filters"][0], "filter-mask@0.2.0", "{recorded}");
+    let record = settled_swap(&server, "masked", 1);
+    assert_eq!(record["state"], "done", "{record}");
+    assert_eq!(record["role"], "filter-0", "{record}");
+    assert!(record["barrier-ts"].as_u64().unwrap() > 0, "{record}");
+    server.wait_for("the changefeed to finish", Duration::from_secs(120), || {
+        server.state("masked")["state"] == "finished"
+    });
+    let (_, metrics) = server.http_get("/metrics");
+    let differing = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("sluice_changefeed_shadow_differences_total")
+                && l.contains("changefeed=\"masked\"")
+        })
+        .unwrap_or_else(|| panic!("no shadow counter: {metrics}"));
+    assert!(!differing.ends_with(" 0"), "{differing}");
+    let out = out_dir(&server, "masked");
+    server.stop();
+    // The live output is exactly what the live filter makes of every row,
+    // once: the candidate never reached the sink.
+    // (Rows above the checkpoint at the kill come again, flagged.)
+    let (lines, _) = check_output("masked", &out, TOTAL);
+    assert!(lines >= TOTAL as usize);
+}
+
+#[test]
+fn a_sink_in_shadow_writes_its_own_target_and_one_that_falls_behind_is_dropped() {
+    const TOTAL: u64 = 40_000;
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("server"));
+    server.create("staged", &feed_file(dir.path(), "staged", TOTAL, 5_000));
+    server.create("slow", &feed_file(dir.path(), "slow", TOTAL, 5_000));
+    let staging = write_file(
+        dir.path(),
+        "staging.toml",
+        r#"
+[sink]
+plugin = "sink-file@0.2.0"
+[sink.config]
+format = "canal-json"
+enable-sluice-extension = true
+dir = "staging"
+max-file-bytes = 4194304
+[sink.capabilities]
+data-dir = true
+"#,
+    );
+    let started = server.json(&[
+        "changefeed",
+        "shadow",
+        "start",
+        "-c",
+        "staged",
+        "--sink",
+        "sink-file@0.2.0",
+        "--config",
+        &staging,
+    ]);
+    assert_eq!(started["shadow"]["role"], "sink", "{started}");
+    let slow = write_file(
+        dir.path(),
+        "slow.toml",
+        r#"
+[sink]
+plugin = "misbehave@0.1.0"
+[sink.config]
+mode = "sleep"
+target = "300"
+"#,
+    );
+    server.json(&[
+        "changefeed",
+        "shadow",
+        "start",
+        "-c",
+        "slow",
+        "--sink",
+        "misbehave@0.1.0",
+        "--config",
+        &slow,
+        "--max-lag-ms",
+        "500",
+    ]);
+    server.wait_for(
+        "the slow candidate to be dropped",
+        Duration::from_secs(60),
+        || server.state("slow")["shadow"]["state"] == "dropped",
+    );
+    let q = server.state("slow");
+    assert!(
+        q["shadow"]["reason"].as_str().unwrap().contains("behind"),
+        "{q}"
+    );
+    for name in ["staged", "slow"] {
+        server.wait_for("the changefeed to finish", Duration::from_secs(120), || {
+            server.state(name)["state"] == "finished"
+        });
+    }
+    let status = server.json(&["changefeed", "shadow", "status", "-c", "staged"]);
+    assert_eq!(status["dropped"], "", "{status}");
+    assert!(status["rows-written"].as_u64().unwrap() > 0, "{status}");
+    assert!(status["flushes"].as_u64().unwrap() > 0, "{status}");
+    let (live_out, slow_out) = (out_dir(&server, "staged"), out_dir(&server, "slow"));
+    server.stop();
+    // The live sinks have every row once, whatever their candidates did.
+    for (name, out) in [("staged", &live_out), ("slow", &slow_out)] {
+        let (lines, replayed) = check_output(name, out, TOTAL);
+        assert_eq!((lines, replayed), (TOTAL as usize, 0), "{name}");
+    }
+    // The staging target has, per table, every row from the first it got on.
+    let staged = lines_in(
+        &live_out
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join("shadow-sink/staging"),
+    );
+    assert!(!staged.is_empty());
+    let key = |l: &Json| {
+        serde_json::json!({"table": l["table"], "type": l["type"],
+            "commitTs": l["_sluice"]["commitTs"], "data": l["data"][0]})
+        .to_string()
+    };
+    let got: std::collections::HashSet<String> = staged.iter().map(key).collect();
+    assert_eq!(got.len(), staged.len(), "no row twice in staging");
+    let expected = expected_rows(TOTAL);
+    for table in ["users", "orders", "items"] {
+        let rows: Vec<String> = expected
+            .iter()
+            .filter(|e| e["table"] == table)
+            .map(|e| e.to_string())
+            .collect();
+        let Some(first) = rows.iter().position(|r| got.contains(r)) else {
+            continue;
+        };
+        let missing = rows[first..].iter().filter(|r| !got.contains(*r)).count();
+        assert_eq!(missing, 0, "{table}: staging missed rows after its first");
+    }
+}
+
+#[test]
+fn a_swap_racing_with_pause_update_and_remove_has_one_clear_outcome() {
+    const TOTAL: u64 = 50_000;
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("server"));
+    for race in ["pause", "update", "remove"] {
+        let file = feed_file(dir.path(), race, TOTAL, 10_000);
+        server.create(race, &file);
+        server.wait_for("rows to flow", Duration::from_secs(30), || {
+            server.state(race)["checkpoint-ts"].as_u64().unwrap_or(0) > 0
+        });
+        let recorded = swap(
+            &server,
+            race,
+            "sink-file@0.2.0",
+            &["--probation-ms", "1000"],
+        );
+        assert_eq!(recorded["sink"], "sink-file@0.2.0");
+        // At once, while the swap is pending or on probation.
+        server.json(&["changefeed", "pause", "-c", race]);
+        let q = server.state(race);
+        assert_eq!(q["state"], "stopped", "{q}");
+        let open = &q["swaps"][0];
+        match race {
+            "pause" => {
+                // A pause keeps the swap; the stored sink is the new version.
+                assert!(
+                    matches!(
+                        open["state"].as_str(),
+                        Some("pending" | "probation" | "done")
+                    ),
+                    "{q}"
+                );
+                assert_eq!(q["sink"], "sink-file@0.2.0");
+                server.json(&["changefeed", "resume", "-c", race]);
+                let record = settled_swap(&server, race, 1);
+                assert_eq!(record["state"], "done", "{record}");
+            }
+            "update" => {
+                server.json(&[
+                    "changefeed",
+                    "update",
+                    "-c",
+                    race,
+                    "--config",
+                    file.to_str().unwrap(),
+                ]);
+                let q = server.state(race);
+                assert_eq!(q["sink"], "sink-file@0.1.0", "{q}");
+                let s = &q["swaps"][0];
+                if s["state"] != "done" {
+                    assert_eq!(s["state"], "superseded", "{q}");
+                    assert!(s["reason"].as_str().unwrap().contains("updated"), "{q}");
+                }
+                server.json(&["changefeed", "resume", "-c", race]);
+            }
+            _ => {
+                server.json(&["changefeed", "remove", "-c", race]);
+                let err = server.error(&["changefeed", "query", "-c", race]);
+                assert!(err.contains("no changefeed"), "{err}");
+                // A new incarnation starts from its own file, no swap open.
+                server.create(race, &file);
+                let q = server.state(race);
+                assert_eq!(q["sink"], "sink-file@0.1.0", "{q}");
+                assert!(
+                    q["swaps"].as_array().is_none_or(|a| a
+                        .iter()
+                        .all(|s| s["state"] != "pending" && s["state"] != "probation")),
+                    "{q}"
+                );
+            }
+        }
+    }
+    for race in ["pause", "update", "remove"] {
+        server.wait_for("the changefeed to finish", Duration::from_secs(120), || {
+            server.state(race)["state"] == "finished"
+        });
+        let q = server.state(race);
+        assert!(
+            q["sink"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("sink-file@")),
+            "{q}"
+        );
+    }
+    let outs: Vec<(&str, PathBuf)> = ["pause", "update"]
+        .into_iter()
+        .map(|r| (r, out_dir(&server, r)))
+        .collect();
+    server.stop();
+    // Nothing lost; what came twice (across the pause) is flagged.
+    for (race, out) in outs {
+        let (lines, _) = check_output(race, &out, TOTAL);
+        assert!(lines >= TOTAL as usize, "{race}");
+    }
+}
+
+#[test]
+fn a_rollout_swaps_every_running_changefeed_a_batch_at_a_time_and_stops_at_the_first_failure() {
+    const TOTAL: u64 = 2_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("server"));
+    for name in ["a", "b", "c", "d"] {
+        server.create(name, &feed_file(dir.path(), name, TOTAL, 1_000));
+    }
+    server.json(&["changefeed", "pause", "-c", "d"]);
+    let (ok, out, err) = server.cli(&[
+        "--output",
+        "json",
+        "plugin",
+        "rollout",
+        "--from",
+        "sink-file@0.1.0",
+        "--to",
+        "sink-file@0.2.0",
+        "--batch-size",
+        "2",
+        "--probation-ms",
+        "300",
+        "--probation-flushes",
+        "1",
+    ]);
+    assert!(ok, "{out}{err}");
+    let v: Json = serde_json::from_str(&out).unwrap();
+    let summary = &v["summary"];
+    assert_eq!(summary["state"], "finished", "{v}");
+    assert_eq!(
+        (summary["swapped"].as_u64(), summary["skipped"].as_u64()),
+        (Some(3), Some(1)),
+        "{v}"
+    );
+    let steps = v["steps"].as_array().unwrap();
+    for name in ["a", "b", "c"] {
+        let id = format!("default/{name}");
+        let states: Vec<&str> = steps
+            .iter()
+            .filter(|s| s["changefeed"] == id.as_str())
+            .map(|s| s["state"].as_str().unwrap())
+            .collect();
+        assert_eq!(states, ["swapping", "done"], "{v}");
+        assert_eq!(server.state(name)["sink"], "sink-file@0.2.0");
+    }
+    assert_eq!(server.state("d")["sink"], "sink-file@0.1.0");
+    // A version that does not accept the running table's options: the first
+    // swap is refused and the rollout stops there, non-zero, with the rest
+    // untouched.
+    server.json(&[
+        "plugin",
+        "upload",
+        sluice_tests::plugin_path("misbehave").to_str().unwrap(),
+        "--id",
+        "sink-file@0.3.0",
+        "--kind",
+        "sink",
+    ]);
+    let (ok, out, err) = server.cli(&[
+        "plugin",
+        "rollout",
+        "--from",
+        "sink-file@0.2.0",
+        "--to",
+        "sink-file@0.3.0",
+    ]);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("the rollout stopped: 0 swapped, 1 failed, 0 skipped, 2 not tried"),
+        "{err}"
+    );
+    assert!(out.contains("default/a") && out.contains("error"), "{out}");
+    for name in ["a", "b", "c"] {
+        assert_eq!(server.state(name)["sink"], "sink-file@0.2.0", "{name}");
+    }
+    // Bad plans are refused before anything changes.
+    for (args, want) in [
+        (
+            vec!["--from", "sink-file@0.2.0", "--to", "sink-file@0.2.0"],
+            "nothing to roll out",
+        ),
+        (
+            vec!["--from", "sink-file@0.2.0", "--to", "filter-mask@0.1.0"],
+            "different plugins",
+        ),
+        (
+            vec![
+                "--from",
+                "sink-file@0.2.0",
+                "--to",
+                "sink-file@0.3.0",
+                "--batch-size",
+                "101",
+            ],
+            "1..=100",
+        ),
+        (
+            vec!["--from", "sink-file", "--to", "sink-file@0.3.0"],
+            "from:",
+        ),
+    ] {
+        let mut all = vec!["plugin", "rollout"];
+        all.extend(args);
+        let err = server.error(&all);
+        assert!(err.contains(want), "{err}");
+    }
+    server.stop();
 }

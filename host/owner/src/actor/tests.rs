@@ -427,6 +427,7 @@ fn ask(plugin: &str) -> crate::SwapAsk {
     let mut to = crate::info::tests::sample_config().sink;
     to.plugin = plugin.parse().unwrap();
     crate::SwapAsk {
+        role: crate::PluginRole::Sink,
         to,
         probation: crate::ProbationPolicy::default(),
         by: "acme".into(),
@@ -607,4 +608,368 @@ async fn a_swap_races_cleanly_with_pause_update_and_remove() {
         err.to_string().contains("removed") || err.to_string().contains("no changefeed"),
         "{err}"
     );
+}
+
+fn with_filters(name: &str) -> ChangefeedInfo {
+    let mut info = info(name);
+    info.config.filters = vec![
+        crate::PluginRef::new("filter-mask@0.1.0".parse().unwrap()),
+        crate::PluginRef::new("filter-events@0.1.0".parse().unwrap()),
+    ];
+    info
+}
+
+#[tokio::test]
+async fn a_filter_swap_names_its_filter_and_a_rollback_puts_the_old_one_back() {
+    let (owner, ctx) = owner(FakeContext::default()).await;
+    owner.create(with_filters("orders")).await.unwrap();
+    let work = work_of(&ctx, "orders");
+    let view = owner.snapshot().get(&id("orders")).unwrap();
+    let filters = &view.changefeed.info.config.filters;
+    // By name or by position; a name two filters share, an unknown one and a
+    // position past the chain are refused with what there is.
+    assert_eq!(
+        crate::PluginRole::filter_named(filters, "filter-events"),
+        Ok(crate::PluginRole::Filter(1))
+    );
+    assert_eq!(
+        crate::PluginRole::filter_named(filters, "0"),
+        Ok(crate::PluginRole::Filter(0))
+    );
+    let err = crate::PluginRole::filter_named(filters, "filter-x").unwrap_err();
+    assert!(
+        err.contains("0: filter-mask@0.1.0, 1: filter-events@0.1.0"),
+        "{err}"
+    );
+    let err = crate::PluginRole::filter_named(filters, "2").unwrap_err();
+    assert!(err.contains("no filter at position 2"), "{err}");
+    let twice = vec![filters[0].clone(), filters[0].clone()];
+    let err = crate::PluginRole::filter_named(&twice, "filter-mask").unwrap_err();
+    assert!(err.contains("by its position"), "{err}");
+    assert_eq!(
+        crate::PluginRole::parse("filter-1"),
+        Some(crate::PluginRole::Filter(1))
+    );
+    assert_eq!(crate::PluginRole::parse("filter-"), None);
+    assert_eq!(crate::PluginRole::parse("filter-99999999999"), None);
+
+    let mut to = filters[1].clone();
+    to.plugin = "filter-events@0.2.0".parse().unwrap();
+    let swap = |to: crate::PluginRef| crate::SwapAsk {
+        role: crate::PluginRole::Filter(1),
+        to,
+        probation: crate::ProbationPolicy::default(),
+        by: "acme".into(),
+    };
+    // Grants the running filter does not hold are refused, named by its key.
+    let mut wider = to.clone();
+    wider.capabilities.data_dir = crate::DataDir::HostChosen;
+    let err = owner.swap(&id("orders"), swap(wider)).await.unwrap_err();
+    assert!(
+        err.to_string().contains("filters[1].capabilities.data-dir"),
+        "{err}"
+    );
+    let err = owner
+        .swap(
+            &id("orders"),
+            crate::SwapAsk {
+                role: crate::PluginRole::Filter(5),
+                ..swap(to.clone())
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("has no filter-5"), "{err}");
+
+    let view = owner.swap(&id("orders"), swap(to.clone())).await.unwrap();
+    let info = &view.changefeed.info;
+    assert_eq!(info.config.filters[1], to);
+    assert_eq!(
+        info.config.filters[0].plugin.to_string(),
+        "filter-mask@0.1.0"
+    );
+    assert_eq!(info.config.sink.plugin.to_string(), "sink-file@0.1.0");
+    assert_eq!(info.swaps[0].role, "filter-1");
+    assert_eq!(work.reconfigured.lock().unwrap().len(), 1);
+    // The capture rolls it back: the old filter is the stored one again.
+    *work.progress.lock().unwrap() = Some(WorkProgress {
+        swap: Some(crate::SwapReport {
+            seq: 1,
+            state: crate::SwapState::RolledBack,
+            barrier_ts: Some(40),
+            pause_ms: Some(1),
+            reason: Some("wasm trap: unreachable".into()),
+        }),
+        ..WorkProgress::default()
+    });
+    let view = wait_for(&owner, "orders", |v| {
+        v.changefeed.info.swaps[0].state == crate::SwapState::RolledBack
+    })
+    .await;
+    let info = &view.changefeed.info;
+    assert_eq!(
+        info.config.filters[1].plugin.to_string(),
+        "filter-events@0.1.0"
+    );
+    assert_eq!(info.state, FeedState::Warning);
+}
+
+fn shadow_ask(role: crate::PluginRole, plugin: &str) -> crate::ShadowAsk {
+    let mut candidate = crate::PluginRef::new(plugin.parse().unwrap());
+    if role == crate::PluginRole::Sink {
+        candidate.config.insert("dir".into(), "staging".into());
+    }
+    crate::ShadowAsk {
+        role,
+        candidate,
+        max_lag_ms: 30_000,
+        max_queued_bytes: 1 << 20,
+        by: "acme".into(),
+    }
+}
+
+#[tokio::test]
+async fn a_shadow_is_recorded_blocks_other_swaps_and_ends_stopped_promoted_or_dropped() {
+    let (owner, ctx) = owner(FakeContext::default()).await;
+    owner.create(with_filters("orders")).await.unwrap();
+    let work = work_of(&ctx, "orders");
+    // Numbers out of range are refused.
+    let mut bad = shadow_ask(crate::PluginRole::Sink, "sink-file@0.2.0");
+    bad.max_lag_ms = 10;
+    assert!(bad.validate().unwrap_err().contains("100..="));
+    bad.max_lag_ms = 1000;
+    bad.max_queued_bytes = u64::MAX;
+    assert!(bad.validate().unwrap_err().contains("max queued bytes"));
+    // A candidate its check refuses changes nothing.
+    *ctx.refuse.lock().unwrap() = Some("sink-file@0.2.0".into());
+    let err = owner
+        .shadow_start(
+            &id("orders"),
+            shadow_ask(crate::PluginRole::Sink, "sink-file@0.2.0"),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, OwnerError::Invalid(_)), "{err:?}");
+    assert!(
+        owner
+            .snapshot()
+            .get(&id("orders"))
+            .unwrap()
+            .changefeed
+            .info
+            .shadow
+            .is_none()
+    );
+    *ctx.refuse.lock().unwrap() = None;
+
+    let view = owner
+        .shadow_start(
+            &id("orders"),
+            shadow_ask(crate::PluginRole::Sink, "sink-file@0.2.0"),
+        )
+        .await
+        .unwrap();
+    let info = &view.changefeed.info;
+    let shadow = info.shadow.as_ref().unwrap();
+    assert_eq!((shadow.seq, shadow.state), (1, crate::ShadowState::Running));
+    assert_eq!(shadow.live.to_string(), "sink-file@0.1.0");
+    assert_eq!(
+        info.config.sink.plugin.to_string(),
+        "sink-file@0.1.0",
+        "the live sink stays"
+    );
+    assert_eq!(work.reconfigured.lock().unwrap().len(), 1);
+    // One shadow at a time; a swap other than its promotion is refused.
+    let err = owner
+        .shadow_start(
+            &id("orders"),
+            shadow_ask(crate::PluginRole::Filter(0), "filter-mask@0.2.0"),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("runs shadow 1"), "{err}");
+    let err = owner
+        .swap(&id("orders"), ask("sink-file@0.3.0"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("stop it or promote it"), "{err}");
+    // The candidate version cannot be deleted while it runs.
+    let users = owner
+        .snapshot()
+        .users_of("acme", &"sink-file@0.2.0".parse().unwrap());
+    assert_eq!(users, vec!["acme/orders".to_string()]);
+
+    // Promote: one write ends the shadow and records the swap, with the live
+    // sink's options (the candidate's were for staging).
+    let view = owner
+        .promote(
+            &id("orders"),
+            crate::ProbationPolicy::default(),
+            "acme".into(),
+        )
+        .await
+        .unwrap();
+    let info = &view.changefeed.info;
+    let shadow = info.shadow.as_ref().unwrap();
+    assert_eq!(shadow.state, crate::ShadowState::Promoted);
+    assert_eq!(info.config.sink.plugin.to_string(), "sink-file@0.2.0");
+    assert!(
+        info.config.sink.config.is_empty(),
+        "the live options: {:?}",
+        info.config.sink
+    );
+    assert_eq!(info.swaps.last().unwrap().state, crate::SwapState::Pending);
+    let err = owner.shadow_stop(&id("orders")).await.unwrap_err();
+    assert!(err.to_string().contains("runs no shadow"), "{err}");
+
+    // A shadow the capture drops ends `dropped` with why.
+    *work.progress.lock().unwrap() = Some(WorkProgress {
+        swap: Some(crate::SwapReport {
+            seq: 1,
+            state: crate::SwapState::Done,
+            barrier_ts: Some(40),
+            pause_ms: Some(1),
+            reason: None,
+        }),
+        ..WorkProgress::default()
+    });
+    wait_for(&owner, "orders", |v| {
+        v.changefeed.info.swaps[0].state == crate::SwapState::Done
+    })
+    .await;
+    owner
+        .shadow_start(
+            &id("orders"),
+            shadow_ask(crate::PluginRole::Filter(0), "filter-mask@0.2.0"),
+        )
+        .await
+        .unwrap();
+    *work.progress.lock().unwrap() = Some(WorkProgress {
+        shadow: Some(crate::ShadowReport {
+            seq: 2,
+            dropped: Some("the candidate filter failed 5 times in a row".into()),
+            ..crate::ShadowReport::default()
+        }),
+        ..WorkProgress::default()
+    });
+    let view = wait_for(&owner, "orders", |v| {
+        v.changefeed.info.shadow.as_ref().unwrap().state == crate::ShadowState::Dropped
+    })
+    .await;
+    let shadow = view.changefeed.info.shadow.as_ref().unwrap();
+    assert!(shadow.reason.as_ref().unwrap().contains("5 times"));
+    assert_eq!(
+        view.shadow.as_ref().unwrap().seq,
+        2,
+        "the last report is kept"
+    );
+    // Stop: nothing runs any more.
+    let err = owner.shadow_stop(&id("orders")).await.unwrap_err();
+    assert!(err.to_string().contains("runs no shadow"), "{err}");
+}
+
+#[tokio::test]
+async fn a_rollout_goes_a_batch_at_a_time_and_stops_at_the_first_rollback() {
+    let (owner, ctx) = owner(FakeContext::default()).await;
+    for name in ["a", "b", "c", "d", "e"] {
+        owner.create(info(name)).await.unwrap();
+    }
+    owner.pause(&id("e")).await.unwrap();
+    // The captures: every swap passes, but c's rolls back.
+    let reporter = tokio::spawn({
+        let ctx = ctx.clone();
+        let owner = owner.clone();
+        async move {
+            loop {
+                for name in ["a", "b", "c", "d"] {
+                    let view = owner.snapshot().get(&id(name)).unwrap();
+                    if let Some(open) = view.changefeed.info.open_swap() {
+                        let state = if name == "c" {
+                            crate::SwapState::RolledBack
+                        } else {
+                            crate::SwapState::Done
+                        };
+                        *work_of(&ctx, name).progress.lock().unwrap() = Some(WorkProgress {
+                            swap: Some(crate::SwapReport {
+                                seq: open.seq,
+                                state,
+                                barrier_ts: Some(40),
+                                pause_ms: Some(1),
+                                reason: (name == "c").then(|| "wasm trap".into()),
+                            }),
+                            ..WorkProgress::default()
+                        });
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    });
+    let plan = crate::RolloutPlan {
+        tenant: "acme".into(),
+        from: "sink-file@0.1.0".parse().unwrap(),
+        to: "sink-file@0.2.0".parse().unwrap(),
+        batch_size: 2,
+        probation: crate::ProbationPolicy::default(),
+        by: "acme".into(),
+    };
+    let (tx, mut rx) = mpsc::channel(64);
+    let summary = crate::rollout(&owner, plan.clone(), tx).await;
+    reporter.abort();
+    let mut steps = Vec::new();
+    while let Ok(step) = rx.try_recv() {
+        steps.push((step.changefeed.name().to_string(), step.state));
+    }
+    assert_eq!(
+        summary,
+        crate::RolloutSummary {
+            swapped: 3,
+            failed: 1,
+            skipped: 1,
+            remaining: 0,
+            stopped: true,
+        }
+    );
+    // e is skipped; a and b go first, then c and d; nothing after c's batch.
+    assert_eq!(steps[0], ("e".into(), "skipped".into()));
+    let order: Vec<&str> = steps[1..]
+        .iter()
+        .filter(|(_, s)| s == "swapping")
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(order, ["a", "b", "c", "d"]);
+    assert!(steps.contains(&("c".into(), "rolled-back".into())));
+    let sink = |n: &str| {
+        owner
+            .snapshot()
+            .get(&id(n))
+            .unwrap()
+            .changefeed
+            .info
+            .config
+            .sink
+            .plugin
+            .to_string()
+    };
+    assert_eq!(
+        ["a", "b", "c", "d", "e"].map(sink),
+        [
+            "sink-file@0.2.0",
+            "sink-file@0.2.0",
+            "sink-file@0.1.0",
+            "sink-file@0.2.0",
+            "sink-file@0.1.0"
+        ]
+    );
+    // With batches of one it would have stopped before d.
+    let bad = crate::RolloutPlan {
+        batch_size: 0,
+        ..plan.clone()
+    };
+    assert!(bad.validate().unwrap_err().contains("1..=100"));
+    let other = crate::RolloutPlan {
+        to: "sink-x@0.2.0".parse().unwrap(),
+        ..plan
+    };
+    assert!(other.validate().unwrap_err().contains("different plugins"));
 }

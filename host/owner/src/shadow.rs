@@ -1,0 +1,268 @@
+//! Shadow runs: a candidate version of a changefeed's sink or of one of its
+//! filters runs beside the live one on the same batches, measured and
+//! compared, never delivered (see `sluice_processor`'s shadow module).
+//!
+//! A shadow is a change of the changefeed's description like a swap: the
+//! owner checks the candidate (outside its task), then records a
+//! [`ShadowRecord`] in the info in one write; the capture that runs the work
+//! sees the new info revision and starts the candidate without stopping
+//! anything. The capture reports what the shadow did in its task position
+//! ([`ShadowReport`]); `changefeed shadow status` shows it. Stopping the
+//! shadow, or promoting it (a swap to the candidate), ends the record; a
+//! candidate the capture dropped (too far behind, failing) ends it too.
+
+use serde::{Deserialize, Serialize};
+use sluice_config::PluginConfig;
+
+use crate::info::bound_message;
+use crate::plugin::PluginId;
+use crate::swap::PluginRole;
+
+/// Shortest lag bound a shadow may ask for (ms).
+pub const MIN_SHADOW_LAG_MS: u64 = 100;
+/// Longest lag bound a shadow may ask for (ms): one hour.
+pub const MAX_SHADOW_LAG_MS: u64 = 3600 * 1000;
+/// Most bytes a shadow may ask to queue for its sink candidate (1 GiB).
+pub const MAX_SHADOW_QUEUED_BYTES: u64 = 1 << 30;
+/// Differences a report carries with their detail.
+pub const MAX_REPORTED_DIFFERENCES: usize = 10;
+
+/// Where a shadow stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShadowState {
+    /// The candidate runs (or starts when the changefeed runs).
+    Running,
+    /// Stopped on request.
+    Stopped,
+    /// Turned into a swap to the candidate.
+    Promoted,
+    /// The capture dropped the candidate (it fell behind past its bound, or
+    /// kept failing).
+    Dropped,
+    /// Overtaken: the changefeed was updated or removed.
+    Superseded,
+}
+
+impl ShadowState {
+    /// The state's name as shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShadowState::Running => "running",
+            ShadowState::Stopped => "stopped",
+            ShadowState::Promoted => "promoted",
+            ShadowState::Dropped => "dropped",
+            ShadowState::Superseded => "superseded",
+        }
+    }
+}
+
+/// A shadow run of a changefeed, as stored in its info.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ShadowRecord {
+    /// The shadow's number within the changefeed (1, 2, ...).
+    pub seq: u64,
+    /// Beside what it runs: `sink` or `filter-N`.
+    pub role: String,
+    /// The live plugin when the shadow started.
+    pub live: PluginId,
+    /// The candidate's table (a sink candidate has its own options and
+    /// grants: a staging target).
+    pub candidate: PluginConfig,
+    /// Who asked (the tenant, and the caller's address when known).
+    pub by: String,
+    /// When it was asked for (ms since the Unix epoch).
+    pub at_ms: u64,
+    /// A sink candidate further behind than this is dropped (ms).
+    pub max_lag_ms: u64,
+    /// Or with more than this many bytes waiting for it.
+    pub max_queued_bytes: u64,
+    /// Where it stands.
+    pub state: ShadowState,
+    /// Why it ended as it did (bounded and escaped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When it ended (ms since the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at_ms: Option<u64>,
+}
+
+impl ShadowRecord {
+    /// Whether the candidate runs.
+    pub fn is_running(&self) -> bool {
+        self.state == ShadowState::Running
+    }
+
+    /// The role it runs in.
+    pub fn role(&self) -> Option<PluginRole> {
+        PluginRole::parse(&self.role)
+    }
+
+    /// Ends it in `state`; its table keeps only the plugin id.
+    pub(crate) fn end(&mut self, state: ShadowState, reason: Option<&str>, now_ms: u64) {
+        self.state = state;
+        if let Some(reason) = reason {
+            self.reason = Some(bound_message(reason));
+        }
+        self.ended_at_ms = Some(now_ms);
+        self.candidate = PluginConfig::new(self.candidate.plugin.clone());
+    }
+}
+
+/// What an operator asks for: run `candidate` in shadow beside the plugin in
+/// `role`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShadowAsk {
+    /// Beside what.
+    pub role: PluginRole,
+    /// The candidate's table.
+    pub candidate: PluginConfig,
+    /// Drop a sink candidate further behind than this (ms).
+    pub max_lag_ms: u64,
+    /// Or with more bytes than this waiting for it.
+    pub max_queued_bytes: u64,
+    /// Who asks, for the record.
+    pub by: String,
+}
+
+impl ShadowAsk {
+    /// Checks every number against its range.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(MIN_SHADOW_LAG_MS..=MAX_SHADOW_LAG_MS).contains(&self.max_lag_ms) {
+            return Err(format!(
+                "shadow max lag is {} ms; it must be {MIN_SHADOW_LAG_MS}..={MAX_SHADOW_LAG_MS}",
+                self.max_lag_ms
+            ));
+        }
+        if !(1..=MAX_SHADOW_QUEUED_BYTES).contains(&self.max_queued_bytes) {
+            return Err(format!(
+                "shadow max queued bytes is {}; it must be 1..={MAX_SHADOW_QUEUED_BYTES}",
+                self.max_queued_bytes
+            ));
+        }
+        Ok(())
+    }
+
+    /// The record of this ask against `live`, the plugin in its role.
+    pub fn record(self, live: &PluginConfig, now_ms: u64) -> Result<ShadowRecord, String> {
+        self.validate()?;
+        if self.candidate == *live {
+            return Err(format!(
+                "the {} is {} with this table already; a shadow of it compares nothing",
+                self.role, live.plugin
+            ));
+        }
+        Ok(ShadowRecord {
+            seq: 0,
+            role: self.role.to_string(),
+            live: live.plugin.clone(),
+            candidate: self.candidate,
+            by: bound_message(&self.by),
+            at_ms: now_ms,
+            max_lag_ms: self.max_lag_ms,
+            max_queued_bytes: self.max_queued_bytes,
+            state: ShadowState::Running,
+            reason: None,
+            ended_at_ms: None,
+        })
+    }
+}
+
+/// A plugin's call latency while a shadow runs (µs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LatencyReport {
+    /// Calls timed.
+    pub calls: u64,
+    /// Mean over every call.
+    pub mean_us: u64,
+    /// Median of the latest calls.
+    pub p50_us: u64,
+    /// 99th percentile of the latest calls.
+    pub p99_us: u64,
+    /// The longest call.
+    pub max_us: u64,
+}
+
+/// Where a candidate's output differs from the live plugin's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ShadowDifference {
+    /// `schema.table`.
+    pub table: String,
+    /// The row's key (`id=5`).
+    pub key: String,
+    /// The first column that differs (`(row)`: one side has no such row).
+    pub column: String,
+    /// The live value.
+    pub live: String,
+    /// The candidate's value.
+    pub candidate: String,
+}
+
+/// What a capture reports about the shadow it runs (in its task position).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ShadowReport {
+    /// The shadow's [`ShadowRecord::seq`].
+    pub seq: u64,
+    /// Batches the candidate got.
+    #[serde(default)]
+    pub batches: u64,
+    /// Rows compared (a filter).
+    #[serde(default)]
+    pub rows_compared: u64,
+    /// Rows whose outputs differ (a filter).
+    #[serde(default)]
+    pub rows_differing: u64,
+    /// The first differences.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub differences: Vec<ShadowDifference>,
+    /// Candidate calls that failed.
+    #[serde(default)]
+    pub errors: u64,
+    /// The last failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// The live plugin's call latency.
+    #[serde(default)]
+    pub live_latency: LatencyReport,
+    /// The candidate's.
+    #[serde(default)]
+    pub candidate_latency: LatencyReport,
+    /// Rows a sink candidate wrote.
+    #[serde(default)]
+    pub rows_written: u64,
+    /// Flushes a sink candidate acknowledged.
+    #[serde(default)]
+    pub flushes: u64,
+    /// How far a sink candidate was behind (ms).
+    #[serde(default)]
+    pub lag_ms: u64,
+    /// Why the capture dropped the candidate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped: Option<String>,
+}
+
+impl ShadowReport {
+    /// The same report with every text bounded and escaped (a plugin's
+    /// values and errors are in it).
+    pub fn bounded(mut self) -> Self {
+        self.differences.truncate(MAX_REPORTED_DIFFERENCES);
+        for d in &mut self.differences {
+            for text in [
+                &mut d.table,
+                &mut d.key,
+                &mut d.column,
+                &mut d.live,
+                &mut d.candidate,
+            ] {
+                *text = sluice_core::bounded_text(text, 256);
+            }
+        }
+        self.last_error = self.last_error.map(|e| bound_message(&e));
+        self.dropped = self.dropped.map(|e| bound_message(&e));
+        self
+    }
+}
