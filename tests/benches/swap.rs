@@ -189,7 +189,7 @@ fn main() {
             );
             std::thread::sleep(Duration::from_millis(10));
         };
-        pauses.push(record["pause-ms"].as_f64().unwrap());
+        pauses.push(record["pause-us"].as_f64().unwrap() / 1000.0);
     }
     let swapping_s = t1.elapsed().as_secs_f64();
     let swapping = (server.rows_written("bench") - r1) as f64 / swapping_s;
@@ -235,7 +235,7 @@ fn main() {
         "{:<44} {:>12}",
         "pause p50 / p99 / max (ms)",
         format!(
-            "{:.0} / {:.0} / {:.0}",
+            "{:.2} / {:.2} / {:.2}",
             percentile(&pauses, 0.5),
             percentile(&pauses, 0.99),
             pauses.last().unwrap()

@@ -271,6 +271,7 @@ fn swap_pb(s: &sluice_owner::SwapRecord) -> pb::SwapRecord {
         state: s.state.as_str().to_string(),
         barrier_ts: s.barrier_ts.map_or(0, |b| b.get()),
         pause_ms: s.pause_ms.unwrap_or(0),
+        pause_us: s.pause_us.unwrap_or(0),
         reason: s.reason.clone().unwrap_or_default(),
         ended_at_ms: s.ended_at_ms.unwrap_or(0),
         role: s.role.clone(),
@@ -373,6 +374,8 @@ fn swap_ask(
         to,
         probation,
         by,
+        expect: Some(running.plugin.clone()),
+        promotes: None,
     })
 }
 
@@ -595,6 +598,7 @@ impl ChangefeedService for Api {
             max_lag_ms: r.max_lag_ms.unwrap_or(30_000),
             max_queued_bytes: r.max_queued_bytes.unwrap_or(64 << 20),
             by: format!("tenant {}{caller}", id.tenant()),
+            expect: Some(live.plugin.clone()),
         };
         ask.validate().map_err(Status::invalid_argument)?;
         let view = self
@@ -834,8 +838,16 @@ impl PluginService for Api {
             let forward = {
                 let events = events.clone();
                 async move {
-                    while let Some(step) = step_rx.recv().await {
-                        let step: sluice_owner::RolloutStep = step;
+                    loop {
+                        // Ends as soon as the caller goes away, which
+                        // closes the steps and so stops the rollout.
+                        let step: sluice_owner::RolloutStep = tokio::select! {
+                            step = step_rx.recv() => match step {
+                                Some(step) => step,
+                                None => break,
+                            },
+                            () = events.closed() => break,
+                        };
                         let event = pb::RolloutEvent {
                             changefeed: step.changefeed.to_string(),
                             role: step.role.to_string(),

@@ -145,6 +145,7 @@ pub fn swap_json(s: &pb::SwapRecord) -> Value {
         "at": ms_time(s.at_ms),
         "barrier-ts": s.barrier_ts,
         "pause-ms": s.pause_ms,
+        "pause-us": s.pause_us,
         "reason": s.reason,
         "ended": if s.ended_at_ms == 0 { String::new() } else { ms_time(s.ended_at_ms) },
     })

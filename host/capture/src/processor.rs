@@ -463,6 +463,7 @@ async fn run(
                     seq: open.seq,
                     barrier_ts: open.barrier_ts.map(|b| b.get()),
                     pause_ms: open.pause_ms,
+                    pause_us: open.pause_us,
                     role,
                     from: open.from.clone(),
                     verdict,
@@ -480,6 +481,7 @@ async fn run(
                     state: SwapState::Done,
                     barrier_ts: open.barrier_ts.map(|b| b.get()),
                     pause_ms: open.pause_ms,
+                    pause_us: open.pause_us,
                     reason: Some(format!(
                         "after a restart the old version {} could not be loaded ({why}); the new one runs without a fallback",
                         open.from.plugin
@@ -506,6 +508,7 @@ async fn run(
         filters: info.config.filters.clone(),
         trial,
         shadow: None,
+        dropped: std::collections::HashSet::new(),
     };
     let result = tokio::select! {
         result = pipeline.run(source, stop) => result,
@@ -746,6 +749,7 @@ struct Trial {
     /// report of it (the owner may see only the last one).
     barrier_ts: Option<u64>,
     pause_ms: Option<u64>,
+    pause_us: Option<u64>,
     /// What was swapped.
     role: PluginRole,
     /// The table to fall back to.
@@ -761,6 +765,7 @@ impl Trial {
             state,
             barrier_ts: self.barrier_ts,
             pause_ms: self.pause_ms,
+            pause_us: self.pause_us,
             reason,
         }
     }
@@ -818,6 +823,8 @@ struct RunningShadow {
     status: Arc<ShadowStatus>,
     /// The last report written.
     reported: Option<ShadowReport>,
+    /// What the metrics have counted of it so far.
+    counted: ShadowReport,
 }
 
 /// What a shadow did, as its task position reports it.
@@ -877,6 +884,9 @@ struct Swapper<'a> {
     filters: Vec<sluice_config::PluginConfig>,
     trial: Option<Trial>,
     shadow: Option<RunningShadow>,
+    /// Shadows this run dropped: never started again, even while the
+    /// owner's record still says they run.
+    dropped: std::collections::HashSet<u64>,
 }
 
 impl Swapper<'_> {
@@ -942,6 +952,7 @@ impl Swapper<'_> {
             state: SwapState::Refused,
             barrier_ts: None,
             pause_ms: None,
+            pause_us: None,
             reason: Some(reason),
         };
         report_swap(&self.reporter, report).await;
@@ -1037,6 +1048,7 @@ impl Swapper<'_> {
                     seq,
                     barrier_ts: Some(barrier.get()),
                     pause_ms: Some(pause.as_millis() as u64),
+                    pause_us: Some(pause.as_micros() as u64),
                     role,
                     from,
                     verdict: probation_of,
@@ -1056,7 +1068,9 @@ impl Swapper<'_> {
 
     /// Starts or stops the shadow as the info says.
     async fn follow_shadow(&mut self, info: &ChangefeedInfo) {
-        let want = info.running_shadow();
+        let want = info
+            .running_shadow()
+            .filter(|s| !self.dropped.contains(&s.seq));
         if want.map(|s| s.seq) == self.shadow.as_ref().map(|s| s.seq) {
             return;
         }
@@ -1097,6 +1111,7 @@ impl Swapper<'_> {
             seq,
             status: status.clone(),
             reported: None,
+            counted: ShadowReport::default(),
         });
         match candidate {
             Ok(candidate) => {
@@ -1131,7 +1146,7 @@ impl Swapper<'_> {
         if shadow.reported.as_ref() == Some(&report) {
             return;
         }
-        let before = shadow.reported.clone().unwrap_or_default();
+        let before = &shadow.counted;
         let add = |counter: &AtomicU64, now: u64, was: u64| {
             counter.fetch_add(now.saturating_sub(was), Ordering::Relaxed);
         };
@@ -1146,6 +1161,7 @@ impl Swapper<'_> {
             before.rows_differing,
         );
         add(&self.stats.shadow_errors, report.errors, before.errors);
+        shadow.counted = report.clone();
         let dropped = report.dropped.clone();
         shadow.reported = Some(report.clone());
         let mut written = false;
@@ -1171,7 +1187,9 @@ impl Swapper<'_> {
         if let Some(why) = dropped {
             tracing::warn!(%why, "The shadow was dropped.");
             self.stats.shadow_dropped.fetch_add(1, Ordering::Relaxed);
-            self.shadow = None;
+            if let Some(s) = self.shadow.take() {
+                self.dropped.insert(s.seq);
+            }
             let _ = self.shadows.send(ShadowCommand::Stop).await;
         }
     }

@@ -372,6 +372,8 @@ impl Owner {
             to,
             probation,
             by,
+            expect: Some(live.plugin.clone()),
+            promotes: Some(shadow.seq),
         };
         self.swap(id, ask).await
     }

@@ -242,12 +242,14 @@ pub fn apply_admin_job(
                     current: current.plugin.to_string(),
                 });
             }
-            // A shadow running: only a swap to its candidate (a promotion)
-            // may go ahead, and it ends the shadow.
-            let promotes = match cf.info.running_shadow() {
-                None => false,
-                Some(s) if s.role == record.role && s.candidate.plugin == record.to.plugin => true,
-                Some(s) => {
+            // A shadow running: only its promotion may go ahead, and it
+            // ends the shadow; a promotion of a shadow that no longer runs
+            // is refused.
+            let promotes = match (cf.info.running_shadow(), record.promotes) {
+                (None, None) => false,
+                (Some(s), Some(seq)) if s.seq == seq && s.role == record.role => true,
+                (None, Some(_)) => return Err(AdminError::NoShadow { id }),
+                (Some(s), _) => {
                     return Err(AdminError::ShadowRunning {
                         id,
                         seq: s.seq,

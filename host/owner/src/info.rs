@@ -215,6 +215,7 @@ impl ChangefeedInfo {
         self.swap_count = self.swap_count.saturating_add(1);
         record.seq = self.swap_count;
         record.state = SwapState::Pending;
+        record.promotes = None;
         if let Some(at) = record.role().and_then(|r| self.plugin_mut(r)) {
             *at = record.to.clone();
         }
@@ -1033,6 +1034,8 @@ max-batch-bytes = "8MiB"
                     to: to.clone(),
                     probation: Default::default(),
                     by: "t".into(),
+                    expect: None,
+                    promotes: None,
                 },
                 Epoch(1),
                 0,
@@ -1046,6 +1049,7 @@ max-batch-bytes = "8MiB"
                 state: SwapState::Done,
                 barrier_ts: Some(5),
                 pause_ms: Some(1),
+                pause_us: None,
                 reason: None,
             };
             assert!(info.on_swap_report(&report, 10));
@@ -1067,6 +1071,8 @@ max-batch-bytes = "8MiB"
                 to,
                 probation: Default::default(),
                 by: "t".into(),
+                expect: None,
+                promotes: None,
             },
             Epoch(1),
             0,
@@ -1078,6 +1084,7 @@ max-batch-bytes = "8MiB"
             state: SwapState::RolledBack,
             barrier_ts: None,
             pause_ms: None,
+            pause_us: None,
             reason: Some("trap".into()),
         };
         assert!(info.on_swap_report(&report, 20));

@@ -140,15 +140,32 @@ pub async fn rollout(
             }
         }
     }
-    let window = Duration::from_millis(plan.probation.window_ms) + GRACE;
-    let mut left = targets.len();
-    for batch in targets.chunks(plan.batch_size) {
-        if steps.is_closed() {
-            summary.stopped = true;
-            break;
+    // A changefeed with the version in two roles has one swap in flight at
+    // a time: its first role in the first pass, its second in the next.
+    let mut passes: Vec<Vec<(ChangefeedId, PluginRole)>> = Vec::new();
+    let mut seen = std::collections::HashMap::<ChangefeedId, usize>::new();
+    for (id, role) in targets {
+        let pass = seen.entry(id.clone()).or_default();
+        if passes.len() <= *pass {
+            passes.push(Vec::new());
         }
+        passes[*pass].push((id, role));
+        *pass += 1;
+    }
+    let batches: Vec<&[(ChangefeedId, PluginRole)]> = passes
+        .iter()
+        .flat_map(|pass| pass.chunks(plan.batch_size))
+        .collect();
+    let window = Duration::from_millis(plan.probation.window_ms) + GRACE;
+    let mut left: usize = passes.iter().map(Vec::len).sum();
+    for batch in batches {
         let mut waiting = Vec::new();
         for (id, role) in batch {
+            if steps.is_closed() {
+                // The caller went away: no new swap starts.
+                summary.stopped = true;
+                break;
+            }
             left -= 1;
             let ask = owner.snapshot().get(id).and_then(|view| {
                 let info = &view.changefeed.info;
@@ -167,6 +184,8 @@ pub async fn rollout(
                     to,
                     probation: plan.probation,
                     by: format!("{} (rollout {} to {})", plan.by, plan.from, plan.to),
+                    expect: Some(plan.from.clone()),
+                    promotes: None,
                 })
             });
             let asked = match ask {
@@ -254,7 +273,7 @@ pub async fn rollout(
             }
             waiting = still;
         }
-        if summary.failed > 0 {
+        if summary.failed > 0 || summary.stopped {
             summary.stopped = true;
             break;
         }

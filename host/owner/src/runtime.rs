@@ -531,9 +531,9 @@ impl<C: OwnerContext> Runtime<C> {
         let feed = self.require(id)?;
         let cf = feed.manager.changefeed();
         let info = &cf.info;
-        let role = match &change {
-            PluginChange::Swap(ask) => ask.role,
-            PluginChange::Shadow(ask) => ask.role,
+        let (role, expect) = match &change {
+            PluginChange::Swap(ask) => (ask.role, &ask.expect),
+            PluginChange::Shadow(ask) => (ask.role, &ask.expect),
         };
         let live = info.plugin(role).ok_or_else(|| {
             OwnerError::Invalid(format!(
@@ -541,6 +541,16 @@ impl<C: OwnerContext> Runtime<C> {
                 info.config.filters.len()
             ))
         })?;
+        if let Some(expected) = expect
+            && *expected != live.plugin
+        {
+            return Err(crate::error::AdminError::SwapStale {
+                id: id.clone(),
+                expected: expected.to_string(),
+                current: live.plugin.to_string(),
+            }
+            .into());
+        }
         let (job, probe) = match change {
             PluginChange::Swap(ask) => {
                 let record =
@@ -645,6 +655,14 @@ impl<C: OwnerContext> Runtime<C> {
         self.open_for_jobs()?;
         if let AdminJob::Update(info) = &job {
             self.within_tenant_instances(info)?;
+        }
+        if let AdminJob::ShadowStart(record) = &job {
+            // One more instance: checked again here, in the owner's order,
+            // so that concurrent starts cannot pass the share together.
+            let feed = self.require(id)?;
+            let mut with = feed.manager.changefeed().info.clone();
+            with.begin_shadow((**record).clone());
+            self.within_tenant_instances(&with)?;
         }
         let feed = self
             .feeds

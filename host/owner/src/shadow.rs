@@ -124,6 +124,9 @@ pub struct ShadowAsk {
     pub max_queued_bytes: u64,
     /// Who asks, for the record.
     pub by: String,
+    /// The version the caller saw in that role (refused if it is no longer
+    /// the one running there).
+    pub expect: Option<PluginId>,
 }
 
 impl ShadowAsk {

@@ -228,6 +228,9 @@ pub struct SwapRecord {
     /// How long delivery paused at the barrier (ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause_ms: Option<u64>,
+    /// The same in microseconds (absent in records written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_us: Option<u64>,
     /// Why it ended as it did (rolled back, refused, superseded, or run after a
     /// restart), bounded and escaped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -235,6 +238,10 @@ pub struct SwapRecord {
     /// When it reached its last state (ms since the Unix epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at_ms: Option<u64>,
+    /// While it is being asked for: the shadow it promotes (that shadow must
+    /// still run). Not stored.
+    #[serde(skip)]
+    pub promotes: Option<u64>,
 }
 
 impl SwapRecord {
@@ -289,6 +296,9 @@ pub struct SwapReport {
     /// How long delivery paused at the barrier (ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause_ms: Option<u64>,
+    /// The same in microseconds (absent in records written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_us: Option<u64>,
     /// Why (a rollback's or refusal's error).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -327,6 +337,7 @@ pub(crate) fn advance(
     }
     if report.pause_ms.is_some() {
         record.pause_ms = report.pause_ms;
+        record.pause_us = report.pause_us;
     }
     if report.state.is_open() {
         record.state = report.state;
@@ -352,6 +363,11 @@ pub struct SwapAsk {
     pub probation: ProbationPolicy,
     /// Who asks, for the record.
     pub by: String,
+    /// The version the caller saw in that role (refused if it is no longer
+    /// the one running there: the chain changed meanwhile).
+    pub expect: Option<PluginId>,
+    /// The shadow this swap promotes.
+    pub promotes: Option<u64>,
 }
 
 /// Refuses grants in `to` that `from` does not hold: a swap may not widen
@@ -409,7 +425,9 @@ pub fn record_for(
         state: SwapState::Pending,
         barrier_ts: None,
         pause_ms: None,
+        pause_us: None,
         reason: None,
         ended_at_ms: None,
+        promotes: ask.promotes,
     })
 }

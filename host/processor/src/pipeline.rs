@@ -131,13 +131,22 @@ pub struct Pipeline<K: Sink, F: Filter> {
     /// The plugin swapped in last is on trial: the one it replaced waits here.
     probation: Option<OnProbation<K, F>>,
     /// The candidate running in shadow.
-    shadow: Option<Shadow<F>>,
+    shadow: Option<Shadow>,
 }
 
 /// A candidate running in shadow (see the `shadow` module).
-enum Shadow<F> {
+enum Shadow {
     Sink(SinkShadow),
-    Filter(FilterShadow<F>),
+    Filter(FilterShadow),
+}
+
+impl Shadow {
+    fn stop(self) {
+        match self {
+            Shadow::Sink(s) => s.stop(),
+            Shadow::Filter(s) => s.stop(),
+        }
+    }
 }
 
 /// A plugin on trial (see [`Probation`]).
@@ -200,7 +209,7 @@ impl<K, F> OnProbation<K, F> {
 /// The most the fence lead is multiplied by while catching up.
 const MAX_FENCE_LEAD: u64 = 1024;
 
-impl<K: Sink + 'static, F: Filter> Pipeline<K, F> {
+impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
     /// A pipeline into `sink` through `filters`; `start` is the checkpoint (and,
     /// when saved, the source position) to resume from.
     pub fn new(
@@ -406,8 +415,8 @@ impl<K: Sink + 'static, F: Filter> Pipeline<K, F> {
         self.flush_point().await?;
         self.save_checkpoint().await?;
         // A sink candidate gets the last writes and flush, then closes.
-        if let Some(Shadow::Sink(s)) = self.shadow.take() {
-            s.stop();
+        if let Some(shadow) = self.shadow.take() {
+            shadow.stop();
         }
         if let Err(e) = self.sink.close().await {
             tracing::warn!(sink = self.sink.name(), error = %e, "Sink close failed after the final flush.");
@@ -954,8 +963,7 @@ impl<K: Sink + 'static, F: Filter> Pipeline<K, F> {
         }
         let result = self.sink.write(&last.schemas, &mut last.batch).await;
         if let Some(Shadow::Sink(shadow)) = &self.shadow {
-            let took = started.elapsed();
-            shadow.status.update(|s| s.live.record(took));
+            shadow.live_took(started.elapsed());
         }
         self.retry_sink(result).await?;
         self.wrote_since_flush = true;
@@ -1207,36 +1215,21 @@ impl<K: Sink + 'static, F: Filter> Pipeline<K, F> {
         batch: &mut Batch,
     ) -> Result<(), PipelineError> {
         let mut attempt = 0;
-        let mut copy = match &self.shadow {
-            Some(Shadow::Filter(s)) if s.index == i => Some(batch.clone()),
-            _ => None,
-        };
-        // The candidate's output and call time, compared once the live filter
-        // succeeds.
-        let mut candidate = None;
+        // The input, kept for a candidate of this filter in shadow, or for
+        // the old version if this one is on trial and fails.
+        let on_trial = self.probation.as_ref().is_some_and(|p| p.is_filter(i));
+        let shadowed = matches!(&self.shadow, Some(Shadow::Filter(s)) if s.index == i);
+        let mut input = (on_trial || shadowed).then(|| batch.clone());
+        let rows_in = batch.row_count();
         loop {
             let started = Instant::now();
-            let result = match (copy.take(), &mut self.shadow) {
-                (Some(mut copy), Some(Shadow::Filter(shadow))) => {
-                    let timed = async {
-                        let r = shadow.filter.transform(schemas, &mut copy).await;
-                        (r, started.elapsed())
-                    };
-                    let (live, (theirs, took)) =
-                        tokio::join!(self.filters[i].transform(schemas, batch), timed);
-                    candidate = Some((theirs.map(|()| copy), took));
-                    live
-                }
-                _ => self.filters[i].transform(schemas, batch).await,
-            };
+            let result = self.filters[i].transform(schemas, batch).await;
             let error = match result {
                 Ok(()) => {
                     let live_took = started.elapsed();
-                    if let (Some((theirs, took)), Some(Shadow::Filter(shadow))) =
-                        (candidate, &mut self.shadow)
-                        && shadow
-                            .took(schemas, batch, theirs, (live_took, took))
-                            .is_err()
+                    if let (Some(input), Some(Shadow::Filter(shadow))) =
+                        (input.take().filter(|_| shadowed), &mut self.shadow)
+                        && shadow.compare(schemas, input, batch, live_took).is_err()
                     {
                         self.shadow = None;
                     }
@@ -1244,6 +1237,21 @@ impl<K: Sink + 'static, F: Filter> Pipeline<K, F> {
                 }
                 Err(error) => error,
             };
+            if let Some(input) = &input {
+                // A failed call leaves the input as it was; if it did not,
+                // the copy goes back.
+                if batch.row_count() != rows_in {
+                    *batch = input.clone();
+                }
+            } else if batch.row_count() != rows_in {
+                // The input did not come back (the plugin's thread ended):
+                // fail, so that the run starts again from the checkpoint
+                // instead of going on without these rows.
+                return Err(PipelineError::Filter {
+                    name: self.filters[i].name().to_string(),
+                    error,
+                });
+            }
             if let Some(p) = self.probation.as_mut().filter(|p| p.is_filter(i)) {
                 if !matches!(error, PluginError::Retryable(_)) || p.retries_left == 0 {
                     self.roll_back_filter(error).await?;
@@ -1418,8 +1426,8 @@ impl<K: Sink + 'static, F: Filter> Pipeline<K, F> {
     /// Starts or stops the candidate in shadow.
     async fn on_shadow(&mut self, command: ShadowCommand<K, F>) {
         // A shadow running ends first (a start replaces it).
-        if let Some(Shadow::Sink(s)) = self.shadow.take() {
-            s.stop();
+        if let Some(shadow) = self.shadow.take() {
+            shadow.stop();
         }
         let ShadowCommand::Start {
             candidate,
@@ -1435,7 +1443,7 @@ impl<K: Sink + 'static, F: Filter> Pipeline<K, F> {
                 tracing::info!(candidate = sink.name(), "Shadow sink started.");
                 self.shadow = Some(Shadow::Sink(SinkShadow::start(sink, limits, status)));
             }
-            ShadowCandidate::Filter { index, mut filter } => {
+            ShadowCandidate::Filter { index, filter } => {
                 if index >= self.filters.len() {
                     status.drop_with(format!(
                         "there is no filter at position {index} (the chain has {})",
@@ -1443,17 +1451,10 @@ impl<K: Sink + 'static, F: Filter> Pipeline<K, F> {
                     ));
                     return;
                 }
-                if let Err(e) = filter.open().await {
-                    status.drop_with(format!("the candidate filter did not open: {e}"));
-                    return;
-                }
                 tracing::info!(candidate = filter.name(), index, "Shadow filter started.");
-                self.shadow = Some(Shadow::Filter(FilterShadow {
-                    index,
-                    filter,
-                    status,
-                    failures_in_a_row: 0,
-                }));
+                self.shadow = Some(Shadow::Filter(FilterShadow::start(
+                    index, filter, limits, status,
+                )));
             }
         }
     }

@@ -1,16 +1,20 @@
 //! Shadow runs: a candidate plugin version runs beside the live one on the
 //! same batches, and what it does is measured, never delivered.
 //!
-//! - A **filter** candidate transforms a copy of every batch the live filter at
-//!   its position gets, at the same time (each plugin runs on its own thread);
-//!   the two outputs are compared row by row (rows paired by table, commit ts
-//!   and key) and the differences counted, the first few kept with their
-//!   table, key and column. Only the live output goes on.
+//! - A **filter** candidate gets a copy of every batch the live filter at its
+//!   position transformed, with the live output, on a task of its own fed
+//!   through a queue (the live path never waits for it); it transforms the
+//!   copy and the two outputs are compared row by row (rows paired by table,
+//!   commit ts and key), the differences counted, the first few kept with
+//!   their table, key and column. Only the live output goes on.
 //! - A **sink** candidate (with its own config: a staging target) gets a copy
 //!   of every batch the live sink gets and a flush at each of its flushes, on
-//!   a task of its own fed through a queue: the live sink never waits for it,
-//!   so it cannot hold back the checkpoint. It is dropped when it falls behind
-//!   past a bound (time, or bytes queued), or fails too often in a row.
+//!   the same kind of queue: the live sink never waits for it, so it cannot
+//!   hold back the checkpoint.
+//!
+//! Either is dropped when it falls behind past a bound (the age of the oldest
+//! batch it has not taken, or the bytes queued for it), or fails too often in
+//! a row; once stopped it gets a few seconds to take what was queued.
 //!
 //! A shadow is started and stopped with [`ShadowCommand`]s sent through
 //! [`Pipeline::shadows`](crate::Pipeline::shadows); what it did so far is read
@@ -240,15 +244,19 @@ fn shown(value: &Value) -> String {
     }
 }
 
-/// One row of a batch, found by table and place.
+/// One row of a batch, with its table.
 struct RowAt<'a> {
     table: &'a TableBatch,
-    index: usize,
+    row: sluice_core::Row<'a>,
 }
 
-impl RowAt<'_> {
-    fn row(&self) -> sluice_core::Row<'_> {
-        self.table.rows().nth(self.index).expect("in range")
+impl<'a> RowAt<'a> {
+    fn row(&self) -> sluice_core::Row<'a> {
+        self.row
+    }
+
+    fn commit_ts(&self) -> u64 {
+        self.table.commit_ts[self.row.index]
     }
 }
 
@@ -257,7 +265,7 @@ fn rows_by_table(batch: &Batch) -> HashMap<u32, Vec<RowAt<'_>>> {
     let mut out: HashMap<u32, Vec<RowAt<'_>>> = HashMap::new();
     for table in &batch.tables {
         let rows = out.entry(table.table_id).or_default();
-        rows.extend((0..table.len()).map(|index| RowAt { table, index }));
+        rows.extend(table.rows().map(|row| RowAt { table, row }));
     }
     out
 }
@@ -337,13 +345,13 @@ pub(crate) fn compare(
         let candidates = candidate_rows.remove(&id).unwrap_or_default();
         for (place, at) in candidates.iter().enumerate() {
             let row = at.row();
-            let key = pairing_key(schema, &row, at.table.commit_ts[at.index], place);
+            let key = pairing_key(schema, &row, at.commit_ts(), place);
             theirs.entry(key).or_default().push_back(at);
         }
         for (place, at) in live_rows.get(&id).unwrap_or(&empty).iter().enumerate() {
             compared += 1;
             let row = at.row();
-            let key = pairing_key(schema, &row, at.table.commit_ts[at.index], place);
+            let key = pairing_key(schema, &row, at.commit_ts(), place);
             let Some(other) = theirs.get_mut(&key).and_then(VecDeque::pop_front) else {
                 differ(id, &key, "(row)", "present".into(), "absent".into());
                 continue;
@@ -383,64 +391,15 @@ pub(crate) fn compare(
     into.rows_compared += compared;
 }
 
-/// A filter candidate, run by the pipeline beside the live filter.
-pub(crate) struct FilterShadow<F> {
-    pub(crate) index: usize,
-    pub(crate) filter: F,
-    pub(crate) status: Arc<ShadowStatus>,
-    pub(crate) failures_in_a_row: u32,
-}
+/// How long a stopped candidate may take to finish what was queued for it
+/// (then its task is aborted).
+const STOP_DEADLINE: Duration = Duration::from_secs(5);
 
-impl<F: sluice_core::Filter> FilterShadow<F> {
-    /// Counts the outcome of one candidate call on a copy of the batch the
-    /// live filter got; `Err` when the candidate must be dropped.
-    pub(crate) fn took(
-        &mut self,
-        schemas: &[Arc<TableSchema>],
-        live: &Batch,
-        candidate: Result<Batch, PluginError>,
-        (live_took, candidate_took): (Duration, Duration),
-    ) -> Result<(), ()> {
-        match candidate {
-            Ok(output) => {
-                self.failures_in_a_row = 0;
-                self.status.update(|s| {
-                    s.live.record(live_took);
-                    s.candidate.record(candidate_took);
-                    compare(schemas, live, &output, s);
-                });
-                Ok(())
-            }
-            Err(error) => {
-                self.failures_in_a_row += 1;
-                self.status
-                    .failed(&error, self.failures_in_a_row, self.filter.name());
-                if self.failures_in_a_row >= MAX_FAILURES_IN_A_ROW {
-                    Err(())
-                } else {
-                    Ok(())
-                }
-            }
-        }
-    }
-}
-
-/// What the sink candidate's task is asked to do.
-enum ToShadow {
-    Write {
-        seq: u64,
-        schemas: Vec<Arc<TableSchema>>,
-        batch: Batch,
-    },
-    Flush {
-        seq: u64,
-        ts: CommitTs,
-    },
-}
-
-/// A sink candidate running on a task of its own.
-pub(crate) struct SinkShadow {
-    tx: Option<mpsc::UnboundedSender<ToShadow>>,
+/// A candidate running on a task of its own, fed through a queue the
+/// pipeline never waits on: what was sent and not taken yet is bounded by
+/// age and bytes, past which the candidate is dropped.
+pub(crate) struct ShadowTask<M> {
+    tx: Option<mpsc::UnboundedSender<(u64, M)>>,
     /// What was sent and not taken yet: (seq, when, bytes).
     sent: VecDeque<(u64, Instant, usize)>,
     queued_bytes: usize,
@@ -449,19 +408,25 @@ pub(crate) struct SinkShadow {
     done: Arc<AtomicU64>,
     limits: ShadowLimits,
     pub(crate) status: Arc<ShadowStatus>,
-    task: tokio::task::JoinHandle<()>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    /// `filter` or `sink`, for messages.
+    what: &'static str,
 }
 
-impl SinkShadow {
-    /// Starts `sink` on its own task (it opens there).
-    pub(crate) fn start<K: Sink + 'static>(
-        sink: K,
+impl<M: Send + 'static> ShadowTask<M> {
+    /// Starts `run` on its own task with the queue's receiving end.
+    fn start<Fut>(
+        what: &'static str,
         limits: ShadowLimits,
         status: Arc<ShadowStatus>,
-    ) -> Self {
+        run: impl FnOnce(mpsc::UnboundedReceiver<(u64, M)>, Arc<AtomicU64>) -> Fut,
+    ) -> Self
+    where
+        Fut: Future<Output = ()> + Send + 'static,
+    {
         let (tx, rx) = mpsc::unbounded_channel();
         let done = Arc::new(AtomicU64::new(0));
-        let task = tokio::spawn(feed(sink, rx, done.clone(), status.clone()));
+        let task = tokio::spawn(run(rx, done.clone()));
         Self {
             tx: Some(tx),
             sent: VecDeque::new(),
@@ -470,7 +435,8 @@ impl SinkShadow {
             done,
             limits,
             status,
-            task,
+            task: Some(task),
+            what,
         }
     }
 
@@ -488,18 +454,21 @@ impl SinkShadow {
             .front()
             .map_or(Duration::ZERO, |(_, at, _)| at.elapsed());
         self.status.update(|s| s.lag = lag);
-        let why = if self.status.dropped().is_some() || self.task.is_finished() {
+        let ended = self.task.as_ref().is_none_or(|t| t.is_finished());
+        let why = if self.status.dropped().is_some() || ended {
             Some(None)
         } else if lag > self.limits.max_lag {
             Some(Some(format!(
-                "the candidate sink fell {} ms behind the live one (bound {} ms)",
+                "the candidate {} fell {} ms behind the live one (bound {} ms)",
+                self.what,
                 lag.as_millis(),
                 self.limits.max_lag.as_millis()
             )))
         } else if self.queued_bytes + adding > self.limits.max_queued_bytes {
             Some(Some(format!(
-                "{} bytes were waiting for the candidate sink (bound {})",
+                "{} bytes were waiting for the candidate {} (bound {})",
                 self.queued_bytes + adding,
+                self.what,
                 self.limits.max_queued_bytes
             )))
         } else {
@@ -511,21 +480,22 @@ impl SinkShadow {
                 if let Some(reason) = reason {
                     self.status.drop_with(reason);
                 }
-                self.task.abort();
-                self.tx = None;
+                self.abort();
                 Err(())
             }
         }
     }
 
-    fn send(&mut self, bytes: usize, message: impl FnOnce(u64) -> ToShadow) -> Result<(), ()> {
+    /// Queues `message` (of `bytes` wire bytes); `Err` when the candidate is
+    /// (now) dropped.
+    fn send(&mut self, bytes: usize, message: M) -> Result<(), ()> {
         self.catch_up(bytes)?;
         let seq = self.next_seq;
         self.next_seq += 1;
         let sent = self
             .tx
             .as_ref()
-            .is_some_and(|tx| tx.send(message(seq)).is_ok());
+            .is_some_and(|tx| tx.send((seq, message)).is_ok());
         if !sent {
             return Err(());
         }
@@ -534,26 +504,182 @@ impl SinkShadow {
         Ok(())
     }
 
+    fn abort(&mut self) {
+        self.tx = None;
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+
+    /// Ends the shadow: the candidate takes what was queued (bounded by its
+    /// limits) within [`STOP_DEADLINE`], then its task is aborted; nothing
+    /// waits for it.
+    pub(crate) fn stop(mut self) {
+        self.tx = None;
+        if let Some(mut task) = self.task.take() {
+            tokio::spawn(async move {
+                if tokio::time::timeout(STOP_DEADLINE, &mut task)
+                    .await
+                    .is_err()
+                {
+                    task.abort();
+                }
+            });
+        }
+    }
+}
+
+impl<M> Drop for ShadowTask<M> {
+    /// A shadow dropped without `stop` (the pipeline failed) ends at once.
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// What the filter candidate's task compares: the live filter's input and
+/// output, and how long the live call took.
+pub(crate) struct FilterJob {
+    schemas: Vec<Arc<TableSchema>>,
+    input: Batch,
+    live: Batch,
+    live_took: Duration,
+}
+
+/// A filter candidate on its own task.
+pub(crate) struct FilterShadow {
+    /// Beside the live filter at this position.
+    pub(crate) index: usize,
+    queue: ShadowTask<FilterJob>,
+}
+
+impl FilterShadow {
+    /// Starts `filter` (opened on its task) beside the live filter at `index`.
+    pub(crate) fn start<F: sluice_core::Filter + 'static>(
+        index: usize,
+        filter: F,
+        limits: ShadowLimits,
+        status: Arc<ShadowStatus>,
+    ) -> Self {
+        let queue = ShadowTask::start("filter", limits, status.clone(), |rx, done| {
+            transform_candidate(filter, rx, done, status)
+        });
+        Self { index, queue }
+    }
+
+    /// Hands the candidate the live filter's input and output of one call;
+    /// `Err` when it is dropped.
+    pub(crate) fn compare(
+        &mut self,
+        schemas: &[Arc<TableSchema>],
+        input: Batch,
+        live: &Batch,
+        live_took: Duration,
+    ) -> Result<(), ()> {
+        let bytes = input.wire_bytes() + live.wire_bytes();
+        let job = FilterJob {
+            schemas: schemas.to_vec(),
+            input,
+            live: live.clone(),
+            live_took,
+        };
+        self.queue.send(bytes, job)
+    }
+
+    pub(crate) fn stop(self) {
+        self.queue.stop();
+    }
+}
+
+/// The filter candidate's task: opens it, then transforms each input and
+/// compares its output with the live one.
+async fn transform_candidate<F: sluice_core::Filter>(
+    mut filter: F,
+    mut rx: mpsc::UnboundedReceiver<(u64, FilterJob)>,
+    done: Arc<AtomicU64>,
+    status: Arc<ShadowStatus>,
+) {
+    if let Err(error) = filter.open().await {
+        status.drop_with(format!("the candidate filter did not open: {error}"));
+        return;
+    }
+    let mut in_a_row = 0u32;
+    while let Some((seq, mut job)) = rx.recv().await {
+        let started = Instant::now();
+        let result = filter.transform(&job.schemas, &mut job.input).await;
+        let took = started.elapsed();
+        match result {
+            Ok(()) => {
+                in_a_row = 0;
+                job.input.tables.retain(|t| !t.is_empty());
+                status.update(|s| {
+                    s.live.record(job.live_took);
+                    s.candidate.record(took);
+                    compare(&job.schemas, &job.live, &job.input, s);
+                });
+            }
+            Err(error) => {
+                in_a_row += 1;
+                status.failed(&error, in_a_row, filter.name());
+                if in_a_row >= MAX_FAILURES_IN_A_ROW {
+                    return;
+                }
+            }
+        }
+        done.store(seq, Ordering::Release);
+    }
+}
+
+/// What the sink candidate's task is asked to do.
+pub(crate) enum ToShadow {
+    Write {
+        schemas: Vec<Arc<TableSchema>>,
+        batch: Batch,
+    },
+    Flush(CommitTs),
+}
+
+/// A sink candidate on its own task.
+pub(crate) struct SinkShadow {
+    queue: ShadowTask<ToShadow>,
+}
+
+impl SinkShadow {
+    /// Starts `sink` on its own task (it opens there).
+    pub(crate) fn start<K: Sink + 'static>(
+        sink: K,
+        limits: ShadowLimits,
+        status: Arc<ShadowStatus>,
+    ) -> Self {
+        let queue = ShadowTask::start("sink", limits, status.clone(), |rx, done| {
+            feed(sink, rx, done, status)
+        });
+        Self { queue }
+    }
+
+    /// Counts a live sink call of `took`.
+    pub(crate) fn live_took(&self, took: Duration) {
+        self.queue.status.update(|s| s.live.record(took));
+    }
+
     /// Hands a copy of a batch the live sink got to the candidate.
     pub(crate) fn write(&mut self, schemas: &[Arc<TableSchema>], batch: &Batch) -> Result<(), ()> {
         let bytes = batch.wire_bytes();
-        let (schemas, batch) = (schemas.to_vec(), batch.clone());
-        self.send(bytes, |seq| ToShadow::Write {
-            seq,
-            schemas,
-            batch,
-        })
+        let message = ToShadow::Write {
+            schemas: schemas.to_vec(),
+            batch: batch.clone(),
+        };
+        self.queue.send(bytes, message)
     }
 
     /// Asks the candidate to flush up to `ts` (the live sink did).
     pub(crate) fn flush(&mut self, ts: CommitTs) -> Result<(), ()> {
-        self.send(0, |seq| ToShadow::Flush { seq, ts })
+        self.queue.send(0, ToShadow::Flush(ts))
     }
 
-    /// Ends the shadow: the candidate takes what was queued, flushes and
-    /// closes (on its own task; nothing waits for it).
-    pub(crate) fn stop(mut self) {
-        self.tx = None;
+    pub(crate) fn stop(self) {
+        self.queue.stop();
     }
 }
 
@@ -561,7 +687,7 @@ impl SinkShadow {
 /// order until the pipeline drops its end of the queue.
 async fn feed<K: Sink>(
     mut sink: K,
-    mut rx: mpsc::UnboundedReceiver<ToShadow>,
+    mut rx: mpsc::UnboundedReceiver<(u64, ToShadow)>,
     done: Arc<AtomicU64>,
     status: Arc<ShadowStatus>,
 ) {
@@ -571,13 +697,9 @@ async fn feed<K: Sink>(
     }
     let mut in_a_row = 0u32;
     let mut last_ts = None;
-    while let Some(message) = rx.recv().await {
-        let (seq, result) = match message {
-            ToShadow::Write {
-                seq,
-                schemas,
-                mut batch,
-            } => {
+    while let Some((seq, message)) = rx.recv().await {
+        let result = match message {
+            ToShadow::Write { schemas, mut batch } => {
                 let rows = batch.row_count() as u64;
                 let started = Instant::now();
                 let result = sink.write(&schemas, &mut batch).await;
@@ -589,15 +711,15 @@ async fn feed<K: Sink>(
                         s.rows_written += rows;
                     }
                 });
-                (seq, result)
+                result
             }
-            ToShadow::Flush { seq, ts } => {
+            ToShadow::Flush(ts) => {
                 last_ts = Some(ts);
                 let result = sink.flush(ts).await;
                 if result.is_ok() {
                     status.update(|s| s.flushes += 1);
                 }
-                (seq, result)
+                result
             }
         };
         if let Err(error) = result {

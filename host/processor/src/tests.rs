@@ -458,7 +458,7 @@ fn config() -> PipelineConfig {
     }
 }
 
-async fn run_pipeline<F: Filter>(
+async fn run_pipeline<F: Filter + 'static>(
     config: PipelineConfig,
     filters: Vec<F>,
     sink: MemorySink,
@@ -2425,6 +2425,8 @@ async fn a_filter_in_shadow_is_compared_row_by_row_and_never_reaches_the_sink() 
         }
     })
     .await;
+    // The candidate's task takes what was queued for it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let s = status.snapshot();
     // The live output is exactly the old version's: every row but deletes.
     let sink = pipeline.sink();

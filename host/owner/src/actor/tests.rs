@@ -431,6 +431,8 @@ fn ask(plugin: &str) -> crate::SwapAsk {
         to,
         probation: crate::ProbationPolicy::default(),
         by: "acme".into(),
+        expect: None,
+        promotes: None,
     }
 }
 
@@ -525,6 +527,7 @@ async fn a_swap_is_checked_recorded_and_told_to_the_running_work_which_reports_h
             state,
             barrier_ts: Some(40),
             pause_ms: Some(3),
+            pause_us: None,
             reason: reason.map(String::from),
         }),
         ..WorkProgress::default()
@@ -660,6 +663,8 @@ async fn a_filter_swap_names_its_filter_and_a_rollback_puts_the_old_one_back() {
         to,
         probation: crate::ProbationPolicy::default(),
         by: "acme".into(),
+        expect: None,
+        promotes: None,
     };
     // Grants the running filter does not hold are refused, named by its key.
     let mut wider = to.clone();
@@ -698,6 +703,7 @@ async fn a_filter_swap_names_its_filter_and_a_rollback_puts_the_old_one_back() {
             state: crate::SwapState::RolledBack,
             barrier_ts: Some(40),
             pause_ms: Some(1),
+            pause_us: None,
             reason: Some("wasm trap: unreachable".into()),
         }),
         ..WorkProgress::default()
@@ -725,6 +731,7 @@ fn shadow_ask(role: crate::PluginRole, plugin: &str) -> crate::ShadowAsk {
         max_lag_ms: 30_000,
         max_queued_bytes: 1 << 20,
         by: "acme".into(),
+        expect: None,
     }
 }
 
@@ -799,6 +806,22 @@ async fn a_shadow_is_recorded_blocks_other_swaps_and_ends_stopped_promoted_or_dr
         .users_of("acme", &"sink-file@0.2.0".parse().unwrap());
     assert_eq!(users, vec!["acme/orders".to_string()]);
 
+    // A swap checked against another version than the one running there is
+    // refused (the chain changed meanwhile), and so is the promotion of a
+    // shadow that no longer runs.
+    let stale = crate::SwapAsk {
+        expect: Some("sink-file@0.0.9".parse().unwrap()),
+        ..ask("sink-file@0.2.0")
+    };
+    let err = owner.swap(&id("orders"), stale).await.unwrap_err();
+    assert!(err.to_string().contains("not sink-file@0.0.9"), "{err}");
+    let gone = crate::SwapAsk {
+        promotes: Some(7),
+        ..ask("sink-file@0.2.0")
+    };
+    let err = owner.swap(&id("orders"), gone).await.unwrap_err();
+    assert!(err.to_string().contains("runs shadow 1"), "{err}");
+
     // Promote: one write ends the shadow and records the swap, with the live
     // sink's options (the candidate's were for staging).
     let view = owner
@@ -829,6 +852,7 @@ async fn a_shadow_is_recorded_blocks_other_swaps_and_ends_stopped_promoted_or_dr
             state: crate::SwapState::Done,
             barrier_ts: Some(40),
             pause_ms: Some(1),
+            pause_us: None,
             reason: None,
         }),
         ..WorkProgress::default()
@@ -895,6 +919,7 @@ async fn a_rollout_goes_a_batch_at_a_time_and_stops_at_the_first_rollback() {
                                 state,
                                 barrier_ts: Some(40),
                                 pause_ms: Some(1),
+                                pause_us: None,
                                 reason: (name == "c").then(|| "wasm trap".into()),
                             }),
                             ..WorkProgress::default()
