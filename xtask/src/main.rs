@@ -35,8 +35,9 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 /// Plugins shipped to users.
-const PLUGINS: [&str; 4] = [
+const PLUGINS: [&str; 5] = [
     "sink-file",
+    "sink-mysql",
     "sink-blackhole",
     "filter-mask",
     "filter-events",

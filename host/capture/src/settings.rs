@@ -27,6 +27,7 @@ pub fn plugin_settings<P: Display>(
             host_call_timeout: Duration::from_millis(limits.host_call_timeout_ms),
             max_batch_bytes: None,
             max_resources: usize::try_from(limits.max_resources).unwrap_or(usize::MAX),
+            sql_connections: usize::try_from(limits.sql_connections).unwrap_or(64),
         },
         capabilities: sluice_runtime::Capabilities {
             data_dir,
@@ -38,6 +39,12 @@ pub fn plugin_settings<P: Display>(
                 .filter_map(|a| a.parse().ok())
                 .collect(),
             http_allow: plugin.capabilities.http.clone(),
+            sql: plugin
+                .capabilities
+                .sql
+                .iter()
+                .map(|(name, dsn)| (name.clone(), dsn.clone()))
+                .collect(),
         },
     }
 }

@@ -1,6 +1,7 @@
 //! A plugin table (`[sink]` or one `[[filters]]` entry): which plugin, its own
 //! options, its quotas ([`Limits`]) and what it may touch ([`Capabilities`]).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -137,6 +138,10 @@ pub struct Limits {
     /// hold at once.
     #[serde(default = "default_max_resources")]
     pub max_resources: u64,
+    /// Connections the host may open to each database granted in
+    /// `capabilities.sql` (shared by the plugin's instances; 1 to 64).
+    #[serde(default = "default_sql_connections")]
+    pub sql_connections: u64,
 }
 
 fn default_memory() -> ByteSize {
@@ -151,6 +156,9 @@ fn default_host_call_timeout() -> u64 {
 fn default_max_resources() -> u64 {
     1024
 }
+fn default_sql_connections() -> u64 {
+    4
+}
 
 impl Default for Limits {
     fn default() -> Self {
@@ -159,6 +167,7 @@ impl Default for Limits {
             call_timeout_ms: default_call_timeout(),
             host_call_timeout_ms: default_host_call_timeout(),
             max_resources: default_max_resources(),
+            sql_connections: default_sql_connections(),
         }
     }
 }
@@ -189,6 +198,12 @@ impl Limits {
                 );
             }
         }
+        if !(1..=64).contains(&self.sql_connections) {
+            return invalid!(
+                "{at}.limits.sql-connections is {}; it must be between 1 and 64",
+                self.sql_connections
+            );
+        }
         if !(MIN_RESOURCES..=MAX_RESOURCES).contains(&self.max_resources) {
             return invalid!(
                 "{at}.limits.max-resources is {}; it must be between {MIN_RESOURCES} and {MAX_RESOURCES}",
@@ -212,6 +227,48 @@ pub struct Capabilities {
     /// Hosts (`name` or `name:port`) the plugin may send HTTP requests to.
     #[serde(default)]
     pub http: Vec<String>,
+    /// Databases the host runs statements on for a sink (the `sql` interface):
+    /// a name the plugin uses, and a `mysql://user:password@host:port/db`
+    /// DSN it never sees.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sql: BTreeMap<String, String>,
+}
+
+/// Most databases granted to one plugin.
+pub const MAX_SQL_GRANTS: usize = 16;
+/// Longest DSN.
+pub const MAX_DSN_CHARS: usize = 1024;
+
+/// Why a `capabilities.sql` DSN cannot be used; `None` when it can. Never
+/// repeats the DSN (it holds a password).
+fn dsn_problem(dsn: &str) -> Option<String> {
+    if dsn.len() > MAX_DSN_CHARS || dsn.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Some(format!(
+            "the DSN must be at most {MAX_DSN_CHARS} characters without spaces or control characters"
+        ));
+    }
+    let Some(rest) = dsn.strip_prefix("mysql://") else {
+        return Some(
+            if dsn.starts_with("postgres://") || dsn.starts_with("postgresql://") {
+                "postgres:// DSNs are not supported yet; use a mysql:// DSN (MySQL, MariaDB, TiDB)"
+                    .into()
+            } else {
+                "the DSN must be mysql://user:password@host:port/database".into()
+            },
+        );
+    };
+    let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let host = host.split(['/', '?']).next().unwrap_or_default();
+    if host.is_empty() {
+        return Some("the DSN names no host".into());
+    }
+    if let Some((_, port)) = host.rsplit_once(':')
+        && !host.ends_with(']')
+        && !matches!(port.parse::<u16>(), Ok(1..))
+    {
+        return Some("the DSN's port is not a port (1-65535)".into());
+    }
+    None
 }
 
 impl Capabilities {
@@ -235,6 +292,30 @@ impl Capabilities {
         for host in &self.http {
             if let Some(problem) = http_host_problem(host) {
                 return invalid!("{at}.capabilities.http: `{host}` is not a host: {problem}");
+            }
+        }
+        if self.sql.len() > MAX_SQL_GRANTS {
+            return invalid!(
+                "{at}.capabilities.sql lists {} databases; at most {MAX_SQL_GRANTS}",
+                self.sql.len()
+            );
+        }
+        for (name, dsn) in &self.sql {
+            let name_ok = (1..=64).contains(&name.len())
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !name_ok {
+                return invalid!(
+                    "{at}.capabilities.sql: `{}` is not a grant name (1 to 64 letters, digits, - or _)",
+                    name.chars()
+                        .take(64)
+                        .flat_map(char::escape_default)
+                        .collect::<String>()
+                );
+            }
+            if let Some(problem) = dsn_problem(dsn) {
+                return invalid!("{at}.capabilities.sql.{name}: {problem}");
             }
         }
         match (&self.data_dir, mode) {

@@ -385,6 +385,17 @@ pub fn within_grants(
              grant it (pause the changefeed and update it)"
         ));
     }
+    if let Some(name) = to
+        .sql
+        .iter()
+        .find(|(n, dsn)| from.sql.get(*n) != Some(*dsn))
+        .map(|(n, _)| n)
+    {
+        return Err(format!(
+            "{at}.capabilities.sql.{name} is not granted to the running {role} as it stands; a \
+             swap cannot widen the grants (pause the changefeed and update it)"
+        ));
+    }
     for (key, want, have) in [("tcp", &to.tcp, &from.tcp), ("http", &to.http, &from.http)] {
         if let Some(extra) = want.iter().find(|w| !have.contains(w)) {
             return Err(format!(

@@ -5,6 +5,10 @@ pub mod sink {
         path: "../../wit",
         world: "sluice:plugin/sink",
         exports: { default: async },
+        imports: {
+            "sluice:plugin/sql.execute": async,
+            "sluice:plugin/sql.query": async,
+        },
     });
 }
 
@@ -21,4 +25,5 @@ pub mod filter {
 }
 
 pub use sink::sluice::plugin::host;
+pub use sink::sluice::plugin::sql;
 pub use sink::sluice::plugin::types;

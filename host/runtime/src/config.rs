@@ -55,6 +55,9 @@ pub struct PluginLimits {
     /// Host resources (open files, sockets, streams, HTTP fields, requests and
     /// bodies) one instance may hold at once; creating one more fails the call.
     pub max_resources: usize,
+    /// Connections the host may open to each granted database (shared by the
+    /// plugin's instances).
+    pub sql_connections: usize,
 }
 
 impl Default for PluginLimits {
@@ -65,6 +68,7 @@ impl Default for PluginLimits {
             host_call_timeout: Duration::from_secs(30),
             max_batch_bytes: None,
             max_resources: 1024,
+            sql_connections: 4,
         }
     }
 }
@@ -85,6 +89,9 @@ pub struct Capabilities {
     pub tcp_allow: Vec<SocketAddr>,
     /// Hosts (`name` or `name:port`) the plugin may send HTTP requests to.
     pub http_allow: Vec<String>,
+    /// Databases the host runs statements on for the plugin (the `sql`
+    /// interface): (grant name, DSN). A sink only.
+    pub sql: Vec<(String, String)>,
 }
 
 /// Everything needed to run one plugin instance.

@@ -43,6 +43,10 @@ pub enum LoadError {
         /// What does not fit, from wasmtime's linker or from the kind check.
         reason: String,
     },
+    /// A granted database cannot be used (its DSN is not valid, or is not
+    /// of a supported kind).
+    #[error(transparent)]
+    Grant(#[from] crate::sql::GrantError),
     /// [`PluginRuntime::load_file`](crate::PluginRuntime::load_file) could not read
     /// the file.
     #[error("reading the plugin file {path} failed")]

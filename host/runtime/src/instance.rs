@@ -46,6 +46,8 @@ pub(crate) struct Slot<B> {
     /// at once.
     on_thread: bool,
     thread: Option<PluginThread>,
+    /// The pools of the databases granted to the plugin (a sink's).
+    pub(crate) sql: crate::sql::SharedPools,
 }
 
 impl<B> Slot<B> {
@@ -59,6 +61,7 @@ impl<B> Slot<B> {
             cpu_since: Arc::new(AtomicU64::new(0)),
             on_thread: false,
             thread: None,
+            sql: None,
         }
     }
 
@@ -155,7 +158,8 @@ impl<B> Slot<B> {
     /// A fresh store for a new instance, with exactly the granted capabilities.
     pub(crate) fn new_store(&self) -> Result<(Store<PluginState>, TailPipe), PluginError> {
         let (state, stderr) =
-            PluginState::new(&self.settings, self.stats.clone()).map_err(PluginError::Retryable)?;
+            PluginState::new(&self.settings, self.stats.clone(), self.sql.clone())
+                .map_err(PluginError::Retryable)?;
         let mut store = Store::new(&self.component.runtime.inner.engine, state);
         store.limiter(|s| &mut s.quota);
         // Slices: every tick of guest code is counted against the call's CPU

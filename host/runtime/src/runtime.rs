@@ -61,7 +61,9 @@ impl PluginRuntime {
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&wasm).map_err(|e| RuntimeError::Config(format!("{e:#}")))?;
 
-        let sink_linker = linker(&engine)?;
+        let mut sink_linker = linker(&engine)?;
+        bindings::sql::add_to_linker::<_, HasSelf<_>>(&mut sink_linker, |s| s)
+            .map_err(|e| RuntimeError::Config(format!("linking the sql interface: {e:#}")))?;
         let filter_linker = linker(&engine)?;
         let cache = config
             .cache_dir

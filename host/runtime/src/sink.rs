@@ -27,9 +27,24 @@ impl WasmSink {
                 reason: "this component implements the filter world".into(),
             });
         }
-        Ok(Self {
-            slot: Slot::new(component, settings),
-        })
+        let grants = &settings.capabilities.sql;
+        let sql = if grants.is_empty() {
+            None
+        } else {
+            let handle =
+                tokio::runtime::Handle::try_current().map_err(|_| crate::sql::GrantError {
+                    name: grants[0].0.clone(),
+                    problem: "databases can only be granted inside the host's async runtime".into(),
+                })?;
+            Some(Arc::new(crate::sql::SqlPools::new(
+                grants,
+                settings.limits.sql_connections,
+                handle,
+            )?))
+        };
+        let mut slot = Slot::new(component, settings);
+        slot.sql = sql;
+        Ok(Self { slot })
     }
 
     /// Counters and stop reasons of this plugin.

@@ -364,6 +364,8 @@ pub(crate) struct PluginState {
     name: Arc<str>,
     stats: Arc<PluginStats>,
     refused_metric_logged: bool,
+    /// The plugin's granted databases (a sink's), shared by its instances.
+    sql: crate::sql::SharedPools,
 }
 
 impl PluginState {
@@ -372,6 +374,7 @@ impl PluginState {
     pub(crate) fn new(
         settings: &PluginSettings,
         stats: Arc<PluginStats>,
+        sql: crate::sql::SharedPools,
     ) -> Result<(Self, TailPipe), String> {
         let caps = &settings.capabilities;
         let stderr = TailPipe::new(16 * 1024);
@@ -429,6 +432,7 @@ impl PluginState {
                 name: settings.name.as_str().into(),
                 stats,
                 refused_metric_logged: false,
+                sql,
             },
             stderr,
         ))
@@ -488,6 +492,39 @@ impl WasiHttpView for PluginState {
             table: &mut self.table,
             hooks: &mut self.hooks,
         }
+    }
+}
+
+impl crate::bindings::sql::Host for PluginState {
+    async fn execute(
+        &mut self,
+        database: String,
+        groups: Vec<Vec<crate::bindings::sql::Statement>>,
+    ) -> Result<Vec<u64>, crate::bindings::sql::SqlError> {
+        match self.sql.clone() {
+            Some(pools) => pools.execute(&database, groups).await,
+            None => Err(no_grants()),
+        }
+    }
+
+    async fn query(
+        &mut self,
+        database: String,
+        statement: crate::bindings::sql::Statement,
+        max_rows: u32,
+    ) -> Result<Vec<Vec<crate::bindings::sql::Value>>, crate::bindings::sql::SqlError> {
+        match self.sql.clone() {
+            Some(pools) => pools.query(&database, statement, max_rows).await,
+            None => Err(no_grants()),
+        }
+    }
+}
+
+fn no_grants() -> crate::bindings::sql::SqlError {
+    crate::bindings::sql::SqlError {
+        kind: crate::bindings::sql::ErrorKind::Denied,
+        code: 0,
+        message: "no database is granted to this plugin (capabilities.sql)".into(),
     }
 }
 

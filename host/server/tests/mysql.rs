@@ -403,3 +403,187 @@ fn extreme_and_mutated_source_settings_are_refused_with_the_key_named() {
         Some(0)
     );
 }
+
+/// MariaDB → binlog source → sink-mysql → a second MariaDB.
+fn replicate(dir: &Path, name: &str, source: &str, target: &str, database: &str) -> PathBuf {
+    common::write_file(
+        dir,
+        name,
+        &format!(
+            r#"
+[source]
+type = "mysql"
+url = "{source}"
+heartbeat-ms = 200
+
+[sink]
+plugin = "sink-mysql@0.1.0"
+[sink.config]
+database = "{database}"
+worker-count = 4
+max-txn-row = 64
+[sink.capabilities.sql]
+target = "{target}"
+
+[pipeline]
+flush-interval-ms = 100
+"#
+        ),
+    )
+}
+
+#[test]
+fn mariadb_to_mariadb_through_sink_mysql_matches_row_for_row_after_kills() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = PrivateMariaDb::start();
+    up.exec(SCHEMA);
+    up.exec("CREATE USER 'repl'@'%' IDENTIFIED BY 'Hidden-Pw1'; GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'repl'@'%'");
+    let down = PrivateMariaDb::start();
+    down.exec(SCHEMA);
+    down.exec(
+        "CREATE USER 'writer'@'%' IDENTIFIED BY 'Writer-Pw2'; GRANT ALL ON shop.* TO 'writer'@'%'",
+    );
+    let data = dir.path().join("server");
+    let server = Server::start(&data, &[]);
+    server.upload("sink-mysql", "sink");
+    let file = replicate(
+        dir.path(),
+        "replica",
+        &up.url("repl", "Hidden-Pw1"),
+        &down.url("writer", "Writer-Pw2"),
+        "target",
+    );
+    server.create("replica", &file);
+    // A database the changefeed does not grant: a clear error, nothing written.
+    let ungranted = replicate(
+        dir.path(),
+        "ungranted",
+        &up.url("repl", "Hidden-Pw1"),
+        &down.url("writer", "Writer-Pw2"),
+        "elsewhere",
+    );
+    server.create("ungranted", &ungranted);
+
+    let mut seed = 11;
+    up.exec(&workload(&mut seed, 1, 300));
+    std::thread::sleep(Duration::from_millis(300));
+    let log = server.kill();
+    assert!(!log.contains("Writer-Pw2"));
+    up.exec(&workload(&mut seed, 301, 300));
+    let server = Server::start(&data, &[]);
+    up.exec(&workload(&mut seed, 601, 200));
+    std::thread::sleep(Duration::from_millis(500));
+    let log = server.kill();
+    assert!(!log.contains("Writer-Pw2"));
+    let server = Server::start(&data, &[]);
+    up.exec(&workload(&mut seed, 801, 200));
+
+    let tables = ["customers", "orders"];
+    let cols: Vec<Vec<(String, bool)>> = tables.iter().map(|t| columns(&up, t)).collect();
+    let want: Vec<_> = tables
+        .iter()
+        .zip(&cols)
+        .map(|(t, c)| upstream(&up, t, c))
+        .collect();
+    assert!(want[1].len() > 600, "{} orders", want[1].len());
+    let mut got = Vec::new();
+    server.wait_for(
+        "the downstream to match the upstream",
+        Duration::from_secs(120),
+        || {
+            got = tables
+                .iter()
+                .zip(&cols)
+                .map(|(t, c)| upstream(&down, t, c))
+                .collect();
+            got == want
+        },
+    );
+    let q = server.state("ungranted");
+    let shown = q.to_string();
+    assert!(shown.contains("not granted"), "{shown}");
+    for name in ["replica", "ungranted"] {
+        let shown = server.state(name).to_string();
+        assert!(!shown.contains("Writer-Pw2"), "{shown}");
+    }
+    let log = server.stop();
+    assert!(!log.contains("Writer-Pw2"));
+}
+
+#[test]
+fn sink_mysql_applies_key_changes_unique_swaps_ddl_and_a_large_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = PrivateMariaDb::start();
+    up.exec(SCHEMA);
+    up.exec("CREATE USER 'repl'@'%' IDENTIFIED BY 'Hidden-Pw1'; GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'repl'@'%'");
+    let down = PrivateMariaDb::start();
+    down.exec(SCHEMA);
+    down.exec(
+        "CREATE USER 'writer'@'%' IDENTIFIED BY 'Writer-Pw2'; GRANT ALL ON shop.* TO 'writer'@'%'",
+    );
+    let data = dir.path().join("server");
+    let server = Server::start(&data, &[]);
+    server.upload("sink-mysql", "sink");
+    let file = replicate(
+        dir.path(),
+        "replica",
+        &up.url("repl", "Hidden-Pw1"),
+        &down.url("writer", "Writer-Pw2"),
+        "target",
+    );
+    server.create("replica", &file);
+    let mut seed = 3;
+    up.exec(&workload(&mut seed, 1, 100));
+    // DDL in between: a new table with a unique column, then a new column.
+    up.exec(
+        "CREATE TABLE shop.tokens (id INT PRIMARY KEY, token VARCHAR(32) NOT NULL UNIQUE, n INT)",
+    );
+    up.exec("INSERT INTO shop.tokens VALUES (1, 'a', 1), (2, 'b', 2), (3, 'c', 3)");
+    // Two rows swap a unique value inside one transaction (through a
+    // temporary value, as the upstream itself must).
+    up.exec("BEGIN; UPDATE shop.tokens SET token = 'tmp' WHERE id = 1; UPDATE shop.tokens SET token = 'a' WHERE id = 2; UPDATE shop.tokens SET token = 'b' WHERE id = 1; COMMIT;");
+    // Key-changing updates.
+    up.exec("UPDATE shop.tokens SET id = 30 WHERE id = 3");
+    up.exec("UPDATE shop.customers SET id = id + 1000 WHERE id < 10");
+    up.exec("ALTER TABLE shop.tokens ADD COLUMN extra VARCHAR(16) NULL DEFAULT 'x'");
+    up.exec("INSERT INTO shop.tokens (id, token, n, extra) VALUES (4, 'd', 4, 'new column')");
+    // A large transaction: 100,000 rows in one commit.
+    up.exec(
+        "BEGIN; INSERT INTO shop.tokens (id, token, n) SELECT 1000 + seq, CONCAT('t', seq), seq FROM shop.seq_1_to_100000; COMMIT;",
+    );
+    // Sluice dies while applying it and starts again: the replay is
+    // written idempotently.
+    std::thread::sleep(Duration::from_millis(800));
+    let log = server.kill();
+    assert!(!log.contains("Writer-Pw2"));
+    let server = Server::start(&data, &[]);
+    up.exec(&workload(&mut seed, 101, 100));
+
+    let tables = ["customers", "orders", "tokens"];
+    let cols: Vec<Vec<(String, bool)>> = tables.iter().map(|t| columns(&up, t)).collect();
+    let want: Vec<_> = tables
+        .iter()
+        .zip(&cols)
+        .map(|(t, c)| upstream(&up, t, c))
+        .collect();
+    assert_eq!(want[2].len(), 100_004);
+    server.wait_for(
+        "the downstream to match the upstream",
+        Duration::from_secs(180),
+        || {
+            columns(&down, "tokens") == cols[2]
+                && tables
+                    .iter()
+                    .zip(&cols)
+                    .map(|(t, c)| upstream(&down, t, c))
+                    .collect::<Vec<_>>()
+                    == want
+        },
+    );
+    let q = server.state("replica");
+    assert!(
+        matches!(q["state"].as_str(), Some("normal" | "warning")),
+        "{q}"
+    );
+    server.stop();
+}

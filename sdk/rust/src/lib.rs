@@ -78,6 +78,7 @@ mod bindings;
 mod build;
 pub mod host;
 mod plugin;
+pub mod sql;
 pub mod testing;
 mod text;
 mod types;

@@ -1,0 +1,104 @@
+//! The options of `sink-mysql`.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use sluice_sdk::Error;
+
+/// When rows are written idempotently.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SafeMode {
+    /// Rows flagged replay (after a restart, a retry or a swap, until the
+    /// checkpoint passes what was replayed).
+    #[default]
+    Auto,
+    /// Every row.
+    Always,
+    /// Never (a replayed insert then fails on its duplicate key).
+    Never,
+}
+
+/// `[sink.config]` of `sink-mysql`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Config {
+    /// The database to write to: a name granted in `capabilities.sql`.
+    pub database: String,
+    /// When to write idempotently (`auto`, `always`, `never`).
+    #[serde(default)]
+    pub safe_mode: SafeMode,
+    /// Most rows in one multi-row statement (1 to 4096; default 256).
+    #[serde(default = "default_max_txn_row")]
+    pub max_txn_row: usize,
+    /// Groups applied at once, each on its own connection (1 to 64; default
+    /// 4). The grant's `sql-connections` bounds it too.
+    #[serde(default = "default_worker_count")]
+    pub worker_count: usize,
+    /// Write every table into this schema instead of its upstream one.
+    #[serde(default)]
+    pub target_schema: Option<String>,
+    /// Per table, where it goes: `"shop.orders" = "archive.orders_2026"`.
+    #[serde(default)]
+    pub route: BTreeMap<String, String>,
+    /// Apply DDL events (default true).
+    #[serde(default = "yes")]
+    pub apply_ddl: bool,
+}
+
+fn default_max_txn_row() -> usize {
+    256
+}
+fn default_worker_count() -> usize {
+    4
+}
+fn yes() -> bool {
+    true
+}
+
+impl Config {
+    /// Every option against its range.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.database.is_empty() {
+            return Err(Error::config(
+                "database is empty; name a database granted in capabilities.sql",
+            ));
+        }
+        if !(1..=4096).contains(&self.max_txn_row) {
+            return Err(Error::config(format!(
+                "max-txn-row is {}; it must be between 1 and 4096",
+                self.max_txn_row
+            )));
+        }
+        if !(1..=64).contains(&self.worker_count) {
+            return Err(Error::config(format!(
+                "worker-count is {}; it must be between 1 and 64",
+                self.worker_count
+            )));
+        }
+        for (from, to) in &self.route {
+            for (what, name) in [("a route's table", from), ("a route's target", to)] {
+                if name.split('.').count() != 2 || name.split('.').any(str::is_empty) {
+                    return Err(Error::config(format!(
+                        "{what} `{name}` is not schema.table"
+                    )));
+                }
+            }
+        }
+        if self.target_schema.as_deref() == Some("") {
+            return Err(Error::config("target-schema is empty"));
+        }
+        Ok(())
+    }
+
+    /// Where rows of `schema.table` go.
+    pub fn target(&self, schema: &str, table: &str) -> (String, String) {
+        if let Some(to) = self.route.get(&format!("{schema}.{table}"))
+            && let Some((s, t)) = to.split_once('.')
+        {
+            return (s.to_string(), t.to_string());
+        }
+        let schema = self.target_schema.as_deref().unwrap_or(schema);
+        (schema.to_string(), table.to_string())
+    }
+}
