@@ -35,6 +35,26 @@ enum Command {
     Server(server::ServeArgs),
     /// Talk to a running server: changefeeds, plugins, captures, status.
     Cli(sluice_api::client::CliArgs),
+    /// Compare tables of two MySQL-compatible databases (chunked checksums
+    /// over the primary key, then row by row where a chunk differs); exits
+    /// non-zero when they differ.
+    Diff {
+        /// The source database, `mysql://user:password@host:port/`.
+        #[arg(long, env = "SLUICE_DIFF_SOURCE")]
+        source: String,
+        /// The target database.
+        #[arg(long, env = "SLUICE_DIFF_TARGET")]
+        target: String,
+        /// A table to compare, `schema.table` (repeat for more).
+        #[arg(long = "table", required = true)]
+        tables: Vec<String>,
+        /// Rows per checksummed chunk.
+        #[arg(long, default_value_t = 10_000)]
+        chunk_rows: u64,
+        /// Differences printed per table (all are counted).
+        #[arg(long, default_value_t = 20)]
+        max_reported: usize,
+    },
     /// Check that a file is a valid sink or filter component.
     CheckPlugin {
         /// The component (.wasm).
@@ -82,6 +102,22 @@ fn main() -> ExitCode {
                 quiet,
             } => run::run(&config, plugin_dir, quiet).await,
             Command::CheckPlugin { path, kind } => run::check_plugin(&path, &kind),
+            Command::Diff {
+                source,
+                target,
+                tables,
+                chunk_rows,
+                max_reported,
+            } => {
+                let options = sluice_diff::DiffOptions {
+                    source,
+                    target,
+                    tables,
+                    chunk_rows,
+                    max_reported,
+                };
+                run::diff(&options).await
+            }
             Command::Server(args) => server::serve(args).await,
             Command::Cli(args) => sluice_api::client::run(args).await,
         }

@@ -293,3 +293,45 @@ pub fn check_plugin(path: &Path, kind: &str) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// `sluice diff`: prints how each table compared; an error when any differs.
+pub async fn diff(options: &sluice_diff::DiffOptions) -> anyhow::Result<()> {
+    let tables = sluice_diff::diff(options).await?;
+    let mut differing = 0;
+    for t in &tables {
+        if t.is_equal() {
+            println!("{}: equal ({} chunks)", t.table, t.chunks);
+            continue;
+        }
+        differing += 1;
+        if let Some(why) = &t.schema {
+            println!("{}: {why}", t.table);
+            continue;
+        }
+        println!(
+            "{}: {} rows differ ({} of {} chunks)",
+            t.table, t.rows_differing, t.chunks_differing, t.chunks
+        );
+        for d in &t.differences {
+            match d {
+                sluice_diff::RowDiff::Missing { key } => println!("  {key}: missing in the target"),
+                sluice_diff::RowDiff::Extra { key } => println!("  {key}: only in the target"),
+                sluice_diff::RowDiff::Changed { key, columns } => {
+                    for (column, a, b) in columns {
+                        println!("  {key}: {column}: source {a}, target {b}");
+                    }
+                }
+            }
+        }
+        if t.rows_differing as usize > t.differences.len() {
+            println!(
+                "  ... and {} more",
+                t.rows_differing as usize - t.differences.len()
+            );
+        }
+    }
+    if differing > 0 {
+        anyhow::bail!("{differing} of {} tables differ", tables.len());
+    }
+    Ok(())
+}

@@ -586,4 +586,48 @@ fn sink_mysql_applies_key_changes_unique_swaps_ddl_and_a_large_transaction() {
         "{q}"
     );
     server.stop();
+
+    // `sluice diff` finds the two sides equal...
+    let diff = |extra: &[&str]| {
+        let mut args = vec![
+            "diff".to_string(),
+            "--source".into(),
+            up.root_url(),
+            "--target".into(),
+            down.root_url(),
+            "--chunk-rows".into(),
+            "1000".into(),
+        ];
+        for t in ["shop.customers", "shop.orders", "shop.tokens"] {
+            args.extend(["--table".to_string(), t.to_string()]);
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(&args)
+            .output()
+            .unwrap()
+    };
+    let out = diff(&[]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.matches(": equal").count(), 3, "{text}");
+    // ...and names what differs once the target is changed behind its back.
+    down.exec("UPDATE shop.tokens SET n = -1 WHERE id = 50500; DELETE FROM shop.tokens WHERE id = 1234; INSERT INTO shop.tokens (id, token, n) VALUES (999999, 'extra', 0)");
+    let out = diff(&[]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("shop.tokens: 3 rows differ"), "{text}");
+    assert!(
+        text.contains("id=50500: n: source 49500, target -1"),
+        "{text}"
+    );
+    assert!(text.contains("id=1234: missing in the target"), "{text}");
+    assert!(text.contains("id=999999: only in the target"), "{text}");
+    assert!(text.contains("shop.orders: equal"), "{text}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("1 of 3 tables differ"), "{err}");
 }
