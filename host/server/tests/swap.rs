@@ -49,6 +49,15 @@ flush-interval-ms = 50
     path
 }
 
+/// The tests of this file run one at a time: each drives a server at a
+/// steady rate and times swaps against it, which two cores shared by several
+/// such tests cannot keep up with.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A server with sink-file and filter-mask as 0.1.0 and 0.2.0, and misbehave.
 fn server(data: &Path) -> Server {
     let server = Server::start(data, &[]);
@@ -151,8 +160,9 @@ fn check_output(name: &str, out: &Path, total: u64) -> (usize, usize) {
 
 #[test]
 fn swaps_back_and_forth_under_load_lose_reorder_and_duplicate_nothing() {
-    // 20,000 rows/s for 60 s: time for 100 swaps (about 0.4 s each here).
-    const TOTAL: u64 = 1_200_000;
+    let _one = one_at_a_time();
+    // 20,000 rows/s for 80 s: time for 100 swaps (about 0.4 s each here).
+    const TOTAL: u64 = 1_600_000;
     const SWAPS: u64 = 100;
     let dir = tempfile::tempdir().unwrap();
     let server = server(&dir.path().join("server"));
@@ -211,6 +221,7 @@ fn swaps_back_and_forth_under_load_lose_reorder_and_duplicate_nothing() {
 
 #[test]
 fn a_version_that_fails_on_probation_is_rolled_back_with_the_reason() {
+    let _one = one_at_a_time();
     const TOTAL: u64 = 60_000;
     let dir = tempfile::tempdir().unwrap();
     let server = server(&dir.path().join("server"));
@@ -270,6 +281,7 @@ fn a_version_that_fails_on_probation_is_rolled_back_with_the_reason() {
 
 #[test]
 fn bad_swaps_are_refused_and_nothing_stops() {
+    let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let server = server(&dir.path().join("server"));
     let file = feed_file(dir.path(), "steady", 10_000_000, 5_000);
@@ -393,6 +405,7 @@ fn bad_swaps_are_refused_and_nothing_stops() {
 
 #[test]
 fn a_server_killed_during_swaps_runs_exactly_one_version_and_loses_no_row() {
+    let _one = one_at_a_time();
     const TOTAL: u64 = 120_000;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("server");
@@ -486,6 +499,7 @@ fn write_file(dir: &Path, name: &str, text: &str) -> String {
 
 #[test]
 fn a_filter_swaps_and_a_candidate_in_shadow_shows_where_it_differs() {
+    let _one = one_at_a_time();
     const TOTAL: u64 = 60_000;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("server");
@@ -636,6 +650,7 @@ salt = "quickstart"
 
 #[test]
 fn a_sink_in_shadow_writes_its_own_target_and_one_that_falls_behind_is_dropped() {
+    let _one = one_at_a_time();
     const TOTAL: u64 = 40_000;
     let dir = tempfile::tempdir().unwrap();
     let server = server(&dir.path().join("server"));
@@ -752,6 +767,7 @@ target = "300"
 
 #[test]
 fn a_swap_racing_with_pause_update_and_remove_has_one_clear_outcome() {
+    let _one = one_at_a_time();
     const TOTAL: u64 = 50_000;
     let dir = tempfile::tempdir().unwrap();
     let server = server(&dir.path().join("server"));
@@ -849,6 +865,7 @@ fn a_swap_racing_with_pause_update_and_remove_has_one_clear_outcome() {
 
 #[test]
 fn a_rollout_swaps_every_running_changefeed_a_batch_at_a_time_and_stops_at_the_first_failure() {
+    let _one = one_at_a_time();
     const TOTAL: u64 = 2_000_000;
     let dir = tempfile::tempdir().unwrap();
     let server = server(&dir.path().join("server"));
