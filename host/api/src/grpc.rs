@@ -379,6 +379,15 @@ fn swap_ask(
     })
 }
 
+/// ` from ADDRESS` of the request's peer, for a record's `by`; empty when
+/// unknown.
+fn caller<T>(request: &Request<T>) -> String {
+    request
+        .remote_addr()
+        .map(|a| format!(" from {a}"))
+        .unwrap_or_default()
+}
+
 /// Wall-clock lag of a ts behind now, in milliseconds.
 fn lag_ms(ts: u64, now_ms: u64) -> u64 {
     if ts == 0 {
@@ -559,10 +568,7 @@ impl ChangefeedService for Api {
         &self,
         request: Request<pb::SwapSinkRequest>,
     ) -> Result<Response<pb::Changefeed>, Status> {
-        let caller = request
-            .remote_addr()
-            .map(|a| format!(" from {a}"))
-            .unwrap_or_default();
+        let caller = caller(&request);
         let r = request.into_inner();
         let id = changefeed_id(r.id.as_ref())?;
         let current = self.node.owner.snapshot().get(&id).map_err(status)?;
@@ -577,10 +583,7 @@ impl ChangefeedService for Api {
         &self,
         request: Request<pb::StartShadowRequest>,
     ) -> Result<Response<pb::Changefeed>, Status> {
-        let caller = request
-            .remote_addr()
-            .map(|a| format!(" from {a}"))
-            .unwrap_or_default();
+        let caller = caller(&request);
         let r = request.into_inner();
         let id = changefeed_id(r.id.as_ref())?;
         let current = self.node.owner.snapshot().get(&id).map_err(status)?;
@@ -632,10 +635,7 @@ impl ChangefeedService for Api {
         &self,
         request: Request<pb::PromoteShadowRequest>,
     ) -> Result<Response<pb::Changefeed>, Status> {
-        let caller = request
-            .remote_addr()
-            .map(|a| format!(" from {a}"))
-            .unwrap_or_default();
+        let caller = caller(&request);
         let r = request.into_inner();
         let id = changefeed_id(r.id.as_ref())?;
         let probation = probation_of(r.probation_ms, r.probation_flushes, r.probation_retries)?;
@@ -808,10 +808,7 @@ impl PluginService for Api {
         &self,
         request: Request<pb::RolloutRequest>,
     ) -> Result<Response<Self::RolloutPluginStream>, Status> {
-        let caller = request
-            .remote_addr()
-            .map(|a| format!(" from {a}"))
-            .unwrap_or_default();
+        let caller = caller(&request);
         let r = request.into_inner();
         let mut tenant = r.tenant.clone();
         if tenant.is_empty() {

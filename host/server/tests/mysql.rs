@@ -432,8 +432,9 @@ flush-interval-ms = 100
     )
 }
 
-#[test]
-fn mariadb_to_mariadb_through_sink_mysql_matches_row_for_row_after_kills() {
+/// An upstream and a downstream MariaDB with the same schema, and a server
+/// running changefeed `replica` from one to the other through sink-mysql.
+fn two_mariadbs_and_a_replica() -> (tempfile::TempDir, PrivateMariaDb, PrivateMariaDb, Server) {
     let dir = tempfile::tempdir().unwrap();
     let up = PrivateMariaDb::start();
     up.exec(SCHEMA);
@@ -443,8 +444,7 @@ fn mariadb_to_mariadb_through_sink_mysql_matches_row_for_row_after_kills() {
     down.exec(
         "CREATE USER 'writer'@'%' IDENTIFIED BY 'Writer-Pw2'; GRANT ALL ON shop.* TO 'writer'@'%'",
     );
-    let data = dir.path().join("server");
-    let server = Server::start(&data, &[]);
+    let server = Server::start(&dir.path().join("server"), &[]);
     server.upload("sink-mysql", "sink");
     let file = replicate(
         dir.path(),
@@ -454,6 +454,13 @@ fn mariadb_to_mariadb_through_sink_mysql_matches_row_for_row_after_kills() {
         "target",
     );
     server.create("replica", &file);
+    (dir, up, down, server)
+}
+
+#[test]
+fn mariadb_to_mariadb_through_sink_mysql_matches_row_for_row_after_kills() {
+    let (dir, up, down, server) = two_mariadbs_and_a_replica();
+    let data = dir.path().join("server");
     // A database the changefeed does not grant: a clear error, nothing written.
     let ungranted = replicate(
         dir.path(),
@@ -512,26 +519,8 @@ fn mariadb_to_mariadb_through_sink_mysql_matches_row_for_row_after_kills() {
 
 #[test]
 fn sink_mysql_applies_key_changes_unique_swaps_ddl_and_a_large_transaction() {
-    let dir = tempfile::tempdir().unwrap();
-    let up = PrivateMariaDb::start();
-    up.exec(SCHEMA);
-    up.exec("CREATE USER 'repl'@'%' IDENTIFIED BY 'Hidden-Pw1'; GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'repl'@'%'");
-    let down = PrivateMariaDb::start();
-    down.exec(SCHEMA);
-    down.exec(
-        "CREATE USER 'writer'@'%' IDENTIFIED BY 'Writer-Pw2'; GRANT ALL ON shop.* TO 'writer'@'%'",
-    );
+    let (dir, up, down, server) = two_mariadbs_and_a_replica();
     let data = dir.path().join("server");
-    let server = Server::start(&data, &[]);
-    server.upload("sink-mysql", "sink");
-    let file = replicate(
-        dir.path(),
-        "replica",
-        &up.url("repl", "Hidden-Pw1"),
-        &down.url("writer", "Writer-Pw2"),
-        "target",
-    );
-    server.create("replica", &file);
     let mut seed = 3;
     up.exec(&workload(&mut seed, 1, 100));
     // DDL in between: a new table with a unique column, then a new column.
