@@ -8,6 +8,7 @@
 //! rows of the write workload (default 1,000,000, in transactions of 100 rows),
 //! `BINLOG_BENCH_RUNS` the timed runs of each (default 3; medians are shown).
 
+use sluice_tests::bench::{env_or, median};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
@@ -16,18 +17,6 @@ use sluice_config::{MysqlConfig, StartPosition};
 use sluice_core::{Checkpoint, Source, SourceEvent};
 use sluice_source::mysql::MysqlSource;
 use sluice_tests::mariadb::PrivateMariaDb;
-
-fn env_or(key: &str, default: u64) -> u64 {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 /// Reads the binlog from `start` to its end with the source alone: rows read.
 async fn decode(url: &str, start: &StartPosition) -> u64 {

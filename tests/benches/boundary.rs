@@ -6,6 +6,7 @@
 //! Run with `cargo xtask bench` (builds the plugins, release profile). Unset
 //! `RUST_BACKTRACE` first: with it set every wasmtime error captures a backtrace.
 
+use sluice_tests::bench::median;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -95,11 +96,6 @@ fn batches(schema: &Arc<TableSchema>, rows: usize, batch_rows: usize) -> Vec<Bat
         out.push(b.finish().1);
     }
     out
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
-    v[v.len() / 2]
 }
 
 struct Row {

@@ -16,23 +16,12 @@
 //!
 //! Run with `cargo xtask bench-swap`; `SLUICE_BIN` is the `sluice` binary.
 
+use sluice_tests::bench::{env_or, percentile};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
-
-fn env_or(key: &str, default: u64) -> u64 {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[at]
-}
 
 struct Server {
     bin: String,

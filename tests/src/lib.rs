@@ -2,8 +2,10 @@
 //! plugins are, sample batches from the data generator, and the conversion from
 //! host batches to SDK batches (to run plugin logic natively on the same data).
 
+pub mod bench;
 pub mod etcd;
 pub mod mariadb;
+pub mod postgres;
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> u16 {

@@ -15,6 +15,10 @@
 //! - `bench-swap`: hot swaps through `sluice server` (release build) at 50,000
 //!   rows/s into sink-blackhole: the pause of each of 100 swaps (p50, p99) and
 //!   the throughput while swapping against steady state.
+//! - `bench-replication`: MariaDB -> MariaDB through sink-mysql (release
+//!   `sluice run`) next to MariaDB's own parallel replication applying the
+//!   same binlog, with sysbench `oltp_insert` and `oltp_write_only`: rows/s of
+//!   each and their ratio, and the live lag (p50, p99) at a fixed rate.
 //! - `bench-server`: build the plugins and run the control-plane benchmark of
 //!   `sluice server` (release build): API latency, cost of saving positions,
 //!   recovery after SIGKILL.
@@ -35,9 +39,10 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 /// Plugins shipped to users.
-const PLUGINS: [&str; 5] = [
+const PLUGINS: [&str; 6] = [
     "sink-file",
     "sink-mysql",
+    "sink-postgres",
     "sink-blackhole",
     "filter-mask",
     "filter-events",
@@ -103,9 +108,10 @@ fn main() -> Result<()> {
         Some("bench-e2e") => bench_e2e(&root, &args[1..]),
         Some("bench-binlog") => bench_binlog(&root),
         Some("bench-swap") => bench_swap(&root),
+        Some("bench-replication") => bench_replication(&root),
         _ => {
             eprintln!(
-                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server | bench-isolation | bench-e2e | bench-binlog | bench-swap>"
+                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server | bench-isolation | bench-e2e | bench-binlog | bench-swap | bench-replication>"
             );
             bail!("unknown or missing command")
         }
@@ -165,8 +171,9 @@ fn ensure_wasm_target() -> Result<()> {
 
 /// Install the system tools the build and tests need, from Debian's packages, if
 /// missing: `protoc` with protobuf's well-known types (the etcd client's and the
-/// admin API's build), `etcd` (the meta store tests) and MariaDB's server and
-/// client (the binlog source tests start private servers from them).
+/// admin API's build), `etcd` (the meta store tests), MariaDB's and
+/// PostgreSQL's servers and clients (tests start private servers from them)
+/// and sysbench (the replication benchmark).
 fn ensure_system_tools() -> Result<()> {
     let missing: Vec<&str> = [
         ("command -v protoc", "protobuf-compiler"),
@@ -180,6 +187,9 @@ fn ensure_system_tools() -> Result<()> {
             "mariadb-server",
         ),
         ("command -v mariadb", "mariadb-client"),
+        ("ls /usr/lib/postgresql/*/bin/initdb", "postgresql"),
+        ("command -v psql", "postgresql-client"),
+        ("command -v sysbench", "sysbench"),
     ]
     .into_iter()
     .filter(|(check, _)| {
@@ -200,7 +210,7 @@ fn ensure_system_tools() -> Result<()> {
         .args(&missing)
         .env("DEBIAN_FRONTEND", "noninteractive"))
     .context(
-        "installing the system tools failed; install protobuf-compiler, libprotobuf-dev, etcd-server, mariadb-server and mariadb-client yourself",
+        "installing the system tools failed; install protobuf-compiler, libprotobuf-dev, etcd-server, mariadb-server, mariadb-client, postgresql, postgresql-client and sysbench yourself",
     )
 }
 
@@ -266,6 +276,19 @@ fn bench_swap(root: &Path) -> Result<()> {
     let bin = target_dir(root).join("release/sluice");
     run(Command::new(env!("CARGO"))
         .args(["bench", "-p", "sluice-tests", "--bench", "swap"])
+        .env("SLUICE_BIN", &bin)
+        .env_remove("RUST_BACKTRACE"))
+}
+
+/// MariaDB -> MariaDB by sink-mysql next to MariaDB's own replication,
+/// with sysbench (see tests/benches/replication.rs).
+fn bench_replication(root: &Path) -> Result<()> {
+    ensure_system_tools()?;
+    build_plugins(root)?;
+    cargo(&["build", "--release", "-p", "sluice-server"])?;
+    let bin = target_dir(root).join("release/sluice");
+    run(Command::new(env!("CARGO"))
+        .args(["bench", "-p", "sluice-tests", "--bench", "replication"])
         .env("SLUICE_BIN", &bin)
         .env_remove("RUST_BACKTRACE"))
 }

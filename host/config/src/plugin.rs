@@ -229,7 +229,8 @@ pub struct Capabilities {
     pub http: Vec<String>,
     /// Databases the host runs statements on for a sink (the `sql` interface):
     /// a name the plugin uses, and a `mysql://user:password@host:port/db`
-    /// DSN it never sees.
+    /// (MySQL, MariaDB, TiDB) or `postgres://user:password@host:port/db`
+    /// (PostgreSQL) DSN it never sees.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub sql: BTreeMap<String, String>,
 }
@@ -247,14 +248,14 @@ fn dsn_problem(dsn: &str) -> Option<String> {
             "the DSN must be at most {MAX_DSN_CHARS} characters without spaces or control characters"
         ));
     }
-    let Some(rest) = dsn.strip_prefix("mysql://") else {
+    let Some(rest) = ["mysql://", "postgres://", "postgresql://"]
+        .iter()
+        .find_map(|scheme| dsn.strip_prefix(scheme))
+    else {
         return Some(
-            if dsn.starts_with("postgres://") || dsn.starts_with("postgresql://") {
-                "postgres:// DSNs are not supported yet; use a mysql:// DSN (MySQL, MariaDB, TiDB)"
-                    .into()
-            } else {
-                "the DSN must be mysql://user:password@host:port/database".into()
-            },
+            "the DSN must be mysql://user:password@host:port/database (MySQL, MariaDB, TiDB) \
+             or postgres://user:password@host:port/database (PostgreSQL)"
+                .into(),
         );
     };
     let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);

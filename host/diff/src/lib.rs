@@ -1,23 +1,33 @@
-//! `sluice-diff`: whether two MySQL-compatible databases (MySQL, MariaDB,
-//! TiDB) hold the same rows, the way sync-diff-inspector checks it.
+//! `sluice-diff`: whether two databases hold the same rows, the way
+//! sync-diff-inspector checks it. Either side may be MySQL-compatible
+//! (MySQL, MariaDB, TiDB) or PostgreSQL.
 //!
 //! For each table: its columns and primary key come from the source's
-//! `information_schema`; the table is cut into chunks of `chunk_rows` rows
-//! along the primary key (keyset pagination on the source); each chunk is
-//! checksummed on both sides with one query (`COUNT(*)` and a `BIT_XOR` of a
-//! `CRC32` per row over every column, NULLs told apart); only a chunk whose
-//! checksums differ is read row by row from both sides, and the rows are
-//! compared by primary key, column by column. The first `max_reported`
-//! differences of a table are kept with their key and columns, all are
-//! counted.
+//! catalog; the target must have the same columns (by name; order aside).
+//! The table is cut into chunks of `chunk_rows` rows along the primary key
+//! (keyset pagination on the source). When both sides are the same engine,
+//! each chunk is checksummed on both sides with one query (`COUNT(*)` and an
+//! XOR of a per-row hash over every column, NULLs told apart) and only a
+//! chunk whose checksums differ is read row by row. Across engines every
+//! chunk is read row by row, each value as text in a form both share
+//! (instants in UTC, bytes as hex, booleans as 0/1), compared by the meaning
+//! of its type (JSON documents as documents, floating point with a relative
+//! tolerance of 1e-6, fractional seconds without trailing zeros). The first
+//! `max_reported` differences of a table are kept with their key and
+//! columns, all are counted.
 
-use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Opts, Row, Value};
+mod side;
+mod values;
+
+use std::time::{Duration, Instant};
+
+use side::{Chunk, Column, Kind, Side};
 
 /// What to compare.
 #[derive(Debug, Clone)]
 pub struct DiffOptions {
-    /// The source database (`mysql://user:password@host:port/`).
+    /// The source database (`mysql://user:password@host:port/` or
+    /// `postgres://user:password@host:port/database`).
     pub source: String,
     /// The target database.
     pub target: String,
@@ -27,6 +37,8 @@ pub struct DiffOptions {
     pub chunk_rows: u64,
     /// Differences kept with their detail per table.
     pub max_reported: usize,
+    /// Print progress to stderr every few seconds on long tables.
+    pub progress: bool,
 }
 
 /// Why a comparison could not be made (not: the tables differ).
@@ -72,10 +84,13 @@ pub enum RowDiff {
 pub struct TableDiff {
     /// `schema.table`.
     pub table: String,
-    /// Chunks checksummed, and those whose checksums differed.
+    /// Chunks compared.
     pub chunks: u64,
-    /// Chunks that were compared row by row.
+    /// Chunks with a difference.
     pub chunks_differing: u64,
+    /// Whether chunks were compared by checksum first (the same engine on
+    /// both sides) or always row by row.
+    pub by_checksum: bool,
     /// Rows that differ (missing, extra or changed).
     pub rows_differing: u64,
     /// The first of them.
@@ -88,112 +103,6 @@ impl TableDiff {
     /// Whether the table is the same on both sides.
     pub fn is_equal(&self) -> bool {
         self.rows_differing == 0 && self.schema.is_none()
-    }
-}
-
-/// `name` as a quoted identifier.
-fn ident(name: &str) -> String {
-    format!("`{}`", name.replace('`', "``"))
-}
-
-async fn connect(side: &'static str, url: &str) -> Result<Conn, DiffError> {
-    let opts = Opts::from_url(url).map_err(|_| {
-        DiffError::Invalid(format!(
-            "--{side} is not a mysql://user:password@host:port/ URL"
-        ))
-    })?;
-    Conn::new(opts).await.map_err(|e| db(side, e))
-}
-
-fn db(side: &'static str, e: mysql_async::Error) -> DiffError {
-    DiffError::Database {
-        side,
-        message: match e {
-            mysql_async::Error::Url(_) => "the URL is not valid".into(),
-            other => other.to_string(),
-        },
-    }
-}
-
-/// Text of a value for comparison and display.
-fn text(v: &Value) -> Option<String> {
-    match v {
-        Value::NULL => None,
-        Value::Bytes(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        other => Some(other.as_sql(true).trim_matches('\'').to_string()),
-    }
-}
-
-fn shown(v: &Option<String>) -> String {
-    match v {
-        None => "NULL".into(),
-        Some(t) => {
-            let mut s: String = t.chars().take(64).flat_map(char::escape_default).collect();
-            if t.chars().count() > 64 {
-                s.push('…');
-            }
-            s
-        }
-    }
-}
-
-/// A table's columns (in order) and primary key columns.
-async fn layout(
-    conn: &mut Conn,
-    side: &'static str,
-    schema: &str,
-    table: &str,
-) -> Result<(Vec<String>, Vec<String>), DiffError> {
-    let columns: Vec<String> = conn
-        .exec(
-            "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
-             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
-            (schema, table),
-        )
-        .await
-        .map_err(|e| db(side, e))?;
-    let key: Vec<String> = conn
-        .exec(
-            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE \
-             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' \
-             ORDER BY ORDINAL_POSITION",
-            (schema, table),
-        )
-        .await
-        .map_err(|e| db(side, e))?;
-    Ok((columns, key))
-}
-
-/// A chunk of the key space: rows with key above `lower` (exclusive) and up
-/// to `upper` (inclusive); none means unbounded.
-struct Chunk {
-    lower: Option<Vec<Value>>,
-    upper: Option<Vec<Value>>,
-}
-
-impl Chunk {
-    /// `WHERE` text and parameters for `key` columns.
-    fn condition(&self, key: &[String]) -> (String, Vec<Value>) {
-        let tuple = format!(
-            "({})",
-            key.iter().map(|k| ident(k)).collect::<Vec<_>>().join(", ")
-        );
-        let marks = format!("({})", vec!["?"; key.len()].join(", "));
-        let mut parts = Vec::new();
-        let mut params = Vec::new();
-        if let Some(l) = &self.lower {
-            parts.push(format!("{tuple} > {marks}"));
-            params.extend(l.iter().cloned());
-        }
-        if let Some(u) = &self.upper {
-            parts.push(format!("{tuple} <= {marks}"));
-            params.extend(u.iter().cloned());
-        }
-        if parts.is_empty() {
-            ("1 = 1".into(), params)
-        } else {
-            (parts.join(" AND "), params)
-        }
     }
 }
 
@@ -210,9 +119,7 @@ pub async fn diff(options: &DiffOptions) -> Result<Vec<TableDiff>, DiffError> {
             "name at least one table (schema.table)".into(),
         ));
     }
-    let mut source = connect("source", &options.source).await?;
-    let mut target = connect("target", &options.target).await?;
-    let mut out = Vec::new();
+    let mut tables = Vec::new();
     for name in &options.tables {
         let Some((schema, table)) = name
             .split_once('.')
@@ -220,23 +127,30 @@ pub async fn diff(options: &DiffOptions) -> Result<Vec<TableDiff>, DiffError> {
         else {
             return Err(DiffError::Invalid(format!("`{name}` is not schema.table")));
         };
+        tables.push((schema, table));
+    }
+    let mut source = Side::connect("source", &options.source).await?;
+    let mut target = Side::connect("target", &options.target).await?;
+    let mut out = Vec::new();
+    for (schema, table) in tables {
         out.push(diff_table(&mut source, &mut target, options, schema, table).await?);
     }
     Ok(out)
 }
 
 async fn diff_table(
-    source: &mut Conn,
-    target: &mut Conn,
+    source: &mut Side,
+    target: &mut Side,
     options: &DiffOptions,
     schema: &str,
     table: &str,
 ) -> Result<TableDiff, DiffError> {
     let mut result = TableDiff {
         table: format!("{schema}.{table}"),
+        by_checksum: source.engine() == target.engine(),
         ..TableDiff::default()
     };
-    let (columns, key) = layout(source, "source", schema, table).await?;
+    let (columns, key) = source.layout(schema, table).await?;
     if columns.is_empty() {
         return Err(DiffError::Invalid(format!(
             "the source has no table {schema}.{table}"
@@ -247,88 +161,109 @@ async fn diff_table(
             "{schema}.{table} has no primary key; diff compares rows by it"
         )));
     }
-    let (target_columns, _) = layout(target, "target", schema, table).await?;
-    if target_columns != columns {
+    let (target_columns, _) = target.layout(schema, table).await?;
+    let sorted_names = |c: &[Column]| {
+        let mut n: Vec<String> = c.iter().map(|c| c.name.clone()).collect();
+        n.sort();
+        n
+    };
+    if sorted_names(&target_columns) != sorted_names(&columns) {
+        let list = |c: &[Column]| {
+            c.iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         result.schema = Some(if target_columns.is_empty() {
             "the target has no such table".into()
         } else {
             format!(
                 "columns differ: source ({}), target ({})",
-                columns.join(", "),
-                target_columns.join(", ")
+                list(&columns),
+                list(&target_columns)
             )
         });
         return Ok(result);
     }
-    let from = format!("{}.{}", ident(schema), ident(table));
-    let key_list = key.iter().map(|k| ident(k)).collect::<Vec<_>>().join(", ");
-    let column_list = columns
+    // The target's columns in the source's order.
+    let target_columns: Vec<Column> = columns
         .iter()
-        .map(|c| ident(c))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let nulls = columns
+        .filter_map(|c| target_columns.iter().find(|t| t.name == c.name).cloned())
+        .collect();
+    let key_kinds = |cols: &[Column]| -> Vec<Kind> {
+        key.iter()
+            .map(|k| {
+                cols.iter()
+                    .find(|c| c.name == *k)
+                    .map_or(Kind::Text, |c| c.kind)
+            })
+            .collect()
+    };
+    let (source_keys, target_keys) = (key_kinds(&columns), key_kinds(&target_columns));
+    // A column compares as floating point if either side stores it so.
+    let float: Vec<bool> = columns
         .iter()
-        .map(|c| format!("ISNULL({})", ident(c)))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let checksum = format!(
-        "SELECT COUNT(*), COALESCE(BIT_XOR(CRC32(CONCAT_WS(0x1f, {column_list}, CONCAT({nulls})))), 0) FROM {from} WHERE "
-    );
-    // Chunk boundaries along the key, on the source.
-    let mut lower: Option<Vec<Value>> = None;
+        .zip(&target_columns)
+        .map(|(a, b)| a.kind == Kind::Float || b.kind == Kind::Float)
+        .collect();
+    let from_source = source.table(schema, table);
+    let from_target = target.table(schema, table);
+    let started = Instant::now();
+    let mut shown_at = Instant::now();
+    let mut lower = None;
     loop {
-        let probe = Chunk {
-            lower: lower.clone(),
-            upper: None,
-        };
-        let (condition, params) = probe.condition(&key);
-        let boundary: Option<Row> = source
-            .exec_first(
-                format!(
-                    "SELECT {key_list} FROM {from} WHERE {condition} ORDER BY {key_list} LIMIT 1 OFFSET {}",
-                    options.chunk_rows - 1
-                ),
-                params,
+        let upper = source
+            .boundary(
+                &from_source,
+                &key,
+                &source_keys,
+                &lower,
+                options.chunk_rows - 1,
             )
-            .await
-            .map_err(|e| db("source", e))?;
-        let upper = boundary.map(Row::unwrap);
+            .await?;
         let chunk = Chunk {
             lower: lower.clone(),
             upper: upper.clone(),
         };
         result.chunks += 1;
-        let (condition, params) = chunk.condition(&key);
-        let sql = format!("{checksum}{condition}");
-        let a: Option<(u64, u64)> = source
-            .exec_first(sql.as_str(), params.clone())
-            .await
-            .map_err(|e| db("source", e))?;
-        let b: Option<(u64, u64)> = target
-            .exec_first(sql.as_str(), params.clone())
-            .await
-            .map_err(|e| db("target", e))?;
-        if a != b {
-            result.chunks_differing += 1;
-            let rows = format!(
-                "SELECT {key_list}, {column_list} FROM {from} WHERE {condition} ORDER BY {key_list}"
-            );
-            let left: Vec<Row> = source
-                .exec(rows.as_str(), params.clone())
-                .await
-                .map_err(|e| db("source", e))?;
-            let right: Vec<Row> = target
-                .exec(rows.as_str(), params)
-                .await
-                .map_err(|e| db("target", e))?;
+        let same = result.by_checksum && {
+            let a = source
+                .checksum(&from_source, &columns, &key, &source_keys, &chunk)
+                .await?;
+            let b = target
+                .checksum(&from_target, &target_columns, &key, &target_keys, &chunk)
+                .await?;
+            a == b
+        };
+        if !same {
+            let left = source
+                .rows(&from_source, &columns, &key, &source_keys, &chunk)
+                .await?;
+            let right = target
+                .rows(&from_target, &target_columns, &key, &target_keys, &chunk)
+                .await?;
+            let before = result.rows_differing;
             compare_rows(
                 &key,
                 &columns,
-                left,
-                right,
+                &float,
+                (left, right),
                 options.max_reported,
                 &mut result,
+            );
+            if result.rows_differing > before {
+                result.chunks_differing += 1;
+            }
+        }
+        if options.progress && shown_at.elapsed() >= Duration::from_secs(2) {
+            shown_at = Instant::now();
+            eprintln!(
+                "{}: {} chunks of {} rows compared in {:.0?}; {} rows differ so far",
+                result.table,
+                result.chunks,
+                options.chunk_rows,
+                started.elapsed(),
+                result.rows_differing
             );
         }
         match upper {
@@ -339,27 +274,32 @@ async fn diff_table(
     Ok(result)
 }
 
-/// Compares two chunks' rows (key columns first, then every column), both
-/// ordered by key.
+/// Rows as text, key columns first.
+type Rows = Vec<Vec<Option<String>>>;
+
+/// Compares two chunks' rows (key columns first, then every column).
 fn compare_rows(
     key: &[String],
-    columns: &[String],
-    left: Vec<Row>,
-    right: Vec<Row>,
+    columns: &[Column],
+    float: &[bool],
+    (left, right): (Rows, Rows),
     max_reported: usize,
     into: &mut TableDiff,
 ) {
-    let texts =
-        |rows: Vec<Row>| -> std::collections::BTreeMap<Vec<Option<String>>, Vec<Option<String>>> {
-            rows.into_iter()
-                .map(|r| {
-                    let values: Vec<Option<String>> = r.unwrap().iter().map(text).collect();
-                    let (k, rest) = values.split_at(key.len());
-                    (k.to_vec(), rest.to_vec())
-                })
-                .collect()
-        };
-    let (left, mut right) = (texts(left), texts(right));
+    type Keyed = std::collections::BTreeMap<Vec<Option<String>>, Vec<Option<String>>>;
+    let keyed = |rows: Rows| -> Keyed {
+        rows.into_iter()
+            .map(|mut values| {
+                let rest = values.split_off(key.len().min(values.len()));
+                let k = values
+                    .into_iter()
+                    .map(|v| v.map(|t| values::normal(&t)))
+                    .collect();
+                (k, rest)
+            })
+            .collect()
+    };
+    let (left, mut right) = (keyed(left), keyed(right));
     let key_text = |k: &[Option<String>]| {
         key.iter()
             .zip(k)
@@ -376,25 +316,40 @@ fn compare_rows(
     for (k, values) in left {
         match right.remove(&k) {
             None => report(RowDiff::Missing { key: key_text(&k) }, into),
-            Some(other) if other != values => {
-                let columns = columns
+            Some(other) => {
+                let differing: Vec<(String, String, String)> = columns
                     .iter()
+                    .zip(float)
                     .zip(values.iter().zip(&other))
-                    .filter(|(_, (a, b))| a != b)
-                    .map(|(c, (a, b))| (c.clone(), shown(a), shown(b)))
+                    .filter(|((_, float), (a, b))| !values::same(a, b, **float))
+                    .map(|((c, _), (a, b))| (c.name.clone(), shown(a), shown(b)))
                     .collect();
-                report(
-                    RowDiff::Changed {
-                        key: key_text(&k),
-                        columns,
-                    },
-                    into,
-                );
+                if !differing.is_empty() {
+                    report(
+                        RowDiff::Changed {
+                            key: key_text(&k),
+                            columns: differing,
+                        },
+                        into,
+                    );
+                }
             }
-            Some(_) => {}
         }
     }
     for k in right.into_keys() {
         report(RowDiff::Extra { key: key_text(&k) }, into);
+    }
+}
+
+fn shown(v: &Option<String>) -> String {
+    match v {
+        None => "NULL".into(),
+        Some(t) => {
+            let mut s: String = t.chars().take(64).flat_map(char::escape_default).collect();
+            if t.chars().count() > 64 {
+                s.push('…');
+            }
+            s
+        }
     }
 }

@@ -524,6 +524,7 @@ fn no_grants() -> crate::bindings::sql::SqlError {
     crate::bindings::sql::SqlError {
         kind: crate::bindings::sql::ErrorKind::Denied,
         code: 0,
+        sqlstate: String::new(),
         message: "no database is granted to this plugin (capabilities.sql)".into(),
     }
 }

@@ -35,11 +35,13 @@ enum Command {
     Server(server::ServeArgs),
     /// Talk to a running server: changefeeds, plugins, captures, status.
     Cli(sluice_api::client::CliArgs),
-    /// Compare tables of two MySQL-compatible databases (chunked checksums
-    /// over the primary key, then row by row where a chunk differs); exits
-    /// non-zero when they differ.
+    /// Compare tables of two databases, MySQL-compatible or PostgreSQL
+    /// (chunked checksums over the primary key, then row by row where a
+    /// chunk differs; across engines row by row); exits non-zero when they
+    /// differ.
     Diff {
-        /// The source database, `mysql://user:password@host:port/`.
+        /// The source database, `mysql://user:password@host:port/` or
+        /// `postgres://user:password@host:port/database`.
         #[arg(long, env = "SLUICE_DIFF_SOURCE")]
         source: String,
         /// The target database.
@@ -54,6 +56,9 @@ enum Command {
         /// Differences printed per table (all are counted).
         #[arg(long, default_value_t = 20)]
         max_reported: usize,
+        /// No progress lines on stderr.
+        #[arg(long)]
+        quiet: bool,
     },
     /// Check that a file is a valid sink or filter component.
     CheckPlugin {
@@ -108,6 +113,7 @@ fn main() -> ExitCode {
                 tables,
                 chunk_rows,
                 max_reported,
+                quiet,
             } => {
                 let options = sluice_diff::DiffOptions {
                     source,
@@ -115,6 +121,7 @@ fn main() -> ExitCode {
                     tables,
                     chunk_rows,
                     max_reported,
+                    progress: !quiet,
                 };
                 run::diff(&options).await
             }

@@ -300,7 +300,12 @@ pub async fn diff(options: &sluice_diff::DiffOptions) -> anyhow::Result<()> {
     let mut differing = 0;
     for t in &tables {
         if t.is_equal() {
-            println!("{}: equal ({} chunks)", t.table, t.chunks);
+            println!(
+                "{}: equal ({} chunks{})",
+                t.table,
+                t.chunks,
+                if t.by_checksum { "" } else { ", row by row" }
+            );
             continue;
         }
         differing += 1;

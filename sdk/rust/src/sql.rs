@@ -1,6 +1,14 @@
 //! Statements the host runs for a sink over its own pooled connections (the
 //! `sluice:plugin/sql` interface).
 //!
+//! Statements use the granted database's placeholders: `?` for MySQL,
+//! MariaDB and TiDB, `$1`, `$2`, ... for PostgreSQL. PostgreSQL receives every
+//! parameter as text (bytes as bytea) and reads it by the type it infers, so
+//! `Value::Text("2026-12-01 10:00:00")` fills a `timestamp` and
+//! `Value::Text("12.50")` a `numeric`; result columns of other types than
+//! bool, integers, floats, text, json and bytea must be cast to text in the
+//! statement.
+//!
 //! A changefeed grants a sink databases by name (`capabilities.sql`: a name
 //! and a DSN); the plugin names the database, never sees the DSN or its
 //! credentials, and needs no SQL client of its own. [`execute`] runs groups of
@@ -66,8 +74,12 @@ pub enum ErrorKind {
 pub struct SqlError {
     /// What it means for the sink.
     pub kind: ErrorKind,
-    /// The server's error code (0 when the failure was not the server's).
+    /// The server's error number (MySQL, MariaDB, TiDB; 0 when the failure
+    /// was not the server's, and always 0 for PostgreSQL).
     pub code: u32,
+    /// The server's five-character SQLSTATE (`23505`, `40P01`, ...; empty
+    /// when the failure was not the server's).
+    pub sqlstate: String,
     /// What went wrong (never with credentials).
     pub message: String,
 }
@@ -76,10 +88,10 @@ impl SqlError {
     /// The plugin error the host acts on: retryable stays retryable; fatal
     /// and denied fail the changefeed.
     pub fn into_error(self) -> crate::Error {
-        let text = if self.code == 0 {
-            self.message
-        } else {
-            format!("{} (code {})", self.message, self.code)
+        let text = match (self.code, self.sqlstate.is_empty()) {
+            (0, true) => self.message,
+            (0, false) => format!("{} (SQLSTATE {})", self.message, self.sqlstate),
+            (code, _) => format!("{} (code {code})", self.message),
         };
         match self.kind {
             ErrorKind::Retryable => crate::Error::retryable(text),
@@ -142,6 +154,7 @@ fn error(e: imports::SqlError) -> SqlError {
             imports::ErrorKind::Denied => ErrorKind::Denied,
         },
         code: e.code,
+        sqlstate: e.sqlstate,
         message: e.message,
     }
 }
@@ -151,6 +164,7 @@ fn no_host() -> SqlError {
     SqlError {
         kind: ErrorKind::Denied,
         code: 0,
+        sqlstate: String::new(),
         message: "no host: the sql interface exists only inside the Sluice host".into(),
     }
 }

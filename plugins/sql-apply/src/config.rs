@@ -1,4 +1,4 @@
-//! The options of `sink-mysql`.
+//! The options of `sink-mysql` and `sink-postgres`.
 
 use std::collections::BTreeMap;
 
@@ -19,7 +19,7 @@ pub enum SafeMode {
     Never,
 }
 
-/// `[sink.config]` of `sink-mysql`.
+/// `[sink.config]` of `sink-mysql` and `sink-postgres`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Config {

@@ -1,0 +1,561 @@
+//! What an upstream (MySQL) DDL statement means for PostgreSQL.
+//!
+//! Only statements whose meaning does not depend on MySQL's type system are
+//! replayed as statements: creating and dropping a database (a PostgreSQL
+//! schema), dropping and truncating tables, renaming a table within its
+//! schema. A statement that changes a table's columns marks the table; its
+//! next rows reshape it from the upstream schema (see `PostgresSink::shape`).
+
+use sluice_sdk::DdlEvent;
+use sluice_sdk::sql::Statement;
+use sql_apply::{Config, Dialect, Postgres};
+
+/// Statements to run, target tables to reshape, and what to log.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub statements: Vec<Statement>,
+    pub altered: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+/// One token of a statement: a word (upper-cased), a name (quoted, as
+/// written), or one punctuation character.
+#[derive(Debug, Clone, PartialEq)]
+enum Token {
+    Word(String),
+    Quoted(String),
+    /// A string literal's value.
+    Str(String),
+    Punct(char),
+}
+
+/// The tokens of `sql`, comments and strings skipped.
+fn tokens(sql: &str) -> Vec<Token> {
+    let chars: Vec<char> = sql.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_whitespace() {
+            i += 1;
+        } else if c == '/' && chars.get(i + 1) == Some(&'*') {
+            i += 2;
+            while i < chars.len() && !(chars[i] == '*' && chars.get(i + 1) == Some(&'/')) {
+                i += 1;
+            }
+            i += 2;
+        } else if c == '#' || (c == '-' && chars.get(i + 1) == Some(&'-')) {
+            while i < chars.len() && chars[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '`' || c == '"' {
+            let mut name = String::new();
+            i += 1;
+            while i < chars.len() {
+                if chars[i] == c {
+                    if chars.get(i + 1) == Some(&c) {
+                        name.push(c);
+                        i += 2;
+                        continue;
+                    }
+                    break;
+                }
+                name.push(chars[i]);
+                i += 1;
+            }
+            i += 1;
+            out.push(Token::Quoted(name));
+        } else if c == '\'' {
+            let mut text = String::new();
+            i += 1;
+            while i < chars.len() {
+                match chars[i] {
+                    '\'' if chars.get(i + 1) == Some(&'\'') => {
+                        text.push('\'');
+                        i += 2;
+                    }
+                    '\'' => break,
+                    '\\' => {
+                        text.push(match chars.get(i + 1) {
+                            Some('n') => '\n',
+                            Some('t') => '\t',
+                            Some('r') => '\r',
+                            Some(other) => *other,
+                            None => '\\',
+                        });
+                        i += 2;
+                    }
+                    other => {
+                        text.push(other);
+                        i += 1;
+                    }
+                }
+            }
+            i += 1;
+            out.push(Token::Str(text));
+        } else if c.is_alphanumeric() || c == '_' || c == '$' {
+            let start = i;
+            while i < chars.len()
+                && (chars[i].is_alphanumeric() || chars[i] == '_' || chars[i] == '$')
+            {
+                i += 1;
+            }
+            out.push(Token::Word(chars[start..i].iter().collect()));
+        } else {
+            out.push(Token::Punct(c));
+            i += 1;
+        }
+    }
+    out
+}
+
+/// A cursor over tokens.
+struct Cursor {
+    tokens: Vec<Token>,
+    at: usize,
+}
+
+impl Cursor {
+    /// Takes the next token if it is the keyword `word`.
+    fn keyword(&mut self, word: &str) -> bool {
+        match self.tokens.get(self.at) {
+            Some(Token::Word(w)) if w.eq_ignore_ascii_case(word) => {
+                self.at += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Takes the keywords `words` if they come next, all of them.
+    fn keywords(&mut self, words: &[&str]) -> bool {
+        let start = self.at;
+        if words.iter().all(|w| self.keyword(w)) {
+            true
+        } else {
+            self.at = start;
+            false
+        }
+    }
+
+    fn punct(&mut self, c: char) -> bool {
+        if self.tokens.get(self.at) == Some(&Token::Punct(c)) {
+            self.at += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A name, quoted or not, as written.
+    fn name(&mut self) -> Option<String> {
+        let name = match self.tokens.get(self.at)? {
+            Token::Word(w) | Token::Quoted(w) => w.clone(),
+            Token::Str(_) | Token::Punct(_) => return None,
+        };
+        self.at += 1;
+        Some(name)
+    }
+
+    /// `[schema.]table`, the schema defaulting to `default`.
+    fn table(&mut self, default: &str) -> Option<(String, String)> {
+        let first = self.name()?;
+        if self.punct('.') {
+            let second = self.name()?;
+            Some((first, second))
+        } else {
+            Some((default.to_string(), first))
+        }
+    }
+}
+
+/// What `event` means downstream under `config`.
+pub fn plan(event: &DdlEvent, config: &Config) -> Plan {
+    let mut plan = Plan::default();
+    let mut c = Cursor {
+        tokens: tokens(&event.query),
+        at: 0,
+    };
+    let default = event.schema_name.as_str();
+    let target = |(s, t): (String, String)| {
+        let (s, t) = config.target(&s, &t);
+        Postgres::table_name(&s, &t)
+    };
+    let statement = |sql: String| Statement::new(sql, Vec::new());
+    let skip = |plan: &mut Plan, why: &str| {
+        plan.notes.push(format!(
+            "DDL at {} not replayed on PostgreSQL ({why}): {}",
+            event.commit_ts,
+            event.query.chars().take(512).collect::<String>()
+        ));
+    };
+    if c.keyword("CREATE") && (c.keyword("DATABASE") || c.keyword("SCHEMA")) {
+        c.keywords(&["IF", "NOT", "EXISTS"]);
+        if let Some(name) = c.name() {
+            let (schema, _) = config.target(&name, "");
+            plan.statements.push(statement(format!(
+                "CREATE SCHEMA IF NOT EXISTS {}",
+                Postgres::ident(&schema)
+            )));
+        }
+        return plan;
+    }
+    c.at = 0;
+    if c.keyword("DROP") && (c.keyword("DATABASE") || c.keyword("SCHEMA")) {
+        c.keywords(&["IF", "EXISTS"]);
+        if config.target_schema.is_some() || !config.route.is_empty() {
+            skip(&mut plan, "tables are routed; their schema may hold others");
+        } else if let Some(name) = c.name() {
+            plan.statements.push(statement(format!(
+                "DROP SCHEMA IF EXISTS {} CASCADE",
+                Postgres::ident(&name)
+            )));
+        }
+        return plan;
+    }
+    c.at = 0;
+    if c.keyword("DROP") {
+        c.keyword("TEMPORARY");
+        if c.keyword("TABLE") {
+            c.keywords(&["IF", "EXISTS"]);
+            let mut names = Vec::new();
+            while let Some(table) = c.table(default) {
+                names.push(target(table));
+                if !c.punct(',') {
+                    break;
+                }
+            }
+            if !names.is_empty() {
+                plan.statements.push(statement(format!(
+                    "DROP TABLE IF EXISTS {}",
+                    names.join(", ")
+                )));
+            }
+            return plan;
+        }
+    }
+    c.at = 0;
+    if c.keyword("TRUNCATE") {
+        c.keyword("TABLE");
+        if let Some(table) = c.table(default) {
+            // No TRUNCATE IF EXISTS: the table may not have been created
+            // downstream (it had no rows yet).
+            let name = target(table);
+            plan.statements.push(statement(format!(
+                "DO $sluice$ BEGIN IF to_regclass('{}') IS NOT NULL THEN TRUNCATE TABLE {name}; END IF; END $sluice$",
+                name.replace('\'', "''")
+            )));
+        }
+        return plan;
+    }
+    c.at = 0;
+    if c.keywords(&["RENAME", "TABLE"]) {
+        let mut all_same_schema = true;
+        let mut renames = Vec::new();
+        while let (Some(from), true, Some(to)) =
+            (c.table(default), c.keyword("TO"), c.table(default))
+        {
+            let (fs, ft) = config.target(&from.0, &from.1);
+            let (ts, tt) = config.target(&to.0, &to.1);
+            all_same_schema &= fs == ts;
+            renames.push((Postgres::table_name(&fs, &ft), tt));
+            if !c.punct(',') {
+                break;
+            }
+        }
+        if renames.is_empty() || !all_same_schema {
+            skip(&mut plan, "a rename into another schema");
+        } else {
+            for (from, to) in renames {
+                plan.statements.push(statement(format!(
+                    "ALTER TABLE IF EXISTS {from} RENAME TO {}",
+                    Postgres::ident(&to)
+                )));
+            }
+        }
+        return plan;
+    }
+    c.at = 0;
+    if c.keyword("ALTER") {
+        c.keywords(&["ONLINE"]);
+        c.keywords(&["IGNORE"]);
+        if c.keyword("TABLE")
+            && let Some(table) = c.table(default)
+        {
+            let table = target(table);
+            for change in column_changes(&c.tokens[c.at..]) {
+                plan.statements.push(statement(match change {
+                    ColumnChange::Add {
+                        column,
+                        ty,
+                        default,
+                    } => format!(
+                        "ALTER TABLE IF EXISTS {table} ADD COLUMN IF NOT EXISTS {} {ty}{}",
+                        Postgres::ident(&column),
+                        default.map(|d| format!(" DEFAULT {d}")).unwrap_or_default()
+                    ),
+                    ColumnChange::Drop { column } => format!(
+                        "ALTER TABLE IF EXISTS {table} DROP COLUMN IF EXISTS {}",
+                        Postgres::ident(&column)
+                    ),
+                }));
+            }
+            plan.altered.push(table);
+            plan.notes.push(format!(
+                "DDL at {}: the table's next rows reshape it",
+                event.commit_ts
+            ));
+            return plan;
+        }
+    }
+    c.at = 0;
+    if c.keyword("CREATE") {
+        c.keywords(&["OR", "REPLACE"]);
+        c.keyword("TEMPORARY");
+        if c.keyword("TABLE") {
+            // Created with the first rows, from the upstream schema.
+            return plan;
+        }
+    }
+    skip(&mut plan, "no PostgreSQL equivalent is derived for it");
+    plan
+}
+
+/// A column an `ALTER TABLE` adds or drops.
+#[derive(Debug, PartialEq)]
+enum ColumnChange {
+    /// Added (nullable: the table may hold rows), with its PostgreSQL type
+    /// and default (a literal or `CURRENT_TIMESTAMP`), which the rows
+    /// already in the table take, as upstream.
+    Add {
+        column: String,
+        ty: String,
+        default: Option<String>,
+    },
+    Drop {
+        column: String,
+    },
+}
+
+/// The `ADD [COLUMN] name type ...` and `DROP [COLUMN] name` clauses of an
+/// `ALTER TABLE` (the tokens after the table name).
+fn column_changes(tokens: &[Token]) -> Vec<ColumnChange> {
+    // Clauses split at top-level commas.
+    let mut clauses: Vec<&[Token]> = Vec::new();
+    let (mut depth, mut start) = (0usize, 0);
+    for (i, t) in tokens.iter().enumerate() {
+        match t {
+            Token::Punct('(') => depth += 1,
+            Token::Punct(')') => depth = depth.saturating_sub(1),
+            Token::Punct(',') if depth == 0 => {
+                clauses.push(&tokens[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    clauses.push(&tokens[start..]);
+    let mut out = Vec::new();
+    for clause in clauses {
+        let mut c = Cursor {
+            tokens: clause.to_vec(),
+            at: 0,
+        };
+        let add = c.keyword("ADD");
+        if !add && !c.keyword("DROP") {
+            continue;
+        }
+        let not_a_column = [
+            "INDEX",
+            "KEY",
+            "CONSTRAINT",
+            "PRIMARY",
+            "UNIQUE",
+            "FULLTEXT",
+            "SPATIAL",
+            "FOREIGN",
+            "PARTITION",
+            "CHECK",
+            "PERIOD",
+            "SYSTEM",
+        ];
+        if not_a_column.iter().any(
+            |w| matches!(c.tokens.get(c.at), Some(Token::Word(x)) if x.eq_ignore_ascii_case(w)),
+        ) {
+            continue;
+        }
+        c.keyword("COLUMN");
+        if !add {
+            c.keywords(&["IF", "EXISTS"]);
+            if let Some(column) = c.name() {
+                out.push(ColumnChange::Drop { column });
+            }
+            continue;
+        }
+        c.keywords(&["IF", "NOT", "EXISTS"]);
+        let Some(column) = c.name() else { continue };
+        // The MySQL type as the source spells it: `name(args) unsigned`.
+        let Some(Token::Word(name)) = c.tokens.get(c.at).cloned() else {
+            continue;
+        };
+        c.at += 1;
+        let mut sql_type = name.to_ascii_lowercase();
+        if c.punct('(') {
+            let mut args = Vec::new();
+            while let Some(t) = c.tokens.get(c.at).cloned() {
+                c.at += 1;
+                match t {
+                    Token::Punct(')') => break,
+                    Token::Word(w) => args.push(w),
+                    Token::Str(s) => args.push(format!("'{s}'")),
+                    _ => {}
+                }
+            }
+            sql_type = format!("{sql_type}({})", args.join(","));
+        }
+        if c.keyword("UNSIGNED") {
+            sql_type.push_str(" unsigned");
+        }
+        let ty = crate::types::pg_type(&sluice_sdk::Column {
+            name: column.clone(),
+            ty: sluice_sdk::ColumnType::Text,
+            sql_type,
+            nullable: true,
+            key: false,
+        });
+        let at = c
+            .tokens
+            .iter()
+            .position(|t| matches!(t, Token::Word(w) if w.eq_ignore_ascii_case("DEFAULT")));
+        let value = at.and_then(|at| match (c.tokens.get(at + 1), c.tokens.get(at + 2)) {
+            (Some(Token::Str(s)), _) => Some(format!("'{}'", s.replace('\'', "''"))),
+            (Some(Token::Punct('-')), Some(Token::Word(n))) if is_number(n) => {
+                Some(format!("-{n}"))
+            }
+            (Some(Token::Word(n)), _) if is_number(n) => Some(n.clone()),
+            (Some(Token::Word(w)), _)
+                if ["CURRENT_TIMESTAMP", "NOW", "TRUE", "FALSE"]
+                    .iter()
+                    .any(|k| w.eq_ignore_ascii_case(k)) =>
+            {
+                Some(if w.eq_ignore_ascii_case("NOW") {
+                    "CURRENT_TIMESTAMP".into()
+                } else {
+                    w.to_ascii_uppercase()
+                })
+            }
+            _ => None,
+        });
+        out.push(ColumnChange::Add {
+            column,
+            ty,
+            default: value,
+        });
+    }
+    out
+}
+
+fn is_number(word: &str) -> bool {
+    !word.is_empty() && word.bytes().all(|b| b.is_ascii_digit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> Config {
+        serde_json::from_str(&format!(r#"{{"database": "pg"{extra}}}"#)).unwrap()
+    }
+
+    fn run(query: &str, extra: &str) -> Plan {
+        plan(
+            &DdlEvent {
+                commit_ts: 7,
+                schema_name: "shop".into(),
+                table_name: String::new(),
+                query: query.into(),
+            },
+            &config(extra),
+        )
+    }
+
+    fn sql(plan: &Plan) -> Vec<&str> {
+        plan.statements.iter().map(|s| s.sql.as_str()).collect()
+    }
+
+    #[test]
+    fn statements_with_a_postgres_meaning_are_replayed() {
+        assert_eq!(
+            sql(&run(
+                "DROP TABLE IF EXISTS `a`, shop2.`b` /* generated by server */",
+                ""
+            )),
+            ["DROP TABLE IF EXISTS \"shop\".\"a\", \"shop2\".\"b\""]
+        );
+        assert_eq!(
+            sql(&run("truncate table `it's`", "")),
+            [
+                "DO $sluice$ BEGIN IF to_regclass('\"shop\".\"it''s\"') IS NOT NULL THEN \
+                 TRUNCATE TABLE \"shop\".\"it's\"; END IF; END $sluice$"
+            ]
+        );
+        assert_eq!(
+            sql(&run("CREATE DATABASE IF NOT EXISTS `new`", "")),
+            ["CREATE SCHEMA IF NOT EXISTS \"new\""]
+        );
+        assert_eq!(
+            sql(&run("RENAME TABLE a TO b", "")),
+            ["ALTER TABLE IF EXISTS \"shop\".\"a\" RENAME TO \"b\""]
+        );
+        assert_eq!(
+            sql(&run("DROP DATABASE shop", "")),
+            ["DROP SCHEMA IF EXISTS \"shop\" CASCADE"]
+        );
+    }
+
+    #[test]
+    fn added_and_dropped_columns_are_replayed_with_mapped_types_and_defaults() {
+        let p = run(
+            "ALTER TABLE t ADD COLUMN a VARCHAR(8) NOT NULL DEFAULT 'it''s', ADD b INT UNSIGNED DEFAULT 5, \
+             ADD INDEX i (a), ADD COLUMN c DECIMAL(5,2) DEFAULT -1, ADD d DATETIME(3) DEFAULT NOW(), \
+             ADD e ENUM('x','y'), DROP COLUMN f, MODIFY g BIGINT",
+            "",
+        );
+        let t = "ALTER TABLE IF EXISTS \"shop\".\"t\"";
+        assert_eq!(
+            sql(&p),
+            [
+                format!("{t} ADD COLUMN IF NOT EXISTS \"a\" varchar(8) DEFAULT 'it''s'"),
+                format!("{t} ADD COLUMN IF NOT EXISTS \"b\" bigint DEFAULT 5"),
+                format!("{t} ADD COLUMN IF NOT EXISTS \"c\" numeric(5,2) DEFAULT -1"),
+                format!(
+                    "{t} ADD COLUMN IF NOT EXISTS \"d\" timestamp(3) DEFAULT CURRENT_TIMESTAMP"
+                ),
+                format!("{t} ADD COLUMN IF NOT EXISTS \"e\" text"),
+                format!("{t} DROP COLUMN IF EXISTS \"f\""),
+            ]
+        );
+        assert_eq!(p.altered, ["\"shop\".\"t\""]);
+    }
+
+    #[test]
+    fn column_changes_reshape_and_the_rest_is_noted() {
+        let p = run("ALTER TABLE `orders` MODIFY note varchar(40)", "");
+        assert!(p.statements.is_empty());
+        assert_eq!(p.altered, ["\"shop\".\"orders\""]);
+        assert!(
+            run("CREATE TABLE t (id int primary key)", "")
+                .notes
+                .is_empty()
+        );
+        let p = run("CREATE PROCEDURE p() BEGIN END", "");
+        assert!(p.statements.is_empty() && p.notes.len() == 1, "{p:?}");
+        // Routed tables: a schema drop upstream is not a drop of the target.
+        let p = run("DROP DATABASE shop", r#", "target-schema": "replica""#);
+        assert!(p.statements.is_empty() && p.notes.len() == 1, "{p:?}");
+        assert_eq!(
+            sql(&run("DROP TABLE a", r#", "target-schema": "replica""#)),
+            ["DROP TABLE IF EXISTS \"replica\".\"a\""]
+        );
+    }
+}
