@@ -227,13 +227,15 @@ fn main() {
         "CREATE USER 'repl'@'%' IDENTIFIED BY 'Repl-Pw1'; \
          GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'repl'@'%'",
     );
+    // Neither downstream writes a binlog of its own (the replica's default).
     let native = PrivateMariaDb::start_with(&[
         "--server-id=2",
+        "--skip-log-bin",
         "--skip-slave-start",
         "--slave-parallel-threads=4",
         "--slave-parallel-mode=optimistic",
     ]);
-    let ours = PrivateMariaDb::start_with(&["--server-id=3"]);
+    let ours = PrivateMariaDb::start_with(&["--server-id=3", "--skip-log-bin"]);
     let start = up.exec("SELECT @@gtid_binlog_pos").trim().to_string();
     native.exec(&format!(
         "SET GLOBAL gtid_slave_pos = '{start}'; \

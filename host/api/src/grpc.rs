@@ -442,6 +442,20 @@ pub fn status_pb(v: &FeedView, sink_data_dir: Option<&std::path::Path>) -> pb::C
             .unwrap_or_default(),
         source_time_ms: v.progress.as_ref().map_or(0, |p| p.source_time_ms),
         source_events: counters.source_events,
+        validator: v
+            .progress
+            .as_ref()
+            .and_then(|p| p.validator.as_ref())
+            .map(|r| pb::ValidatorStatus {
+                mode: r.mode.clone(),
+                matched: r.matched,
+                mismatched: r.mismatched,
+                pending: r.pending,
+                skipped: r.skipped,
+                errors: r.errors,
+                last_error: r.last_error.clone().unwrap_or_default(),
+                mismatches: r.mismatches.clone(),
+            }),
     }
 }
 

@@ -337,6 +337,26 @@ pub fn render_metrics(
             &l,
             info.error_count as f64,
         );
+        if let Some(r) = v.progress.as_ref().and_then(|p| p.validator.as_ref()) {
+            for (result, count) in [
+                ("matched", r.matched),
+                ("mismatched", r.mismatched),
+                ("skipped", r.skipped),
+            ] {
+                f.counter(
+                    "sluice_changefeed_validator_rows_total",
+                    "Rows the continuous validator read back downstream, by result (counted since the processor started): matched, mismatched (still different after every retry), skipped (its cache or queue was full).",
+                    &[("tenant", tenant), ("changefeed", name), ("result", result)],
+                    count as f64,
+                );
+            }
+            f.gauge(
+                "sluice_changefeed_validator_pending_rows",
+                "Rows the continuous validator has yet to check or re-check.",
+                &l,
+                r.pending as f64,
+            );
+        }
         for (outcome, count) in [
             ("swapped", &swaps.swaps),
             ("rolled-back", &swaps.rollbacks),
@@ -496,6 +516,7 @@ mod tests {
                 filters: Vec::new(),
                 sink: PluginRef::new("sink-file@0.1.0".parse().unwrap()),
                 pipeline: Default::default(),
+                validator: Default::default(),
             },
             CommitTs::compose(1_700_000_000_250, 7),
         );

@@ -177,6 +177,16 @@ pub fn status_json(s: &pb::ChangefeedStatus) -> Value {
         "failure": s.failure,
         "errors": records(&s.last_errors),
         "warnings": records(&s.last_warnings),
+        "validator": s.validator.as_ref().map(|v| json!({
+            "mode": v.mode,
+            "matched": v.matched,
+            "mismatched": v.mismatched,
+            "pending": v.pending,
+            "skipped": v.skipped,
+            "errors": v.errors,
+            "last-error": (!v.last_error.is_empty()).then_some(&v.last_error),
+            "mismatches": v.mismatches,
+        })),
     })
 }
 

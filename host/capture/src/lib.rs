@@ -10,6 +10,7 @@ mod agent;
 mod processor;
 pub mod progress;
 mod settings;
+mod validate;
 mod work;
 
 use std::path::PathBuf;

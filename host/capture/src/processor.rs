@@ -425,6 +425,13 @@ async fn run(
     let reporter = store.reporter();
     let mut pipeline =
         Pipeline::new(config, filters, sink, start).with_progress_store(Box::new(store));
+    // The continuous validator, if `[validator]` asks for one; it ends with
+    // this run.
+    let _validator = crate::validate::settings(&info.config).map(|settings| {
+        let (listener, running) = crate::validate::start(settings, reporter.clone());
+        pipeline.set_ack_listener(listener);
+        running
+    });
     // A swap still pending or on probation when the previous run ended: the
     // stored version runs on probation again, with the old one to fall back
     // to.

@@ -56,6 +56,9 @@ pub struct TaskPosition {
     /// What the shadow this run carries out did (absent when none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadow: Option<sluice_owner::ShadowReport>,
+    /// What this run's continuous validator found (absent when none runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validator: Option<sluice_core::ValidatorReport>,
 }
 
 /// What a run did, as reported in its task position.
@@ -239,9 +242,11 @@ impl MetaProgressStore {
             } else {
                 Counters::default()
             },
-            // A swap or shadow is reported by the run that carries it out.
+            // A swap, shadow or validator is reported by the run that
+            // carries it out.
             swap: None,
             shadow: None,
+            validator: None,
             ..previous.clone()
         };
         let result = store
@@ -374,6 +379,16 @@ impl Reporter {
     ) -> Result<(), ProgressStoreError> {
         self.key.save(|record| record.shadow = report).await
     }
+
+    /// Writes what this run's continuous validator found.
+    pub async fn report_validator(
+        &self,
+        report: sluice_core::ValidatorReport,
+    ) -> Result<(), ProgressStoreError> {
+        self.key
+            .save(|record| record.validator = Some(report))
+            .await
+    }
 }
 
 impl ProgressStore for MetaProgressStore {
@@ -454,6 +469,7 @@ mod tests {
                 counters: Counters::default(),
                 swap: None,
                 shadow: None,
+                validator: None,
             }
         );
         assert_eq!(

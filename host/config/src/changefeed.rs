@@ -15,6 +15,7 @@ use crate::name::{NameKind, PluginId, validate_name};
 use crate::pipeline::PipelineConfig;
 use crate::plugin::{PluginConfig, check_plugin_name};
 use crate::source::SourceConfig;
+use crate::validator::ValidatorConfig;
 
 /// Who reads the file; the schema is the same, a few keys differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +54,9 @@ pub struct ChangefeedFile {
     /// `[pipeline]`.
     #[serde(default)]
     pub pipeline: PipelineConfig,
+    /// `[validator]`.
+    #[serde(default)]
+    pub validator: ValidatorConfig,
 }
 
 /// `[changefeed]` (`sluice run`).
@@ -91,6 +95,9 @@ pub struct ChangefeedConfig<P = PluginId> {
     /// Pipeline tuning.
     #[serde(default)]
     pub pipeline: PipelineConfig,
+    /// The continuous validator (`[validator]`).
+    #[serde(default, skip_serializing_if = "ValidatorConfig::is_default")]
+    pub validator: ValidatorConfig,
 }
 
 /// What `sluice run` runs: a changefeed config and where the run keeps things.
@@ -171,7 +178,7 @@ impl ChangefeedFile {
             &self.filter,
             &self.filters,
             &self.sink,
-            &self.pipeline,
+            (&self.pipeline, &self.validator),
             mode,
         )
     }
@@ -201,6 +208,7 @@ impl ChangefeedFile {
             filters,
             sink: id("sink".into(), self.sink)?,
             pipeline: self.pipeline,
+            validator: self.validator,
         })
     }
 
@@ -226,6 +234,7 @@ impl ChangefeedFile {
                 filters: self.filters,
                 sink: self.sink,
                 pipeline: self.pipeline,
+                validator: self.validator,
             },
         })
     }
@@ -265,7 +274,7 @@ impl<P> ChangefeedConfig<P> {
             &self.filter,
             &self.filters,
             &self.sink,
-            &self.pipeline,
+            (&self.pipeline, &self.validator),
             mode,
         )
     }
@@ -287,7 +296,7 @@ fn validate_parts<P>(
     filter: &FilterConfig,
     filters: &[PluginConfig<P>],
     sink: &PluginConfig<P>,
-    pipeline: &PipelineConfig,
+    (pipeline, validator): (&PipelineConfig, &ValidatorConfig),
     mode: Mode,
 ) -> Result<(), ConfigError> {
     source.validate()?;
@@ -301,7 +310,8 @@ fn validate_parts<P>(
     for (at, plugin) in plugins_of(filters, sink) {
         plugin.validate(&at, mode)?;
     }
-    pipeline.validate()
+    pipeline.validate()?;
+    validator.validate(sink)
 }
 
 /// A TOML error on one line: `line L, column C: what`, for API answers.

@@ -21,6 +21,7 @@ mod name;
 mod pipeline;
 mod plugin;
 pub mod source;
+mod validator;
 
 #[cfg(test)]
 mod tests;
@@ -39,3 +40,4 @@ pub use plugin::{Capabilities, DataDir, Limits, PluginConfig};
 pub use source::{
     DatagenConfig, Mix, MysqlConfig, SourceConfig, StartPosition, redact_secrets, redact_url,
 };
+pub use validator::{ValidatorConfig, ValidatorMode};

@@ -23,6 +23,7 @@ fn file_with(at: &str, extra: &str) -> String {
         ("sink.limits", String::new()),
         ("sink.capabilities", String::new()),
         ("pipeline", String::new()),
+        ("validator", String::new()),
     ];
     for (name, body) in &mut sections {
         if *name == at {
@@ -92,6 +93,7 @@ fn every_table_of_the_schema_is_documented_key_for_key() {
         ("sink.limits", "### `[sink.limits]`", ""),
         ("sink.capabilities", "### `[sink.capabilities]`", ""),
         ("pipeline", "## `[pipeline]`", ""),
+        ("validator", "## `[validator]`", ""),
     ];
     for (table, heading, prefix) in tables {
         let mut documented = doc_keys(heading, prefix);

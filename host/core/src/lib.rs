@@ -7,6 +7,7 @@ mod error;
 mod event;
 mod traits;
 mod ts;
+mod validator;
 
 pub use batch::{
     Batch, BatchBuilder, ByteValues, Column, ColumnData, ColumnType, ColumnValues, FLAG_REPLAY,
@@ -19,3 +20,4 @@ pub use event::{
 };
 pub use traits::{Filter, ResumeError, Sink, Source, SourceEvent, SourceStats};
 pub use ts::{CheckpointTs, CommitTs, ResolvedTs};
+pub use validator::{MAX_REPORTED_MISMATCHES, ValidatorReport};

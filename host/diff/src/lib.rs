@@ -17,6 +17,7 @@
 //! columns, all are counted.
 
 mod side;
+pub mod validator;
 mod values;
 
 use std::time::{Duration, Instant};

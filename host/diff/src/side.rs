@@ -418,6 +418,33 @@ impl Side {
         }
     }
 
+    /// How a column is read: as text in a form both engines share.
+    fn read(&self, c: &Column) -> String {
+        let id = self.ident(&c.name);
+        match (self.engine(), c.kind) {
+            (Engine::Mysql, Kind::Binary) => format!("LOWER(HEX({id}))"),
+            (Engine::Mysql, Kind::Bit) => format!("CAST({id} AS UNSIGNED)"),
+            (Engine::Mysql, _) => format!("CAST({id} AS CHAR)"),
+            (Engine::Postgres, Kind::Binary) => format!("encode({id}, 'hex')"),
+            (Engine::Postgres, Kind::Bool) => format!("{id}::int::text"),
+            (Engine::Postgres, _) => format!("{id}::text"),
+        }
+    }
+
+    /// `SELECT` of the key columns, then every column of `columns`, read.
+    fn select(&self, key: &[String], key_kinds: &[Kind], columns: &[Column]) -> String {
+        let key_columns = key.iter().zip(key_kinds).map(|(k, kind)| Column {
+            name: k.clone(),
+            kind: *kind,
+        });
+        let list = key_columns
+            .chain(columns.iter().cloned())
+            .map(|c| self.read(&c))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!("SELECT {list}")
+    }
+
     /// The rows of `chunk`: key columns, then every column of `columns`,
     /// each as text in a form both engines share (NULL as `None`).
     pub async fn rows(
@@ -429,38 +456,58 @@ impl Side {
         chunk: &Chunk,
     ) -> Result<Vec<Vec<Option<String>>>, DiffError> {
         let (condition, params) = self.condition(key, key_kinds, chunk);
-        let engine = self.engine();
-        let read = |c: &Column| -> String {
-            let id = self.ident(&c.name);
-            match (engine, c.kind) {
-                (Engine::Mysql, Kind::Binary) => format!("LOWER(HEX({id}))"),
-                (Engine::Mysql, Kind::Bit) => format!("CAST({id} AS UNSIGNED)"),
-                (Engine::Mysql, _) => format!("CAST({id} AS CHAR)"),
-                (Engine::Postgres, Kind::Binary) => format!("encode({id}, 'hex')"),
-                (Engine::Postgres, Kind::Bool) => format!("{id}::int::text"),
-                (Engine::Postgres, _) => format!("{id}::text"),
-            }
-        };
-        let key_columns: Vec<Column> = key
+        let sql = format!(
+            "{} FROM {from} WHERE {condition}",
+            self.select(key, key_kinds, columns)
+        );
+        self.text_rows(&sql, &params).await
+    }
+
+    /// The rows whose keys are `keys` (each bound to this side's key kinds),
+    /// read like [`Side::rows`].
+    pub async fn rows_by_keys(
+        &mut self,
+        from: &str,
+        columns: &[Column],
+        key: &[String],
+        key_kinds: &[Kind],
+        keys: &[Vec<KeyValue>],
+    ) -> Result<Vec<Vec<Option<String>>>, DiffError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tuple = key
             .iter()
-            .zip(key_kinds)
-            .map(|(k, kind)| Column {
-                name: k.clone(),
-                kind: *kind,
-            })
-            .collect();
-        let list = key_columns
-            .iter()
-            .chain(columns)
-            .map(read)
+            .map(|k| self.ident(k))
             .collect::<Vec<_>>()
             .join(", ");
-        let sql = format!("SELECT {list} FROM {from} WHERE {condition}");
+        let mut marks = Vec::new();
+        let mut params = Vec::new();
+        for k in keys {
+            let one: Vec<String> = (0..k.len())
+                .map(|i| self.placeholder(params.len() + i + 1))
+                .collect();
+            marks.push(format!("({})", one.join(", ")));
+            params.extend(k.iter().zip(key_kinds).map(|(v, kind)| as_number(v, *kind)));
+        }
+        let sql = format!(
+            "{} FROM {from} WHERE ({tuple}) IN ({})",
+            self.select(key, key_kinds, columns),
+            marks.join(", ")
+        );
+        self.text_rows(&sql, &params).await
+    }
+
+    async fn text_rows(
+        &mut self,
+        sql: &str,
+        params: &[KeyValue],
+    ) -> Result<Vec<Vec<Option<String>>>, DiffError> {
         let name = self.name;
         match &mut self.conn {
             Conn::Mysql(conn) => {
                 let rows: Vec<mysql_async::Row> = conn
-                    .exec(sql, mysql_params(&params))
+                    .exec(sql, mysql_params(params))
                     .await
                     .map_err(|e| mysql_error(name, e))?;
                 Ok(rows
@@ -480,7 +527,7 @@ impl Side {
                     .collect())
             }
             Conn::Postgres(client) => {
-                let rows = pg_query(client, &sql, &params)
+                let rows = pg_query(client, sql, params)
                     .await
                     .map_err(|e| pg_error(name, e))?;
                 Ok(rows

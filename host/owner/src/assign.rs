@@ -180,6 +180,9 @@ pub struct TaskReport {
     /// What the shadow the run carries out did.
     #[serde(default)]
     pub shadow: Option<crate::ShadowReport>,
+    /// What the run's continuous validator found.
+    #[serde(default)]
+    pub validator: Option<sluice_core::ValidatorReport>,
 }
 
 impl TaskReport {
@@ -196,6 +199,7 @@ impl TaskReport {
             event_cache_bytes: self.event_cache_bytes,
             swap: self.swap.clone(),
             shadow: self.shadow.clone(),
+            validator: self.validator.clone(),
         }
     }
 }
@@ -519,6 +523,7 @@ impl Reports {
                     event_cache_bytes: o.event_cache_bytes + p.event_cache_bytes,
                     swap: o.swap.or(p.swap),
                     shadow: o.shadow.or(p.shadow),
+                    validator: o.validator.or(p.validator),
                 },
             });
         }

@@ -44,6 +44,8 @@ pub struct WorkProgress {
     pub swap: Option<crate::SwapReport>,
     /// What the shadow running at the capture did, if one runs.
     pub shadow: Option<crate::ShadowReport>,
+    /// What the continuous validator of the work found, if one runs.
+    pub validator: Option<sluice_core::ValidatorReport>,
 }
 
 /// How a capture's work for a changefeed ended.

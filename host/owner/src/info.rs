@@ -675,6 +675,7 @@ pub(crate) mod tests {
             filters: Vec::new(),
             sink: PluginRef::new("sink-file@0.1.0".parse().unwrap()),
             pipeline: PipelineConfig::default(),
+            validator: Default::default(),
         }
     }
 

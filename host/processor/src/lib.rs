@@ -27,7 +27,7 @@ mod tests;
 pub use config::PipelineConfig;
 pub use error::PipelineError;
 pub use persist::{ProgressStore, ProgressStoreError, StoreFuture};
-pub use pipeline::{Pipeline, Progress, Report};
+pub use pipeline::{AckListener, Pipeline, Progress, Report};
 pub use shadow::{
     CallLatency, Difference, MAX_DIFFERENCES, MAX_FAILURES_IN_A_ROW, ShadowCandidate,
     ShadowCommand, ShadowLimits, ShadowSnapshot, ShadowStatus,

@@ -77,6 +77,15 @@ struct Pending {
     batch: Batch,
 }
 
+/// Told of every batch the sink acknowledged, in order, once the flush that
+/// covers it returned (a continuous validator re-reads its rows
+/// downstream). It must not block: it runs on the pipeline's task.
+pub trait AckListener: Send {
+    /// `batch` (as the sink got it, after filters) is durable downstream;
+    /// `schemas` are those of its tables.
+    fn acked(&mut self, schemas: &[Arc<TableSchema>], batch: Batch);
+}
+
 /// One changefeed: a source, a filter chain and a sink.
 pub struct Pipeline<K: Sink, F: Filter> {
     config: PipelineConfig,
@@ -112,6 +121,8 @@ pub struct Pipeline<K: Sink, F: Filter> {
     wrote_since_flush: bool,
     /// Batches written but not acknowledged yet, for replay.
     unacked: Vec<Pending>,
+    /// Told of batches once acknowledged.
+    ack_listener: Option<Box<dyn AckListener>>,
     unacked_bytes: usize,
     last_flush: Instant,
     /// Where positions are saved (none: nothing survives the process).
@@ -250,6 +261,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             flushed: from,
             wrote_since_flush: false,
             unacked: Vec::new(),
+            ack_listener: None,
             unacked_bytes: 0,
             last_flush: Instant::now(),
             store: None,
@@ -263,6 +275,11 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             probation: None,
             shadow: None,
         }
+    }
+
+    /// Tell `listener` of every batch the sink acknowledges from now on.
+    pub fn set_ack_listener(&mut self, listener: Box<dyn AckListener>) {
+        self.ack_listener = Some(listener);
     }
 
     /// Run the sink on trial from the start, with `fallback` to swap back to if
@@ -991,7 +1008,14 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             }
             self.flushed = target;
             self.wrote_since_flush = false;
-            self.unacked.clear();
+            match &mut self.ack_listener {
+                Some(listener) => {
+                    for p in std::mem::take(&mut self.unacked) {
+                        listener.acked(&p.schemas, p.batch);
+                    }
+                }
+                None => self.unacked.clear(),
+            }
             self.unacked_bytes = 0;
         }
         let read_through = self.read_through;

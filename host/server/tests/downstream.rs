@@ -283,9 +283,26 @@ host-call-timeout-ms = 120000
 
 [pipeline]
 flush-interval-ms = 200
+
+[validator]
+mode = "full"
 "#
         ),
     )
+}
+
+/// Waits until changefeed `name` reads (its checkpoint moves: it reads from
+/// where the binlog is now, so tables made before that would be missed).
+fn running(server: &Server, name: &str) {
+    let checkpoint = || {
+        server.state(name)["status"]["checkpoint-ts"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let first = checkpoint();
+    server.wait_for(&format!("{name} to run"), Duration::from_secs(60), || {
+        checkpoint() > first
+    });
 }
 
 /// `sluice diff` of [`TABLES`]: (equal, output).
@@ -365,21 +382,14 @@ fn both_downstreams_match_the_upstream_after_ten_kills_during_every_type_ddl_and
         "ungranted",
         &std::fs::read_to_string(&to_pg)
             .unwrap()
-            .replace("database = \"target\"", "database = \"elsewhere\""),
+            .replace("database = \"target\"", "database = \"elsewhere\"")
+            .replace("[validator]\nmode = \"full\"\n", ""),
     );
     server.create("ungranted", &ungranted);
     // The changefeeds read from where the binlog is now: wait until they
     // run before the tables are made.
     for name in ["to-mariadb", "to-postgres"] {
-        let checkpoint = || {
-            server.state(name)["status"]["checkpoint-ts"]
-                .as_u64()
-                .unwrap_or(0)
-        };
-        let first = checkpoint();
-        server.wait_for(&format!("{name} to run"), Duration::from_secs(60), || {
-            checkpoint() > first
-        });
+        running(&server, name);
     }
 
     // The workload runs on its own thread while the server is killed.
@@ -443,6 +453,22 @@ fn both_downstreams_match_the_upstream_after_ten_kills_during_every_type_ddl_and
             std::thread::sleep(Duration::from_secs(3));
         }
         eprintln!("{name}: equal {:.0?} after the workload", started.elapsed());
+        // The validator of the last run read back what it applied and
+        // found every row as upstream has it.
+        let started = Instant::now();
+        loop {
+            let v = server.state(name)["status"]["validator"].clone();
+            if v["pending"].as_u64() == Some(0) && v["matched"].as_u64() > Some(0) {
+                assert_eq!(v["mismatched"].as_u64(), Some(0), "{name}: {v}");
+                eprintln!("{name}: validator {v}");
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{name}: the validator did not settle: {v}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
         let q = server.state(name);
         assert!(
             matches!(q["state"].as_str(), Some("normal" | "warning")),
@@ -475,4 +501,126 @@ fn both_downstreams_match_the_upstream_after_ten_kills_during_every_type_ddl_and
     assert!(text.contains("2 of 4 tables differ"), "{text}");
     let log = server.stop();
     assert!(!log.contains("Pg-Writer-Pw3"));
+}
+
+#[test]
+fn the_validator_names_rows_that_differ_downstream_and_fast_mode_only_checks_presence() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = PrivateMariaDb::start();
+    up.exec("CREATE USER 'repl'@'%' IDENTIFIED BY 'Hidden-Pw1'; GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'repl'@'%'");
+    up.exec("CREATE DATABASE shop; CREATE TABLE shop.items (id INT PRIMARY KEY, n INT, note VARCHAR(16))");
+    let down = PrivateMariaDb::start();
+    // Two copies downstream, each with a trigger that changes what it is
+    // given: the rows are there, their values are not upstream's.
+    for copy in ["fast_copy", "full_copy"] {
+        down.exec(&format!(
+            "CREATE DATABASE {copy}; CREATE TABLE {copy}.items (id INT PRIMARY KEY, n INT, note VARCHAR(16)); \
+             CREATE TRIGGER {copy}.bump BEFORE INSERT ON {copy}.items FOR EACH ROW SET NEW.n = NEW.n + 1000"
+        ));
+    }
+    down.exec(
+        "CREATE USER 'writer'@'%' IDENTIFIED BY 'Writer-Pw2'; GRANT ALL ON *.* TO 'writer'@'%'",
+    );
+    let server = Server::start(&dir.path().join("server"), &[]);
+    server.upload("sink-mysql", "sink");
+    for (name, copy, mode) in [("fast", "fast_copy", "fast"), ("full", "full_copy", "full")] {
+        let file = common::write_file(
+            dir.path(),
+            name,
+            &format!(
+                r#"
+[source]
+type = "mysql"
+url = "{}"
+heartbeat-ms = 200
+
+[sink]
+plugin = "sink-mysql@0.1.0"
+[sink.config]
+database = "target"
+target-schema = "{copy}"
+[sink.capabilities.sql]
+target = "{}"
+
+[pipeline]
+flush-interval-ms = 100
+
+[validator]
+mode = "{mode}"
+retry-count = 2
+interval-ms = 200
+"#,
+                up.url("repl", "Hidden-Pw1"),
+                down.url("writer", "Writer-Pw2"),
+            ),
+        );
+        server.create(name, &file);
+        running(&server, name);
+    }
+    let mut sql = String::new();
+    for id in 1..=50 {
+        sql.push_str(&format!(
+            "INSERT INTO shop.items VALUES ({id}, {id}, 'row {id}');"
+        ));
+    }
+    sql.push_str("UPDATE shop.items SET note = 'changed' WHERE id <= 10; DELETE FROM shop.items WHERE id > 45;");
+    up.exec(&sql);
+
+    let validator = |name: &str| server.state(name)["status"]["validator"].clone();
+    let settle = |name: &str, done: &dyn Fn(&serde_json::Value) -> bool| {
+        let started = Instant::now();
+        loop {
+            let v = validator(name);
+            if done(&v) {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the {name} validator did not settle: {v}; status: {}",
+                server.state(name)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    // Full: rows 11 to 45 differ in n. Rows 1 to 10 match: their update
+    // wrote every column again (the trigger fires on inserts only); rows 46
+    // to 50 are gone on both sides.
+    settle("full", &|v| {
+        v["mismatched"].as_u64() == Some(35) && v["pending"].as_u64() == Some(0)
+    });
+    let v = validator("full");
+    assert_eq!(v["mode"], "full", "{v}");
+    assert!(v["matched"].as_u64() >= Some(15), "{v}");
+    // The latest 20 are named, each with the column and both values.
+    let named = v["mismatches"].as_array().unwrap();
+    assert_eq!(named.len(), 20, "{v}");
+    for line in named {
+        let line = line.as_str().unwrap();
+        let id: u64 = line
+            .strip_prefix("shop.items id=")
+            .and_then(|rest| rest.split(':').next())
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!((11..=45).contains(&id), "{line}");
+        assert_eq!(
+            line,
+            format!(
+                "shop.items id={id}: n: upstream {id}, downstream {}",
+                id + 1000
+            )
+        );
+    }
+    // Fast: every row is where it should be.
+    settle("fast", &|v| {
+        v["matched"].as_u64() >= Some(50) && v["pending"].as_u64() == Some(0)
+    });
+    assert_eq!(validator("fast")["mismatched"].as_u64(), Some(0));
+    let (_, metrics) = server.http_get("/metrics");
+    assert!(
+        metrics.contains(
+            r#"sluice_changefeed_validator_rows_total{tenant="default",changefeed="full",result="mismatched"} 35"#
+        ),
+        "{metrics}"
+    );
+    server.stop();
 }

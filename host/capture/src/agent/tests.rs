@@ -101,6 +101,7 @@ async fn store_info(f: &Fixture, name: &str, epoch: u64, rows: u64, rate: u64) -
             filters: Vec::new(),
             sink: PluginRef::new(sink()),
             pipeline: sluice_config::PipelineConfig::default(),
+            validator: Default::default(),
         },
         CommitTs::new(START),
     );
