@@ -79,12 +79,12 @@ fn run_file(dir: &Path, name: &str, up: &str, start: &str, target: &str, live: b
 data-dir = "{state}"
 
 [changefeed]
-id = "{name}"
+id = "{id}"
 
 [source]
 type = "mysql"
 url = "{up}"
-start-position = "{start}"
+start-position = "gtid:{start}"
 stop-at-end = {stop}
 heartbeat-ms = 100
 
@@ -106,6 +106,7 @@ flush-interval-ms = 50
         plugins = plugins.display(),
         state = state.display(),
         stop = !live,
+        id = name.replace('_', "-"),
     );
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, text).unwrap();
