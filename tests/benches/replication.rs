@@ -188,6 +188,10 @@ async fn heartbeat_lags(up: &str, downs: &[String], until: Instant) -> Vec<Vec<f
         readers.push(mysql_async::Conn::from_url(d.as_str()).await.unwrap());
     }
     let mut lags = vec![Vec::new(); downs.len()];
+    // A downstream's samples count from when it first shows a heartbeat
+    // written in this phase (before, it shows the one written at set-up).
+    let mut seen = vec![false; downs.len()];
+    let started = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(10));
     while Instant::now() < until {
         tick.tick().await;
@@ -195,7 +199,8 @@ async fn heartbeat_lags(up: &str, downs: &[String], until: Instant) -> Vec<Vec<f
             .query_drop("UPDATE bench_hb.hb SET at = NOW(6) WHERE id = 1")
             .await
             .unwrap();
-        for (reader, lags) in readers.iter_mut().zip(&mut lags) {
+        let since_start = started.elapsed().as_micros() as i64;
+        for ((reader, lags), seen) in readers.iter_mut().zip(&mut lags).zip(&mut seen) {
             let age: Option<i64> = reader
                 .query_first(
                     "SELECT TIMESTAMPDIFF(MICROSECOND, at, NOW(6)) FROM bench_hb.hb WHERE id = 1",
@@ -203,7 +208,10 @@ async fn heartbeat_lags(up: &str, downs: &[String], until: Instant) -> Vec<Vec<f
                 .await
                 .unwrap();
             if let Some(us) = age {
-                lags.push(us as f64 / 1000.0);
+                *seen |= us <= since_start;
+                if *seen {
+                    lags.push(us as f64 / 1000.0);
+                }
             }
         }
     }
