@@ -14,6 +14,17 @@ pub fn pg_type(column: &Column) -> String {
         Some((name, rest)) => (name.trim(), rest.trim_end_matches(')')),
         None => (base.trim(), ""),
     };
+    // Lengths, precisions and scales are numbers (`12` or `12,2`); anything
+    // else (an ENUM's values) never reaches the PostgreSQL type.
+    let args = if args
+        .split(',')
+        .all(|a| !a.trim().is_empty() && a.trim().bytes().all(|b| b.is_ascii_digit()))
+        && args.split(',').count() <= 2
+    {
+        args
+    } else {
+        ""
+    };
     let with_fsp = |pg: &str| {
         if args.is_empty() {
             pg.to_string()
@@ -110,6 +121,9 @@ mod tests {
             ("timestamp(3)", ColumnType::Datetime, "timestamptz(3)"),
             ("time(2)", ColumnType::Text, "interval"),
             ("something new", ColumnType::Boolean, "boolean"),
+            // Not numbers: no arguments reach PostgreSQL.
+            ("varchar(1); drop table x", ColumnType::Text, "text"),
+            ("decimal(5,2,1)", ColumnType::Decimal, "numeric"),
         ];
         for (mysql, ty, pg) in cases {
             assert_eq!(pg_type(&column(mysql, ty)), pg, "{mysql}");
