@@ -258,6 +258,20 @@ fn dsn_problem(dsn: &str) -> Option<String> {
                 .into(),
         );
     };
+    if !dsn.starts_with("mysql://")
+        && [
+            "sslmode=require",
+            "sslmode=verify-ca",
+            "sslmode=verify-full",
+        ]
+        .iter()
+        .any(|m| rest.contains(m))
+    {
+        return Some(
+            "TLS to PostgreSQL is not supported yet: drop sslmode=require (or verify-*) from the DSN"
+                .into(),
+        );
+    }
     let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
     let host = host.split(['/', '?']).next().unwrap_or_default();
     if host.is_empty() {

@@ -167,6 +167,24 @@ mod tests {
             assert!(e.contains(says), "{validator}: {e}");
             assert!(!e.contains("pw@"), "{e}");
         }
+        // PostgreSQL DSNs are checked at validation too, never repeated.
+        for (dsn, says) in [
+            ("postgres://u:pw@127.0.0.1:99999/x", "not a port"),
+            (
+                "postgres://u:pw@127.0.0.1:5432/x?sslmode=require",
+                "TLS to PostgreSQL",
+            ),
+            ("postgresql://u:pw@/x", "names no host"),
+        ] {
+            let text = format!(
+                "[changefeed]\nid = \"v\"\n[source]\ntype = \"datagen\"\n[sink]\nplugin = \"sink-postgres\"\n\
+                 [sink.capabilities.sql]\ntarget = \"{dsn}\"\n"
+            );
+            let e = ChangefeedFile::parse(&text, Mode::Run)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says) && !e.contains("pw@"), "{dsn}: {e}");
+        }
         // Off, nothing is required of the sink.
         assert!(file("database = \"other\"", "mode = \"none\"").is_ok());
     }

@@ -330,6 +330,13 @@ impl Side {
             .map(|k| self.ident(k))
             .collect::<Vec<_>>()
             .join(", ");
+        // PostgreSQL keys are read as text (bound back as text, typed by the
+        // server).
+        let texts = key
+            .iter()
+            .map(|k| format!("{}::text", self.ident(k)))
+            .collect::<Vec<_>>()
+            .join(", ");
         let name = self.name;
         match &mut self.conn {
             Conn::Mysql(conn) => {
@@ -343,11 +350,6 @@ impl Side {
                 Ok(row.map(|r| r.unwrap().into_iter().map(key_of_mysql).collect()))
             }
             Conn::Postgres(client) => {
-                let texts = key
-                    .iter()
-                    .map(|k| format!("{}::text", self_ident_pg(k)))
-                    .collect::<Vec<_>>()
-                    .join(", ");
                 let sql = format!(
                     "SELECT {texts} FROM {from} WHERE {condition} ORDER BY {order} LIMIT 1 OFFSET {offset}"
                 );
@@ -541,11 +543,6 @@ impl Side {
             }
         }
     }
-}
-
-/// A quoted PostgreSQL identifier.
-fn self_ident_pg(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 async fn pg_query(

@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::side::{Column, KeyValue, Kind, Side};
 use crate::values;
+use sluice_sdk::{date_text, datetime_text};
 
 /// Most keys read back in one query.
 const KEYS_PER_QUERY: usize = 500;
@@ -428,24 +429,6 @@ fn key_of(v: &Value, column: &UpColumn) -> KeyValue {
         (Value::Bytes(b), ColumnType::Blob) => KeyValue::Bytes(b.clone()),
         (v, _) => KeyValue::Text(text_of(v, column).unwrap_or_default()),
     }
-}
-
-fn date_text(days: i64) -> String {
-    let (y, m, d) = sluice_sdk::civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
-fn datetime_text(us: i64) -> String {
-    let days = us.div_euclid(86_400_000_000);
-    let rest = us.rem_euclid(86_400_000_000);
-    let (secs, micros) = (rest / 1_000_000, rest % 1_000_000);
-    format!(
-        "{} {:02}:{:02}:{:02}.{micros:06}",
-        date_text(days),
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use std::rc::Rc;
 
 use sluice_sdk::sql::{self, Statement, Value as SqlValue};
 use sluice_sdk::{BatchView, Column, Error, Op, TableSchema, Value};
+pub use sluice_sdk::{date_text, datetime_text};
 
 mod config;
 mod mysql;
@@ -96,26 +97,6 @@ pub fn common_param(value: Value<'_>, column: &Column) -> SqlValue {
         Value::Bool(b) => SqlValue::Int(i64::from(b)),
         Value::Date(days) => SqlValue::Text(date_text(days)),
         Value::DateTime(us) => SqlValue::Text(datetime_text(us)),
-    }
-}
-
-/// Days since 1970-01-01 as `YYYY-MM-DD`.
-pub fn date_text(days: i64) -> String {
-    let (y, m, d) = sluice_sdk::civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
-/// Microseconds since 1970-01-01 00:00:00 as `YYYY-MM-DD HH:MM:SS[.ffffff]`.
-pub fn datetime_text(us: i64) -> String {
-    let days = us.div_euclid(86_400_000_000);
-    let rest = us.rem_euclid(86_400_000_000);
-    let (secs, micros) = (rest / 1_000_000, rest % 1_000_000);
-    let (h, mi, s) = (secs / 3600, secs / 60 % 60, secs % 60);
-    let date = date_text(days);
-    if micros == 0 {
-        format!("{date} {h:02}:{mi:02}:{s:02}")
-    } else {
-        format!("{date} {h:02}:{mi:02}:{s:02}.{micros:06}")
     }
 }
 

@@ -86,7 +86,7 @@ mod view;
 
 pub use build::{TableBatchBuilder, append_value};
 pub use plugin::{Filter, FilterInstance, Sink, SinkInstance, parse_config};
-pub use text::{civil_from_days, glob_match};
+pub use text::{civil_from_days, date_text, datetime_text, glob_match};
 pub use types::{
     Batch, ByteValues, Column, ColumnData, ColumnType, ColumnValues, DdlEvent, Error, FLAG_REPLAY,
     FLAG_SPLIT, Op, TableBatch, TableSchema,

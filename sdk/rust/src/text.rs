@@ -69,6 +69,27 @@ pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
+/// Days since 1970-01-01 as `YYYY-MM-DD`.
+pub fn date_text(days: i64) -> String {
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Microseconds since 1970-01-01 00:00:00 as `YYYY-MM-DD HH:MM:SS[.ffffff]`
+/// (the fraction only when not zero): the text MySQL and PostgreSQL both read.
+pub fn datetime_text(us: i64) -> String {
+    let days = us.div_euclid(86_400_000_000);
+    let rest = us.rem_euclid(86_400_000_000);
+    let (secs, micros) = (rest / 1_000_000, rest % 1_000_000);
+    let (h, mi, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let date = date_text(days);
+    if micros == 0 {
+        format!("{date} {h:02}:{mi:02}:{s:02}")
+    } else {
+        format!("{date} {h:02}:{mi:02}:{s:02}.{micros:06}")
+    }
+}
+
 /// Whether `text` matches the glob `pattern` (`*` any run, `?` one character;
 /// everything else literal, case-sensitive).
 pub fn glob_match(pattern: &str, text: &str) -> bool {
