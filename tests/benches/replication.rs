@@ -20,8 +20,9 @@
 //! Run with `cargo xtask bench-replication`. Environment: `SLUICE_BIN` (the
 //! release `sluice`), `REPL_BENCH_SECONDS` (sysbench run time per workload,
 //! default 20), `REPL_BENCH_RUNS` (runs per workload, default 3; medians),
-//! `REPL_BENCH_TABLE_SIZE` (rows per sysbench table at prepare, default
-//! 50,000; 4 tables), `REPL_BENCH_RATE` (transactions/s in the live phase,
+//! `REPL_BENCH_WORKLOADS` (sysbench workloads, comma-separated; default
+//! `oltp_insert,oltp_write_only`), `REPL_BENCH_TABLE_SIZE` (rows per
+//! sysbench table at prepare, default 50,000; 4 tables), `REPL_BENCH_RATE` (transactions/s in the live phase,
 //! default 500).
 
 use sluice_tests::bench::{env_or, median, percentile};
@@ -72,8 +73,10 @@ fn sysbench(
 /// sink-mysql on `target`; stops at the binlog's end unless `live`.
 fn run_file(dir: &Path, name: &str, up: &str, start: &str, target: &str, live: bool) -> PathBuf {
     let plugins = sluice_tests::workspace_root().join("target/plugins");
-    let state = dir.join(format!("state-{name}"));
-    let _ = std::fs::remove_dir_all(&state);
+    // One data dir for every run: each has its own changefeed id (its own
+    // positions), and the precompiled plugin is compiled once, as for a
+    // user who runs `sluice run` again.
+    let state = dir.join("state");
     let text = format!(
         r#"plugin-dir = "{plugins}"
 data-dir = "{state}"
@@ -255,7 +258,13 @@ fn main() {
     let up_url = up.url("repl", "Repl-Pw1");
 
     let mut table = Vec::new();
-    for workload in ["oltp_insert", "oltp_write_only"] {
+    let workloads =
+        std::env::var("REPL_BENCH_WORKLOADS").unwrap_or("oltp_insert,oltp_write_only".into());
+    for workload in workloads
+        .split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+    {
         let (mut native_s, mut sluice_s, mut rows_n) = (Vec::new(), Vec::new(), Vec::new());
         for run in 0..runs {
             let schema = format!("{workload}_{run}");

@@ -44,6 +44,13 @@ pub struct Config {
     /// Apply DDL events (default true).
     #[serde(default = "yes")]
     pub apply_ddl: bool,
+    /// Write each group of transactions by its net effect per key: the
+    /// rows it touches deleted in one statement, their last images inserted
+    /// in multi-row statements (default true). With false, every row change
+    /// is its own statement (an update stays an `UPDATE`), which downstream
+    /// triggers and foreign keys with `ON DELETE` actions may need.
+    #[serde(default = "yes")]
+    pub batch_dml: bool,
 }
 
 fn default_max_txn_row() -> usize {

@@ -2,12 +2,16 @@
 //! `write` and applied at `flush` through the host's `sql` interface.
 //!
 //! At flush, transactions (in commit order) go into at most `worker-count`
-//! groups so that no two groups of a round touch the same primary or unique
-//! key; each group is one downstream transaction on its own connection and
-//! the groups of a round apply concurrently. A transaction whose keys are in
-//! two groups waits for the round (conflicting transactions keep commit
-//! order). Inserts become multi-row statements of at most `max-txn-row` rows;
-//! an update that changes a key becomes a delete and an insert. Rows flagged
+//! groups so that no two groups touch the same primary or unique key:
+//! transactions sharing a key, directly or through others, are in one group
+//! in commit order (conflicting transactions keep commit order); each group
+//! is one downstream transaction on its own connection, and the groups apply
+//! concurrently. With `batch-dml` (the default) a group is written by its net
+//! effect per table: one `DELETE ... WHERE key IN (...)` of the rows it
+//! touches, then multi-row inserts of their last images, each statement at
+//! most `max-txn-row` rows. Without it, inserts become multi-row statements
+//! and every update and delete is its own statement; an update that changes
+//! a key becomes a delete and an insert. Rows flagged
 //! replay (or every row, with `safe-mode = "always"`) are written
 //! idempotently: an insert replaces any row it conflicts with on a key, an
 //! update deletes the old row and replaces the new one.
@@ -34,6 +38,9 @@ pub use postgres::Postgres;
 /// Most parameters one statement may carry (both MySQL's and PostgreSQL's
 /// wire protocols count them in 16 bits).
 pub const MAX_PARAMS: usize = 65_535;
+
+/// Most statements the host takes in one `execute` call.
+pub const MAX_CALL_STATEMENTS: usize = 65_536;
 
 /// The unique keys of a target table: each a list of column positions in
 /// the upstream schema. The primary key (the schema's key columns) is not
@@ -232,19 +239,46 @@ impl<D: Dialect> Applier<D> {
     pub fn flush(&mut self) -> Result<(), Error> {
         let pending = std::mem::take(&mut self.pending);
         let max_rows = self.config.max_txn_row;
-        for round in rounds(pending, self.config.worker_count) {
-            let groups: Vec<Vec<Statement>> = round
-                .into_iter()
-                .map(|group| statements::<D>(group, max_rows))
-                .filter(|g| !g.is_empty())
-                .collect();
-            if groups.is_empty() {
-                continue;
-            }
-            sql::execute(&self.config.database, groups).map_err(sql::SqlError::into_error)?;
+        let batch = self.config.batch_dml;
+        let groups: Vec<Vec<Statement>> = groups(pending, self.config.worker_count)
+            .into_iter()
+            .map(|group| statements::<D>(group, max_rows, batch))
+            .filter(|g| !g.is_empty())
+            .collect();
+        for call in calls(groups, MAX_CALL_STATEMENTS) {
+            sql::execute(&self.config.database, call).map_err(sql::SqlError::into_error)?;
         }
         Ok(())
     }
+}
+
+/// Groups packed into calls of at most `max` statements in all. The groups
+/// share no key, so calls may follow one another in any order; a group
+/// longer than `max` is cut into pieces applied one after another (each its
+/// own downstream transaction).
+fn calls(groups: Vec<Vec<Statement>>, max: usize) -> Vec<Vec<Vec<Statement>>> {
+    let mut out: Vec<Vec<Vec<Statement>>> = Vec::new();
+    let mut size = 0;
+    for group in groups {
+        if group.len() > max {
+            let mut rest = group;
+            while !rest.is_empty() {
+                let tail = rest.split_off(rest.len().min(max));
+                out.push(vec![rest]);
+                rest = tail;
+            }
+            continue;
+        }
+        if out.is_empty() || size + group.len() > max {
+            out.push(Vec::new());
+            size = 0;
+        }
+        size += group.len();
+        if let Some(call) = out.last_mut() {
+            call.push(group);
+        }
+    }
+    out
 }
 
 /// Unique keys from (index name, column name) rows: indexes whose columns
@@ -298,57 +332,72 @@ fn conflict_keys(change: &Change, image: &[SqlValue], out: &mut Vec<String>) {
     }
 }
 
-/// Splits transactions (in commit-ts order) into rounds of at most `workers`
-/// groups: within a round no key is in two groups, so the groups can apply
-/// concurrently; a transaction whose keys are already in two groups of the
-/// round starts the next round (it must wait for both). Within a group,
-/// transactions keep their order.
-fn rounds(txns: Vec<Txn>, workers: usize) -> Vec<Vec<Vec<Txn>>> {
-    let mut out: Vec<Vec<Vec<Txn>>> = Vec::new();
-    let mut round: Vec<Vec<Txn>> = Vec::new();
-    let mut rows: Vec<usize> = Vec::new();
+/// Splits transactions (in commit-ts order) into at most `workers` groups
+/// that share no key, so that the groups can apply concurrently:
+/// transactions that share a key, directly or through others, are in one
+/// group, in commit order. Such sets go to the least loaded group, largest
+/// first (by row changes).
+fn groups(txns: Vec<Txn>, workers: usize) -> Vec<Vec<Txn>> {
+    fn root(parent: &mut [usize], mut at: usize) -> usize {
+        while parent[at] != at {
+            parent[at] = parent[parent[at]];
+            at = parent[at];
+        }
+        at
+    }
+    let mut parent: Vec<usize> = (0..txns.len()).collect();
     let mut owner: HashMap<String, usize> = HashMap::new();
-    for txn in txns {
-        let mut keys = Vec::new();
+    let mut keys = Vec::new();
+    for (at, txn) in txns.iter().enumerate() {
+        keys.clear();
         for c in &txn.changes {
             for image in [c.before.as_ref(), c.after.as_ref()].into_iter().flatten() {
                 conflict_keys(c, image, &mut keys);
             }
         }
-        let mut groups: Vec<usize> = keys.iter().filter_map(|k| owner.get(k).copied()).collect();
-        groups.sort_unstable();
-        groups.dedup();
-        let at = match groups.as_slice() {
-            [one] => *one,
-            [] if round.len() < workers => {
-                round.push(Vec::new());
-                rows.push(0);
-                round.len() - 1
+        for key in keys.drain(..) {
+            match owner.entry(key) {
+                std::collections::hash_map::Entry::Occupied(first) => {
+                    let (a, b) = (root(&mut parent, at), root(&mut parent, *first.get()));
+                    // The older transaction's root stays the root.
+                    parent[a.max(b)] = a.min(b);
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(at);
+                }
             }
-            [] => {
-                // Every worker has a group: the least loaded takes it.
-                (0..round.len()).min_by_key(|&g| rows[g]).unwrap_or(0)
-            }
-            _ => {
-                // Its keys are in two groups: it waits for this round.
-                out.push(std::mem::take(&mut round));
-                rows.clear();
-                owner.clear();
-                round.push(Vec::new());
-                rows.push(0);
-                0
-            }
-        };
-        for k in keys {
-            owner.insert(k, at);
         }
-        rows[at] += txn.changes.len();
-        round[at].push(txn);
     }
-    if !round.is_empty() {
-        out.push(round);
+    // Connected sets in order of their first transaction, with their size.
+    let mut sets: Vec<(usize, Vec<usize>)> = Vec::new();
+    let mut set_of: HashMap<usize, usize> = HashMap::new();
+    for at in 0..txns.len() {
+        let r = root(&mut parent, at);
+        let n = *set_of.entry(r).or_insert_with(|| {
+            sets.push((0, Vec::new()));
+            sets.len() - 1
+        });
+        sets[n].0 += txns[at].changes.len().max(1);
+        sets[n].1.push(at);
     }
-    out
+    sets.sort_by(|a, b| b.0.cmp(&a.0).then(a.1[0].cmp(&b.1[0])));
+    let workers = workers.max(1);
+    let mut load = vec![0usize; workers];
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); workers];
+    for (size, txns_of_set) in sets {
+        let g = (0..workers).min_by_key(|&g| (load[g], g)).unwrap_or(0);
+        load[g] += size;
+        members[g].extend(txns_of_set);
+    }
+    let mut slots: Vec<Option<Txn>> = txns.into_iter().map(Some).collect();
+    members
+        .into_iter()
+        .filter(|m| !m.is_empty())
+        .map(|mut m| {
+            m.sort_unstable();
+            m.into_iter().filter_map(|at| slots[at].take()).collect()
+        })
+        .collect()
 }
 
 /// `WHERE` on the key columns (every column, NULL-safe, for a table without
@@ -463,12 +512,220 @@ struct InsertRun {
     rows: Vec<Vec<SqlValue>>,
 }
 
-/// The statements of one group, in order: runs of inserts into one table
-/// become multi-row statements of at most `max_rows` rows (fewer for wide
-/// tables: at most [`MAX_PARAMS`] parameters); an update that changes the
-/// key is a delete and an insert; idempotent rows replace (an update: its
-/// old row deleted, then the new one replaced).
-fn statements<D: Dialect>(group: Vec<Txn>, max_rows: usize) -> Vec<Statement> {
+/// The statements of one group. With `batch` (`batch-dml`), each table's
+/// changes are reduced to their net effect ([`net_statements`]); tables
+/// without a key, and every table without `batch`, get a statement per row
+/// change ([`row_statements`]).
+fn statements<D: Dialect>(group: Vec<Txn>, max_rows: usize, batch: bool) -> Vec<Statement> {
+    let changes = group.into_iter().flat_map(|t| t.changes);
+    if !batch {
+        return row_statements::<D>(changes, max_rows);
+    }
+    // Per target table (in order of first change), runs of changes from one
+    // upstream table and schema version. Two upstream tables routed to one
+    // target alternate runs, which apply in turn; different targets share
+    // no key (the group's conflict keys are per target), so their order
+    // does not matter.
+    let mut targets: Vec<Vec<Vec<Change>>> = Vec::new();
+    let mut at: HashMap<String, usize> = HashMap::new();
+    for change in changes {
+        let n = *at.entry(change.target.clone()).or_insert_with(|| {
+            targets.push(Vec::new());
+            targets.len() - 1
+        });
+        let runs = &mut targets[n];
+        let same = runs.last().and_then(|r| r.first()).is_some_and(|first| {
+            first.schema.version == change.schema.version
+                && first.schema.schema_name == change.schema.schema_name
+                && first.schema.table_name == change.schema.table_name
+        });
+        if same {
+            if let Some(run) = runs.last_mut() {
+                run.push(change);
+            }
+        } else {
+            runs.push(vec![change]);
+        }
+    }
+    let mut out = Vec::new();
+    for run in targets.into_iter().flatten() {
+        if run[0].schema.key_indexes().is_empty() {
+            out.extend(row_statements::<D>(run.into_iter(), max_rows));
+        } else {
+            out.extend(net_statements::<D>(run, max_rows));
+        }
+    }
+    out
+}
+
+/// What a run of changes leaves of one key.
+struct Net {
+    /// The key's values.
+    key: Vec<SqlValue>,
+    /// A row with this key may exist before the run (the first change on
+    /// it had a before image): it is deleted first.
+    existed: bool,
+    /// The row the key holds after the run, if any.
+    image: Option<Vec<SqlValue>>,
+}
+
+/// The statements of a run of changes to one keyed table (one upstream
+/// table and schema version), by net effect: one `DELETE ... WHERE (key)
+/// IN (...)` of every key that held a row before the run, then multi-row
+/// inserts of every key's last image, each at most `max_rows` rows (and
+/// [`MAX_PARAMS`] parameters). The run is one downstream transaction, so
+/// only its end state is seen. Since every row the run touches is removed
+/// before any is inserted, the inserted rows are a part of the upstream
+/// state after the run and cannot collide on a unique key with each other
+/// or with rows the run did not touch. With an idempotent (replayed) change
+/// in the run, the inserts replace.
+fn net_statements<D: Dialect>(run: Vec<Change>, max_rows: usize) -> Vec<Statement> {
+    let Some(first) = run.first() else {
+        return Vec::new();
+    };
+    let target = first.target.clone();
+    let schema = first.schema.clone();
+    let uniques = first.uniques.clone();
+    let keys = schema.key_indexes();
+    let mut nets: Vec<Net> = Vec::new();
+    let mut index: HashMap<Vec<u8>, usize> = HashMap::new();
+    let mut touch = |image: &[SqlValue], existed: bool| -> usize {
+        *index.entry(key_bytes(image, &keys)).or_insert_with(|| {
+            nets.push(Net {
+                key: keys.iter().map(|&i| image[i].clone()).collect(),
+                existed,
+                image: None,
+            });
+            nets.len() - 1
+        })
+    };
+    let mut replace = false;
+    let mut last: Vec<(usize, Option<Vec<SqlValue>>)> = Vec::new();
+    for change in run {
+        replace |= change.safe;
+        match (change.op, change.before, change.after) {
+            (Op::Insert, _, Some(after)) => last.push((touch(&after, false), Some(after))),
+            (Op::Delete, Some(before), _) => last.push((touch(&before, true), None)),
+            (Op::Update, Some(before), Some(after)) => {
+                let old = touch(&before, true);
+                let new = touch(&after, false);
+                if old != new {
+                    last.push((old, None));
+                }
+                last.push((new, Some(after)));
+            }
+            _ => {}
+        }
+    }
+    for (n, image) in last {
+        nets[n].image = image;
+    }
+    let mut out = Vec::new();
+    let deleted: Vec<Vec<SqlValue>> = nets
+        .iter_mut()
+        .filter(|n| n.existed)
+        .map(|n| std::mem::take(&mut n.key))
+        .collect();
+    let limit = max_rows.min(MAX_PARAMS / keys.len().max(1)).max(1);
+    for chunk in chunks(deleted, limit) {
+        out.push(delete_keys::<D>(&target, &schema, chunk));
+    }
+    let images: Vec<Vec<SqlValue>> = nets.into_iter().filter_map(|n| n.image).collect();
+    let limit = max_rows
+        .min(MAX_PARAMS / schema.columns.len().max(1))
+        .max(1);
+    for chunk in chunks(images, limit) {
+        out.extend(D::insert(&target, &schema, &uniques, chunk, replace));
+    }
+    out
+}
+
+/// `items` in pieces of at most `size`.
+fn chunks<T>(items: Vec<T>, size: usize) -> Vec<Vec<T>> {
+    let mut out: Vec<Vec<T>> = Vec::new();
+    for item in items {
+        match out.last_mut() {
+            Some(chunk) if chunk.len() < size => chunk.push(item),
+            _ => out.push(vec![item]),
+        }
+    }
+    out
+}
+
+/// The values at `at` of `image`, as bytes that are equal exactly when the
+/// values are.
+fn key_bytes(image: &[SqlValue], at: &[usize]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(at.len() * 9);
+    for &i in at {
+        match &image[i] {
+            SqlValue::Null => out.push(0),
+            SqlValue::Int(v) => {
+                out.push(1);
+                out.extend(v.to_le_bytes());
+            }
+            SqlValue::Uint(v) => {
+                out.push(2);
+                out.extend(v.to_le_bytes());
+            }
+            SqlValue::Float(v) => {
+                out.push(3);
+                out.extend(v.to_bits().to_le_bytes());
+            }
+            SqlValue::Text(t) => {
+                out.push(4);
+                out.extend((t.len() as u64).to_le_bytes());
+                out.extend(t.as_bytes());
+            }
+            SqlValue::Bytes(b) => {
+                out.push(5);
+                out.extend((b.len() as u64).to_le_bytes());
+                out.extend(b);
+            }
+        }
+    }
+    out
+}
+
+/// `DELETE` of the rows with the given `keys` (values of the schema's key
+/// columns, in order).
+pub fn delete_keys<D: Dialect>(
+    target: &str,
+    schema: &TableSchema,
+    keys: Vec<Vec<SqlValue>>,
+) -> Statement {
+    let columns: Vec<String> = schema
+        .key_indexes()
+        .iter()
+        .map(|&i| D::ident(&schema.columns[i].name))
+        .collect();
+    let width = columns.len();
+    let sql = if width == 1 {
+        let list: Vec<String> = (1..=keys.len()).map(D::placeholder).collect();
+        format!(
+            "DELETE FROM {target} WHERE {} IN ({})",
+            columns[0],
+            list.join(", ")
+        )
+    } else {
+        format!(
+            "DELETE FROM {target} WHERE ({}) IN ({})",
+            columns.join(", "),
+            values_list::<D>(keys.len(), width)
+        )
+    };
+    Statement::new(sql, keys.into_iter().flatten().collect())
+}
+
+/// The statements of `changes`, one per row change, in order: runs of
+/// inserts into one table become multi-row statements of at most
+/// `max_rows` rows (fewer for wide tables: at most [`MAX_PARAMS`]
+/// parameters); an update that changes the key is a delete and an insert;
+/// idempotent rows replace (an update: its old row deleted, then the new
+/// one replaced).
+fn row_statements<D: Dialect>(
+    changes: impl Iterator<Item = Change>,
+    max_rows: usize,
+) -> Vec<Statement> {
     let mut out = Vec::new();
     let mut run: Option<InsertRun> = None;
     let flush_run = |run: &mut Option<InsertRun>, out: &mut Vec<Statement>| {
@@ -478,7 +735,7 @@ fn statements<D: Dialect>(group: Vec<Txn>, max_rows: usize) -> Vec<Statement> {
             ));
         }
     };
-    for change in group.into_iter().flat_map(|t| t.changes) {
+    for change in changes {
         let Change {
             target,
             schema,

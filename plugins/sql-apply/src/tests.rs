@@ -51,14 +51,10 @@ fn txn(ts: u64, changes: Vec<Change>) -> Txn {
     }
 }
 
-fn shape(rounds: &[Vec<Vec<Txn>>]) -> Vec<Vec<Vec<u64>>> {
-    rounds
+fn shape(groups: &[Vec<Txn>]) -> Vec<Vec<u64>> {
+    groups
         .iter()
-        .map(|r| {
-            r.iter()
-                .map(|g| g.iter().map(|t| t.commit_ts).collect())
-                .collect()
-        })
+        .map(|g| g.iter().map(|t| t.commit_ts).collect())
         .collect()
 }
 
@@ -87,7 +83,7 @@ fn inserts_batch_updates_split_on_key_change_and_safe_rows_replace() {
         ),
         txn(5, vec![change(Op::Delete, Some((9, 20)), None, false)]),
     ];
-    let sql: Vec<String> = statements::<Q>(group, 2)
+    let sql: Vec<String> = statements::<Q>(group, 2, false)
         .into_iter()
         .map(|s| s.sql)
         .collect();
@@ -106,6 +102,164 @@ fn inserts_batch_updates_split_on_key_change_and_safe_rows_replace() {
     );
 }
 
+/// `(sql, params)` of `statements` in batch mode.
+fn batched(group: Vec<Txn>, max_rows: usize) -> Vec<(String, Vec<SqlValue>)> {
+    statements::<Q>(group, max_rows, true)
+        .into_iter()
+        .map(|s| (s.sql, s.params))
+        .collect()
+}
+
+fn ints(values: &[i64]) -> Vec<SqlValue> {
+    values.iter().map(|&v| SqlValue::Int(v)).collect()
+}
+
+#[test]
+fn a_batched_group_deletes_every_row_it_touched_then_inserts_their_last_images() {
+    // Row 1 updated twice, row 2 deleted and inserted again (sysbench's
+    // write-only shape), row 3 inserted then deleted (nothing left), row 4
+    // moves to key 8, row 5 deleted, row 6 inserted.
+    let group = vec![
+        txn(
+            1,
+            vec![
+                change(Op::Update, Some((1, 10)), Some((1, 11)), false),
+                change(Op::Delete, Some((2, 20)), None, false),
+                change(Op::Insert, None, Some((2, 21)), false),
+            ],
+        ),
+        txn(
+            2,
+            vec![
+                change(Op::Insert, None, Some((3, 30)), false),
+                change(Op::Update, Some((1, 11)), Some((1, 12)), false),
+                change(Op::Update, Some((4, 40)), Some((8, 40)), false),
+            ],
+        ),
+        txn(
+            3,
+            vec![
+                change(Op::Delete, Some((3, 30)), None, false),
+                change(Op::Delete, Some((5, 50)), None, false),
+                change(Op::Insert, None, Some((6, 60)), false),
+            ],
+        ),
+    ];
+    assert_eq!(
+        batched(group, 3),
+        [
+            (
+                "DELETE FROM `s`.`t` WHERE `id` IN (?, ?, ?)".to_string(),
+                ints(&[1, 2, 4])
+            ),
+            (
+                "DELETE FROM `s`.`t` WHERE `id` IN (?)".to_string(),
+                ints(&[5])
+            ),
+            (
+                "INSERT INTO `s`.`t` (`id`, `v`) VALUES (?, ?), (?, ?), (?, ?)".to_string(),
+                ints(&[1, 12, 2, 21, 8, 40])
+            ),
+            (
+                "INSERT INTO `s`.`t` (`id`, `v`) VALUES (?, ?)".to_string(),
+                ints(&[6, 60])
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_batched_group_with_a_replayed_row_replaces_and_a_key_that_comes_back_is_kept() {
+    // Key 2 moves to 3 and back; a replayed insert makes the inserts
+    // idempotent.
+    let group = vec![txn(
+        1,
+        vec![
+            change(Op::Update, Some((2, 1)), Some((3, 1)), false),
+            change(Op::Update, Some((3, 1)), Some((2, 2)), false),
+            change(Op::Insert, None, Some((7, 7)), true),
+        ],
+    )];
+    assert_eq!(
+        batched(group, 256),
+        [
+            (
+                "DELETE FROM `s`.`t` WHERE `id` IN (?)".to_string(),
+                ints(&[2])
+            ),
+            (
+                "REPLACE INTO `s`.`t` (`id`, `v`) VALUES (?, ?), (?, ?)".to_string(),
+                ints(&[2, 2, 7, 7])
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_batched_group_keeps_keyless_tables_row_by_row_and_composite_keys_in_row_lists() {
+    let col = |name: &str, key: bool| Column {
+        name: name.into(),
+        ty: ColumnType::Int,
+        sql_type: "int".into(),
+        nullable: !key,
+        key,
+    };
+    let table = |name: &str, columns: Vec<Column>| {
+        Rc::new(TableSchema {
+            table_name: name.into(),
+            columns,
+            ..(*schema()).clone()
+        })
+    };
+    let pair = table("p", vec![col("a", true), col("b", true), col("v", false)]);
+    let bare = table("n", vec![col("a", false), col("v", false)]);
+    let mk = |schema: &Rc<TableSchema>,
+              target: &str,
+              op,
+              before: Option<Vec<i64>>,
+              after: Option<Vec<i64>>| Change {
+        target: target.into(),
+        schema: schema.clone(),
+        uniques: Rc::new(Vec::new()),
+        op,
+        before: before.map(|v| ints(&v)),
+        after: after.map(|v| ints(&v)),
+        safe: false,
+    };
+    let group = vec![txn(
+        1,
+        vec![
+            mk(
+                &pair,
+                "`s`.`p`",
+                Op::Update,
+                Some(vec![1, 2, 0]),
+                Some(vec![1, 2, 5]),
+            ),
+            mk(
+                &bare,
+                "`s`.`n`",
+                Op::Update,
+                Some(vec![1, 0]),
+                Some(vec![1, 1]),
+            ),
+            mk(&bare, "`s`.`n`", Op::Delete, Some(vec![1, 1]), None),
+        ],
+    )];
+    let sql: Vec<String> = batched(group, 256).into_iter().map(|(s, _)| s).collect();
+    assert_eq!(
+        sql,
+        [
+            "DELETE FROM `s`.`p` WHERE (`a`, `b`) IN ((?, ?))",
+            "INSERT INTO `s`.`p` (`a`, `b`, `v`) VALUES (?, ?, ?)",
+            // A keyless row's update changes its "key" (every column).
+            "DELETE FROM `s`.`n` WHERE `a` <=> ? AND `v` <=> ? LIMIT 1",
+            "INSERT INTO `s`.`n` (`a`, `v`) VALUES (?, ?)",
+            "DELETE FROM `s`.`n` WHERE `a` <=> ? AND `v` <=> ? LIMIT 1",
+        ]
+    );
+}
+
 #[test]
 fn transactions_on_different_keys_spread_and_conflicting_ones_keep_their_order() {
     let txns = vec![
@@ -116,7 +270,7 @@ fn transactions_on_different_keys_spread_and_conflicting_ones_keep_their_order()
             3,
             vec![change(Op::Update, Some((1, 1)), Some((1, 2)), false)],
         ),
-        // Keys of both groups: the next round.
+        // Keys of both: the two sets join, in commit order.
         txn(
             4,
             vec![
@@ -126,9 +280,39 @@ fn transactions_on_different_keys_spread_and_conflicting_ones_keep_their_order()
         ),
         txn(5, vec![change(Op::Insert, None, Some((7, 1)), false)]),
     ];
+    assert_eq!(shape(&groups(txns, 4)), vec![vec![1, 2, 3, 4], vec![5]]);
+}
+
+#[test]
+fn sets_go_to_the_least_loaded_group_largest_first() {
+    // Sets of 3, 1, 1, 2 and 1 rows (by key) over 2 workers: the 3 and the 2
+    // can't share a group; each group keeps commit order.
+    let ins = |id| change(Op::Insert, None, Some((id, 0)), false);
+    let upd = |id| change(Op::Update, Some((id, 0)), Some((id, 1)), false);
+    let txns = vec![
+        txn(1, vec![ins(1), ins(2)]),
+        txn(2, vec![ins(3)]),
+        txn(3, vec![upd(1)]),
+        txn(4, vec![ins(4)]),
+        txn(5, vec![ins(5), ins(6)]),
+        txn(6, vec![ins(7)]),
+    ];
+    assert_eq!(shape(&groups(txns, 2)), vec![vec![1, 3, 4], vec![2, 5, 6]]);
+    assert_eq!(shape(&groups(Vec::new(), 4)), Vec::<Vec<u64>>::new());
+}
+
+#[test]
+fn calls_hold_whole_groups_up_to_the_bound_and_cut_longer_ones() {
+    let group = |n: usize| vec![Statement::new("SELECT 1", Vec::new()); n];
+    let sizes = |calls: Vec<Vec<Vec<Statement>>>| -> Vec<Vec<usize>> {
+        calls
+            .iter()
+            .map(|c| c.iter().map(Vec::len).collect())
+            .collect()
+    };
     assert_eq!(
-        shape(&rounds(txns, 4)),
-        vec![vec![vec![1, 3], vec![2]], vec![vec![4], vec![5]]]
+        sizes(calls(vec![group(3), group(2), group(4), group(9)], 5)),
+        vec![vec![3, 2], vec![4], vec![5], vec![4]]
     );
 }
 
@@ -157,7 +341,7 @@ fn a_unique_key_orders_transactions_with_different_primary_keys() {
             vec![change_with(unique(), Op::Insert, None, Some((3, 7)), false)],
         ),
     ];
-    assert_eq!(shape(&rounds(txns, 4)), vec![vec![vec![1, 2], vec![3]]]);
+    assert_eq!(shape(&groups(txns, 4)), vec![vec![1, 2], vec![3]]);
     // Without the unique key the first two would spread.
     let txns = vec![
         txn(
@@ -166,7 +350,7 @@ fn a_unique_key_orders_transactions_with_different_primary_keys() {
         ),
         txn(2, vec![change(Op::Insert, None, Some((2, 5)), false)]),
     ];
-    assert_eq!(shape(&rounds(txns, 4)), vec![vec![vec![1], vec![2]]]);
+    assert_eq!(shape(&groups(txns, 4)), vec![vec![1], vec![2]]);
 }
 
 #[test]
@@ -206,7 +390,7 @@ fn wide_tables_get_fewer_rows_per_statement() {
             safe: false,
         })
         .collect();
-    let out = statements::<Q>(vec![txn(1, changes)], 256);
+    let out = statements::<Q>(vec![txn(1, changes)], 256, true);
     // 65,535 parameters hold 65 rows of 1000 columns.
     let rows: Vec<usize> = out.iter().map(|s| s.params.len() / 1000).collect();
     assert_eq!(rows, [65, 65, 65, 5]);

@@ -42,7 +42,10 @@ pub(super) fn opts(
         .into())
 }
 
-/// Runs `group` in one transaction; the rows it affected.
+/// Runs `group` in one transaction; the rows it affected. Statements whose
+/// parameters can be written in as literals ([`inline`]) are sent several
+/// to a round trip (up to [`MAX_QUERY_BYTES`] of text); the rest are
+/// prepared and bound, one at a time, in their place.
 pub(super) async fn run_group(
     pool: &mysql_async::Pool,
     group: Vec<wit::Statement>,
@@ -53,14 +56,127 @@ pub(super) async fn run_group(
         .await
         .map_err(error_of)?;
     let mut affected = 0;
+    let mut text = String::new();
     for statement in group {
-        tx.exec_drop(statement.sql.as_str(), params_of(statement.params))
-            .await
-            .map_err(error_of)?;
-        affected += tx.affected_rows();
+        match inline(&statement) {
+            Some(sql) => {
+                if !text.is_empty() && text.len() + sql.len() > MAX_QUERY_BYTES {
+                    affected += run_text(&mut tx, &std::mem::take(&mut text)).await?;
+                }
+                if !text.is_empty() {
+                    text.push_str(";\n");
+                }
+                text.push_str(&sql);
+            }
+            None => {
+                if !text.is_empty() {
+                    affected += run_text(&mut tx, &std::mem::take(&mut text)).await?;
+                }
+                tx.exec_drop(statement.sql.as_str(), params_of(statement.params))
+                    .await
+                    .map_err(error_of)?;
+                affected += tx.affected_rows();
+            }
+        }
+    }
+    if !text.is_empty() {
+        affected += run_text(&mut tx, &text).await?;
     }
     tx.commit().await.map_err(error_of)?;
     Ok(affected)
+}
+
+/// Runs `;`-separated statements in one round trip; the rows they
+/// affected. The server stops at the first failing one, whose error this
+/// returns.
+async fn run_text(tx: &mut mysql_async::Transaction<'_>, text: &str) -> Result<u64, wit::SqlError> {
+    let mut result = tx.query_iter(text).await.map_err(error_of)?;
+    let mut affected = result.affected_rows();
+    // Each further statement's outcome is the next result set.
+    while !result.is_empty() {
+        result.next().await.map_err(error_of)?;
+        affected += result.affected_rows();
+    }
+    result.drop_result().await.map_err(error_of)?;
+    Ok(affected)
+}
+
+/// Most SQL text sent in one round trip: statements that fit are sent
+/// together (well under the servers' default `max_allowed_packet`, 16 MiB).
+const MAX_QUERY_BYTES: usize = 4 << 20;
+
+/// `statement` with its parameters written in as literals, if that is
+/// certain to mean the same as binding them: the text has `?` placeholders
+/// outside backquoted names only (no string literals, other quotes or
+/// comments, whose reading depends on the session's `sql_mode`), as many
+/// as there are parameters, and every parameter has an exact literal.
+fn inline(statement: &wit::Statement) -> Option<String> {
+    let sql = statement.sql.as_str();
+    let mut out = String::with_capacity(sql.len() + statement.params.len() * 16);
+    let mut params = statement.params.iter();
+    let mut quoted = false;
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        if quoted {
+            out.push(c);
+            if c == '`' {
+                quoted = false;
+            }
+            continue;
+        }
+        match c {
+            '`' => {
+                quoted = true;
+                out.push(c);
+            }
+            '?' => literal(params.next()?, &mut out)?,
+            '\'' | '"' | '#' | '\\' | ';' => return None,
+            '-' if chars.peek() == Some(&'-') => return None,
+            '/' if chars.peek() == Some(&'*') => return None,
+            _ => out.push(c),
+        }
+    }
+    (!quoted && params.next().is_none()).then_some(out)
+}
+
+/// `value` as a MySQL literal: numbers as numbers, text as a hex string
+/// with the `utf8mb4` introducer and bytes with `_binary` (hex reads the
+/// same under every `sql_mode`; the introducer makes it a string, not a
+/// number). `None` for a float that is not finite.
+fn literal(value: &wit::Value, out: &mut String) -> Option<()> {
+    use std::fmt::Write;
+    let hex = |bytes: &[u8], out: &mut String| {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        out.reserve(bytes.len() * 2 + 3);
+        out.push_str("X'");
+        for &b in bytes {
+            out.push(char::from(DIGITS[usize::from(b >> 4)]));
+            out.push(char::from(DIGITS[usize::from(b & 15)]));
+        }
+        out.push('\'');
+    };
+    match value {
+        wit::Value::Null => out.push_str("NULL"),
+        wit::Value::Int(i) => {
+            let _ = write!(out, "{i}");
+        }
+        wit::Value::Uint(u) => {
+            let _ = write!(out, "{u}");
+        }
+        wit::Value::Float(f) if f.is_finite() => {
+            let _ = write!(out, "{f:e}");
+        }
+        wit::Value::Float(_) => return None,
+        wit::Value::Text(t) => {
+            out.push_str("_utf8mb4 ");
+            hex(t.as_bytes(), out);
+        }
+        wit::Value::Bytes(b) => {
+            out.push_str("_binary ");
+            hex(b, out);
+        }
+    }
+    Some(())
 }
 
 /// Runs one statement; at most `max` of its rows.
@@ -177,5 +293,68 @@ mod tests {
             assert_eq!(server(code).kind, wit::ErrorKind::Fatal, "{code}");
         }
         assert_eq!(server(1064).sqlstate, "HY000");
+    }
+
+    fn statement(sql: &str, params: Vec<wit::Value>) -> wit::Statement {
+        wit::Statement {
+            sql: sql.into(),
+            params,
+        }
+    }
+
+    #[test]
+    fn parameters_are_written_in_as_literals_that_read_the_same_under_any_sql_mode() {
+        let s = statement(
+            "INSERT INTO `s`.`a?b` (`x`, `y`) VALUES (?, ?), (?, ?), (?, ?)",
+            vec![
+                wit::Value::Int(-5),
+                wit::Value::Uint(u64::MAX),
+                wit::Value::Float(0.1),
+                wit::Value::Text("it's \\ é".into()),
+                wit::Value::Bytes(vec![0, 0xff]),
+                wit::Value::Null,
+            ],
+        );
+        assert_eq!(
+            inline(&s).as_deref(),
+            Some(
+                "INSERT INTO `s`.`a?b` (`x`, `y`) VALUES (-5, 18446744073709551615), \
+                 (1e-1, _utf8mb4 X'6974277320205c20c3a9'), (_binary X'00ff', NULL)"
+            )
+        );
+        assert_eq!(
+            inline(&statement(
+                "SELECT ?",
+                vec![wit::Value::Text(String::new())]
+            ))
+            .as_deref(),
+            Some("SELECT _utf8mb4 X''")
+        );
+    }
+
+    #[test]
+    fn statements_whose_reading_could_differ_stay_bound() {
+        let one = || vec![wit::Value::Int(1)];
+        for sql in [
+            "SELECT '?' = ?",
+            "SELECT \"a\" = ?",
+            "SELECT ? -- ?",
+            "SELECT ? /* ? */",
+            "SELECT ? # ?",
+            "SELECT ?; DROP TABLE t",
+            "SELECT ?, ?",
+            "SELECT 1",
+            "SELECT `unterminated ?",
+        ] {
+            assert_eq!(inline(&statement(sql, one())), None, "{sql}");
+        }
+        assert_eq!(
+            inline(&statement("SELECT ?", vec![wit::Value::Float(f64::NAN)])),
+            None
+        );
+        assert_eq!(
+            inline(&statement("SELECT 1", Vec::new())).as_deref(),
+            Some("SELECT 1")
+        );
     }
 }
