@@ -371,13 +371,13 @@ fn groups(txns: Vec<Txn>, workers: usize) -> Vec<Vec<Txn>> {
     // Connected sets in order of their first transaction, with their size.
     let mut sets: Vec<(usize, Vec<usize>)> = Vec::new();
     let mut set_of: HashMap<usize, usize> = HashMap::new();
-    for at in 0..txns.len() {
+    for (at, txn) in txns.iter().enumerate() {
         let r = root(&mut parent, at);
         let n = *set_of.entry(r).or_insert_with(|| {
             sets.push((0, Vec::new()));
             sets.len() - 1
         });
-        sets[n].0 += txns[at].changes.len().max(1);
+        sets[n].0 += txn.changes.len().max(1);
         sets[n].1.push(at);
     }
     sets.sort_by(|a, b| b.0.cmp(&a.0).then(a.1[0].cmp(&b.1[0])));
@@ -563,7 +563,8 @@ struct Net {
     /// The key's values.
     key: Vec<SqlValue>,
     /// A row with this key may exist before the run (the first change on
-    /// it had a before image): it is deleted first.
+    /// it had a before image, or a change on it is replayed): it is deleted
+    /// first.
     existed: bool,
     /// The row the key holds after the run, if any.
     image: Option<Vec<SqlValue>>,
@@ -589,26 +590,37 @@ fn net_statements<D: Dialect>(run: Vec<Change>, max_rows: usize) -> Vec<Statemen
     let keys = schema.key_indexes();
     let mut nets: Vec<Net> = Vec::new();
     let mut index: HashMap<Vec<u8>, usize> = HashMap::new();
-    let mut touch = |image: &[SqlValue], existed: bool| -> usize {
-        *index.entry(key_bytes(image, &keys)).or_insert_with(|| {
+    // `before`: the change finds a row with this key (which existed before
+    // the run if this is the key's first change); `safe`: the change is
+    // replayed. Deleting a key first is always right (its last image, if
+    // any, is inserted after); it is only needed where a row may be.
+    let mut touch = |image: &[SqlValue], before: bool, safe: bool| -> usize {
+        let n = *index.entry(key_bytes(image, &keys)).or_insert_with(|| {
             nets.push(Net {
                 key: keys.iter().map(|&i| image[i].clone()).collect(),
-                existed,
+                existed: before,
                 image: None,
             });
             nets.len() - 1
-        })
+        });
+        nets[n].existed |= safe;
+        n
     };
     let mut replace = false;
     let mut last: Vec<(usize, Option<Vec<SqlValue>>)> = Vec::new();
     for change in run {
-        replace |= change.safe;
+        // A replayed row may be downstream already, whatever its first
+        // change here says: an earlier attempt may have committed part of
+        // what is replayed, cut at other flush boundaries (a row inserted
+        // then, deleted in this run, must go).
+        let safe = change.safe;
+        replace |= safe;
         match (change.op, change.before, change.after) {
-            (Op::Insert, _, Some(after)) => last.push((touch(&after, false), Some(after))),
-            (Op::Delete, Some(before), _) => last.push((touch(&before, true), None)),
+            (Op::Insert, _, Some(after)) => last.push((touch(&after, false, safe), Some(after))),
+            (Op::Delete, Some(before), _) => last.push((touch(&before, true, safe), None)),
             (Op::Update, Some(before), Some(after)) => {
-                let old = touch(&before, true);
-                let new = touch(&after, false);
+                let old = touch(&before, true, safe);
+                let new = touch(&after, false, safe);
                 if old != new {
                     last.push((old, None));
                 }

@@ -184,8 +184,8 @@ fn a_batched_group_with_a_replayed_row_replaces_and_a_key_that_comes_back_is_kep
         batched(group, 256),
         [
             (
-                "DELETE FROM `s`.`t` WHERE `id` IN (?)".to_string(),
-                ints(&[2])
+                "DELETE FROM `s`.`t` WHERE `id` IN (?, ?)".to_string(),
+                ints(&[2, 7])
             ),
             (
                 "REPLACE INTO `s`.`t` (`id`, `v`) VALUES (?, ?), (?, ?)".to_string(),
@@ -193,6 +193,25 @@ fn a_batched_group_with_a_replayed_row_replaces_and_a_key_that_comes_back_is_kep
             ),
         ]
     );
+    // A replayed row inserted and deleted in the run may be downstream from
+    // an earlier attempt cut at other flush boundaries: it is deleted.
+    let group = vec![
+        txn(1, vec![change(Op::Insert, None, Some((4, 4)), true)]),
+        txn(2, vec![change(Op::Delete, Some((4, 4)), None, true)]),
+    ];
+    assert_eq!(
+        batched(group, 256),
+        [(
+            "DELETE FROM `s`.`t` WHERE `id` IN (?)".to_string(),
+            ints(&[4])
+        )]
+    );
+    // Not replayed, nothing of it is written.
+    let group = vec![
+        txn(1, vec![change(Op::Insert, None, Some((4, 4)), false)]),
+        txn(2, vec![change(Op::Delete, Some((4, 4)), None, false)]),
+    ];
+    assert_eq!(batched(group, 256), []);
 }
 
 #[test]
