@@ -131,6 +131,9 @@ pub struct Applier<D> {
     config: Config,
     /// Transactions not applied yet, in commit-ts order.
     pending: Vec<Txn>,
+    /// Some pending row is delivered again (after a restart, a failed
+    /// flush or a swap).
+    replay: bool,
     /// Unique keys per (target, upstream schema version).
     uniques: HashMap<(String, u32), Rc<UniqueKeys>>,
     dialect: PhantomData<D>,
@@ -142,6 +145,7 @@ impl<D: Dialect> Applier<D> {
         Self {
             config,
             pending: Vec::new(),
+            replay: false,
             uniques: HashMap::new(),
             dialect: PhantomData,
         }
@@ -174,6 +178,7 @@ impl<D: Dialect> Applier<D> {
             let target = D::table_name(&s, &t);
             let uniques = self.unique_keys(&target, &s, &t, &schema)?;
             for row in table.rows() {
+                self.replay |= row.is_replay();
                 let safe = match self.config.safe_mode {
                     SafeMode::Always => true,
                     SafeMode::Never => false,
@@ -240,7 +245,15 @@ impl<D: Dialect> Applier<D> {
         let pending = std::mem::take(&mut self.pending);
         let max_rows = self.config.max_txn_row;
         let batch = self.config.batch_dml;
-        let groups: Vec<Vec<Statement>> = groups(pending, self.config.worker_count)
+        // What is replayed applies on one connection: a flush that failed
+        // (a deadlock between groups, say) is not tried the same way again,
+        // so a replay always gets through.
+        let workers = if std::mem::take(&mut self.replay) {
+            1
+        } else {
+            self.config.worker_count
+        };
+        let groups: Vec<Vec<Statement>> = groups(pending, workers)
             .into_iter()
             .map(|group| statements::<D>(group, max_rows, batch))
             .filter(|g| !g.is_empty())

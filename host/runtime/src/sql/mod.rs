@@ -36,6 +36,32 @@ pub const MAX_GROUPS: usize = 1024;
 pub const MAX_STATEMENTS: usize = 65_536;
 /// Most rows one `query` call may return.
 pub const MAX_QUERY_ROWS: u32 = 100_000;
+/// Most bytes of values one `query` call may return (text and bytes at
+/// their length, other values at 8).
+pub const MAX_QUERY_BYTES: usize = 64 << 20;
+
+/// The bytes a result row counts for against [`MAX_QUERY_BYTES`].
+fn size_of_row(values: &[wit::Value]) -> usize {
+    values
+        .iter()
+        .map(|v| match v {
+            wit::Value::Text(t) => t.len() + 8,
+            wit::Value::Bytes(b) => b.len() + 8,
+            _ => 8,
+        })
+        .sum()
+}
+
+/// `denied` once a query's rows pass [`MAX_QUERY_BYTES`].
+fn check_query_bytes(bytes: usize) -> Result<(), wit::SqlError> {
+    if bytes > MAX_QUERY_BYTES {
+        return Err(denied(format!(
+            "the query's rows hold over {} MiB; select fewer rows or columns",
+            MAX_QUERY_BYTES >> 20
+        )));
+    }
+    Ok(())
+}
 
 /// One granted database and its pool, made when first used.
 enum Grant {
@@ -305,6 +331,20 @@ pub(crate) type SharedPools = Option<Arc<SqlPools>>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn query_results_are_bounded_by_bytes() {
+        let row = vec![
+            wit::Value::Text("abc".into()),
+            wit::Value::Bytes(vec![0; 10]),
+            wit::Value::Int(1),
+        ];
+        assert_eq!(size_of_row(&row), 11 + 18 + 8);
+        assert!(check_query_bytes(MAX_QUERY_BYTES).is_ok());
+        let over = check_query_bytes(MAX_QUERY_BYTES + 1).unwrap_err();
+        assert_eq!(over.kind, wit::ErrorKind::Denied);
+        assert!(over.message.contains("64 MiB"), "{}", over.message);
+    }
 
     #[test]
     fn grants_need_a_known_dsn_and_errors_never_repeat_it() {

@@ -123,6 +123,7 @@ pub(super) async fn query(
         .map_err(error_of)?;
     let mut stream = std::pin::pin!(stream);
     let mut rows = Vec::new();
+    let mut bytes = 0;
     while let Some(row) = stream.try_next().await.map_err(error_of)? {
         if rows.len() < max {
             let mut values = Vec::with_capacity(row.len());
@@ -130,6 +131,8 @@ pub(super) async fn query(
                 let Out(value) = row.try_get(i).map_err(error_of)?;
                 values.push(value);
             }
+            bytes += super::size_of_row(&values);
+            super::check_query_bytes(bytes)?;
             rows.push(values);
         }
     }
