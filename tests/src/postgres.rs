@@ -154,6 +154,91 @@ impl PrivatePostgres {
         }
     }
 
+    /// Turns TLS on (a reload, no restart) with a server certificate for
+    /// `localhost` and 127.0.0.1 signed by a throwaway CA made with the
+    /// `openssl` command; returns the CA certificate's path (for
+    /// `sslrootcert`).
+    pub fn enable_tls(&self) -> PathBuf {
+        let dir = self.dir.path().join("tls");
+        std::fs::create_dir_all(&dir).unwrap();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .expect("openssl runs (apt-get install openssl)");
+            assert!(
+                out.status.success(),
+                "openssl {args:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        let mut ca = vec!["req", "-x509", "-days", "2", "-subj", "/CN=sluice test CA"];
+        ca.extend(ec);
+        ca.extend(["-keyout", "ca.key", "-out", "ca.pem"]);
+        openssl(&ca);
+        let mut request = vec!["req", "-subj", "/CN=localhost"];
+        request.extend(ec);
+        request.extend(["-keyout", "server.key", "-out", "server.csr"]);
+        openssl(&request);
+        std::fs::write(
+            dir.join("san.ext"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+        )
+        .unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server.crt",
+        ]);
+        // The server reads its key only if no one else may.
+        use std::os::unix::fs::PermissionsExt;
+        let key = dir.join("server.key");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        if let Some((uid, gid)) = self.user {
+            for file in ["server.key", "server.crt"] {
+                std::os::unix::fs::chown(dir.join(file), Some(uid), Some(gid)).unwrap();
+            }
+            std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).unwrap();
+        }
+        self.exec(&format!(
+            "ALTER SYSTEM SET ssl_cert_file = '{}'; ALTER SYSTEM SET ssl_key_file = '{}'; \
+             ALTER SYSTEM SET ssl = on; SELECT pg_reload_conf();",
+            dir.join("server.crt").display(),
+            key.display()
+        ));
+        // The reload is asynchronous: wait until the setting shows.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.exec("SHOW ssl").trim() != "on" {
+            assert!(
+                Instant::now() < deadline,
+                "TLS did not come on: {}",
+                self.server_log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        dir.join("ca.pem")
+    }
+
     /// The server's log.
     pub fn server_log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()

@@ -259,18 +259,23 @@ fn dsn_problem(dsn: &str) -> Option<String> {
         );
     };
     if !dsn.starts_with("mysql://")
-        && [
-            "sslmode=require",
-            "sslmode=verify-ca",
-            "sslmode=verify-full",
+        && let Some(mode) = rest
+            .split_once('?')
+            .and_then(|(_, query)| query.split('&').find_map(|p| p.strip_prefix("sslmode=")))
+        && ![
+            "disable",
+            "allow",
+            "prefer",
+            "require",
+            "verify-ca",
+            "verify-full",
         ]
-        .iter()
-        .any(|m| rest.contains(m))
+        .contains(&mode)
     {
-        return Some(
-            "TLS to PostgreSQL is not supported yet: drop sslmode=require (or verify-*) from the DSN"
-                .into(),
-        );
+        return Some(format!(
+            "sslmode `{}` is not one of disable, prefer, require, verify-ca, verify-full",
+            mode.chars().take(40).collect::<String>()
+        ));
     }
     let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
     let host = host.split(['/', '?']).next().unwrap_or_default();

@@ -171,8 +171,8 @@ mod tests {
         for (dsn, says) in [
             ("postgres://u:pw@127.0.0.1:99999/x", "not a port"),
             (
-                "postgres://u:pw@127.0.0.1:5432/x?sslmode=require",
-                "TLS to PostgreSQL",
+                "postgres://u:pw@127.0.0.1:5432/x?sslmode=strict",
+                "sslmode `strict` is not one of",
             ),
             ("postgresql://u:pw@/x", "names no host"),
         ] {

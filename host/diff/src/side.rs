@@ -82,7 +82,7 @@ fn mysql_error(side: &'static str, e: mysql_async::Error) -> DiffError {
 fn pg_error(side: &'static str, e: tokio_postgres::Error) -> DiffError {
     let message = match e.as_db_error() {
         Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => e.to_string(),
+        None => sluice_pgconn::error_text(&e),
     };
     DiffError::Database { side, message }
 }
@@ -135,15 +135,12 @@ impl Side {
     /// Connects to `url` (`mysql://...` or `postgres://...`).
     pub async fn connect(name: &'static str, url: &str) -> Result<Side, DiffError> {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let config: tokio_postgres::Config = url.parse().map_err(|_| {
+            let (config, tls) = sluice_pgconn::settings(url).map_err(|e| {
                 DiffError::Invalid(format!(
-                    "--{name} is not a postgres://user:password@host:port/database URL"
+                    "--{name} is not a postgres://user:password@host:port/database URL: {e}"
                 ))
             })?;
-            let (client, connection) = config
-                .connect(tokio_postgres::NoTls)
-                .await
-                .map_err(|e| pg_error(name, e))?;
+            let (client, connection) = config.connect(tls).await.map_err(|e| pg_error(name, e))?;
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::debug!("diff connection ended: {e}");

@@ -346,6 +346,10 @@ fn both_downstreams_match_the_upstream_after_ten_kills_during_every_type_ddl_and
     );
     let pg = PrivatePostgres::start();
     pg.exec("CREATE USER writer PASSWORD 'Pg-Writer-Pw3'; CREATE DATABASE replica OWNER writer;");
+    // The sink (and its validator) reach PostgreSQL over TLS, checking the
+    // server's certificate and name against the test's own CA.
+    let ca = pg.enable_tls();
+    let tls = format!("?sslmode=verify-full&sslrootcert={}", ca.display());
 
     let data = dir.path().join("server");
     let server = Server::start(&data, &[]);
@@ -364,7 +368,10 @@ fn both_downstreams_match_the_upstream_after_ten_kills_during_every_type_ddl_and
         "to-postgres",
         "sink-postgres",
         &source,
-        &pg.url("writer", Some("Pg-Writer-Pw3"), "replica"),
+        &format!(
+            "{}{tls}",
+            pg.url("writer", Some("Pg-Writer-Pw3"), "replica")
+        ),
     );
     server.create("to-mariadb", &to_mysql);
     server.create("to-postgres", &to_pg);
@@ -377,6 +384,18 @@ fn both_downstreams_match_the_upstream_after_ten_kills_during_every_type_ddl_and
         &pg.url("writer", Some("Not-The-Pw4"), "replica"),
     );
     server.create("wrong-password", &wrong);
+    // verify-full without the CA: the server's certificate is refused.
+    let untrusted = changefeed(
+        dir.path(),
+        "untrusted",
+        "sink-postgres",
+        &source,
+        &format!(
+            "{}?sslmode=verify-full",
+            pg.url("writer", Some("Pg-Writer-Pw3"), "replica")
+        ),
+    );
+    server.create("untrusted", &untrusted);
     let ungranted = common::write_file(
         dir.path(),
         "ungranted",
@@ -475,11 +494,45 @@ fn both_downstreams_match_the_upstream_after_ten_kills_during_every_type_ddl_and
             "{q}"
         );
     }
+    // The sink's and the validator's sessions are encrypted.
+    let sessions = pg.exec(
+        "SELECT count(*), bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+         WHERE a.usename = 'writer' AND a.datname = 'replica'",
+    );
+    let (count, all_tls) = sessions.trim().split_once('|').unwrap();
+    assert!(
+        count.parse::<u32>().unwrap() >= 1 && all_tls == "t",
+        "{sessions}"
+    );
+    // Without the CA, verify-full refuses the server's certificate.
+    let (equal, text) = diff(
+        &up.root_url(),
+        &format!(
+            "{}?sslmode=verify-full",
+            pg.url(
+                "postgres",
+                Some(sluice_tests::postgres::ROOT_PASSWORD),
+                "replica"
+            )
+        ),
+    );
+    assert!(!equal && text.contains("certificate"), "{text}");
     let wrong = server.state("wrong-password").to_string();
     assert!(wrong.contains("password authentication failed"), "{wrong}");
+    let untrusted = server.state("untrusted").to_string();
+    assert!(
+        untrusted.contains("invalid peer certificate"),
+        "{untrusted}"
+    );
     let ungranted = server.state("ungranted").to_string();
     assert!(ungranted.contains("not granted"), "{ungranted}");
-    for name in ["to-mariadb", "to-postgres", "wrong-password", "ungranted"] {
+    for name in [
+        "to-mariadb",
+        "to-postgres",
+        "wrong-password",
+        "ungranted",
+        "untrusted",
+    ] {
         let shown = server.state(name).to_string();
         for pw in ["Writer-Pw2", "Pg-Writer-Pw3", "Not-The-Pw4", "Hidden-Pw1"] {
             assert!(!shown.contains(pw), "{name} shows a password: {shown}");

@@ -7,7 +7,6 @@
 //! type. Results are read in binary for the types below; other types must be
 //! cast to text in the statement.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
@@ -30,18 +29,9 @@ pub(super) fn pool(
         name: name.to_string(),
         problem,
     };
-    let mut config = tokio_postgres::Config::from_str(dsn).map_err(|e| {
-        problem(format!(
-            "the DSN is not valid ({})",
-            sluice_core::bounded_text(&super::redact(&e.to_string(), dsn), 200)
-        ))
-    })?;
-    if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
-        return Err(problem(
-            "sslmode=require is not supported yet (connections to PostgreSQL are not encrypted)"
-                .into(),
-        ));
-    }
+    // The DSN's TLS mode (sslmode, sslrootcert) as libpq reads it.
+    let (mut config, tls) = sluice_pgconn::settings(dsn)
+        .map_err(|e| problem(sluice_core::bounded_text(&super::redact(&e, dsn), 300)))?;
     if config.get_hosts().is_empty() {
         return Err(problem("the DSN names no host".into()));
     }
@@ -57,7 +47,7 @@ pub(super) fn pool(
     config.options(&options);
     let manager = deadpool_postgres::Manager::from_config(
         config,
-        tokio_postgres::NoTls,
+        tls,
         deadpool_postgres::ManagerConfig {
             recycling_method: deadpool_postgres::RecyclingMethod::Fast,
         },
@@ -274,13 +264,16 @@ pub(super) fn error_of(e: tokio_postgres::Error) -> wit::SqlError {
             message: sluice_core::bounded_text(&format!("{message} (SQLSTATE {state})"), 2048),
         };
     }
-    let text = sluice_core::bounded_text(&e.to_string(), 2048);
+    let text = sluice_core::bounded_text(&sluice_pgconn::error_text(&e), 2048);
     // A value that does not convert (a result column of an unreadable
-    // type) will not convert next time either.
+    // type) will not convert next time either, nor will a refused
+    // certificate be taken next time.
     let conversion = std::error::Error::source(&e).is_some()
         && (text.starts_with("error deserializing") || text.starts_with("error serializing"));
     if conversion {
         super::fatal(text)
+    } else if sluice_pgconn::is_certificate_error(&text) {
+        super::fatal(format!("connection: {text}"))
     } else {
         retryable(format!("connection: {text}"))
     }
@@ -323,8 +316,20 @@ mod tests {
 
     #[test]
     fn dsns_are_checked_without_repeating_them() {
-        let e = pool("t", "postgres://u:secret@db/x?sslmode=require", 4).unwrap_err();
-        assert!(e.to_string().contains("sslmode=require"), "{e}");
+        let e = pool("t", "postgres://u:secret@db/x?sslmode=strict", 4).unwrap_err();
+        assert!(e.to_string().contains("sslmode `strict`"), "{e}");
+        assert!(!e.to_string().contains("secret"), "{e}");
+        let e = pool(
+            "t",
+            "postgres://u:secret@db/x?sslmode=verify-full&sslrootcert=/nonexistent.pem",
+            4,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("sslrootcert /nonexistent.pem"),
+            "{e}"
+        );
+        assert!(pool("t", "postgres://u:secret@db/x?sslmode=require", 4).is_ok());
         let e = pool("t", "postgres://u:secret@db:99999/x", 4).unwrap_err();
         assert!(!e.to_string().contains("secret"), "{e}");
         assert!(pool("t", "postgresql://u:secret@127.0.0.1:5432/x", 4).is_ok());
