@@ -10,7 +10,7 @@ mod agent;
 mod processor;
 pub mod progress;
 mod settings;
-mod validate;
+pub mod validate;
 mod work;
 
 use std::path::PathBuf;

@@ -428,9 +428,10 @@ async fn run(
     // The continuous validator, if `[validator]` asks for one; it ends with
     // this run.
     let _validator = crate::validate::settings(&info.config).map(|settings| {
-        let (listener, running) = crate::validate::start(settings, reporter.clone());
+        let (listener, running) = crate::validate::start(settings);
         pipeline.set_ack_listener(listener);
-        running
+        let publish = crate::validate::publish(&running, reporter.clone());
+        (running, publish)
     });
     // A swap still pending or on probation when the previous run ended: the
     // stored version runs on probation again, with the old one to fall back

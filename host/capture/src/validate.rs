@@ -1,7 +1,8 @@
 //! Runs a changefeed's continuous validator (`[validator]`) beside its
 //! pipeline: acknowledged batches go to it through a bounded queue that is
-//! never waited on, and what it finds is written into the run's task position
-//! (where `changefeed query` and the metrics read it) whenever it changes.
+//! never waited on. In `sluice server` what it finds is written into the
+//! run's task position (where `changefeed query` and the metrics read it)
+//! whenever it changes; `sluice run` prints it with its summary.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,21 +37,30 @@ impl AckListener for Feed {
     }
 }
 
-/// The validator's tasks; dropping it stops them.
-pub(crate) struct Running {
-    tasks: [JoinHandle<()>; 2],
+/// A running validator; dropping it stops it.
+pub struct Running {
+    check: JoinHandle<()>,
+    /// Its report, updated after each round of checks.
+    pub reports: watch::Receiver<ValidatorReport>,
+}
+
+impl Running {
+    /// Waits until the validator ends (after its listener is dropped and
+    /// nothing is pending) or `limit` passes; its last report.
+    pub async fn finish(mut self, limit: Duration) -> ValidatorReport {
+        let _ = tokio::time::timeout(limit, &mut self.check).await;
+        self.reports.borrow().clone()
+    }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
+        self.check.abort();
     }
 }
 
 /// How the validator of `config` runs; none when `[validator]` is off.
-pub(crate) fn settings(config: &ChangefeedConfig) -> Option<ValidatorSettings> {
+pub fn settings<P>(config: &ChangefeedConfig<P>) -> Option<ValidatorSettings> {
     let v = &config.validator;
     if v.mode == ValidatorMode::None {
         return None;
@@ -78,32 +88,39 @@ pub(crate) fn settings(config: &ChangefeedConfig) -> Option<ValidatorSettings> {
     })
 }
 
-/// Starts the validator: returns the listener for the pipeline and its
-/// running tasks.
-pub(crate) fn start(
-    settings: ValidatorSettings,
-    reporter: Reporter,
-) -> (Box<dyn AckListener>, Running) {
+/// Starts the validator: returns the listener for the pipeline and the
+/// running validator.
+pub fn start(settings: ValidatorSettings) -> (Box<dyn AckListener>, Running) {
     let (tx, rx) = mpsc::channel(QUEUE);
     let skipped = Arc::new(AtomicU64::new(0));
     let feed = Feed {
         tx,
         skipped: skipped.clone(),
     };
-    let (report_tx, mut report_rx) = watch::channel(ValidatorReport::default());
+    let (report_tx, reports) = watch::channel(ValidatorReport::default());
     let check = tokio::spawn(Validator::new(settings).run(rx, skipped, report_tx));
-    let publish = tokio::spawn(async move {
-        while report_rx.changed().await.is_ok() {
-            let report = report_rx.borrow_and_update().clone();
+    (Box::new(feed), Running { check, reports })
+}
+
+/// The task writing a validator's reports; dropping it stops it.
+pub(crate) struct Publishing(JoinHandle<()>);
+
+impl Drop for Publishing {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Writes each report of `running` into the run's task position (where
+/// `changefeed query` and the metrics read it) until it ends.
+pub(crate) fn publish(running: &Running, reporter: Reporter) -> Publishing {
+    let mut reports = running.reports.clone();
+    Publishing(tokio::spawn(async move {
+        while reports.changed().await.is_ok() {
+            let report = reports.borrow_and_update().clone();
             if let Err(e) = reporter.report_validator(report).await {
                 tracing::debug!(error = %e, "The validator's report was not saved.");
             }
         }
-    });
-    (
-        Box::new(feed),
-        Running {
-            tasks: [check, publish],
-        },
-    )
+    }))
 }

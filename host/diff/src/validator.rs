@@ -370,8 +370,10 @@ impl Validator {
         Ok(())
     }
 
-    /// Runs until `batches` closes: takes in batches as they come and checks
-    /// every `interval`, publishing the report after each round.
+    /// Takes in batches as they come and checks every `interval`, publishing
+    /// the report after each round. After `batches` closes it checks until
+    /// nothing is pending, then returns (rows whose reads keep failing stay
+    /// pending: the caller bounds the wait).
     pub async fn run(
         mut self,
         mut batches: mpsc::Receiver<Acked>,
@@ -380,11 +382,15 @@ impl Validator {
     ) {
         let mut tick = tokio::time::interval(self.settings.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Once no batch can come (the run is over), what is pending is
+        // checked until it is settled (matched, or counted mismatched after
+        // its retries), then the validator ends.
+        let mut closed = false;
         loop {
             tokio::select! {
-                next = batches.recv() => match next {
+                next = batches.recv(), if !closed => match next {
                     Some((schemas, batch)) => self.ingest(&schemas, &batch),
-                    None => break,
+                    None => closed = true,
                 },
                 _ = tick.tick() => {
                     self.skip(skipped.swap(0, std::sync::atomic::Ordering::Relaxed));
@@ -397,6 +403,9 @@ impl Validator {
                         }
                         changed
                     });
+                    if closed && now.pending == 0 {
+                        break;
+                    }
                 }
             }
         }

@@ -282,6 +282,12 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         self.ack_listener = Some(listener);
     }
 
+    /// Takes the listener out (dropping it tells it that nothing more will
+    /// come).
+    pub fn take_ack_listener(&mut self) -> Option<Box<dyn AckListener>> {
+        self.ack_listener.take()
+    }
+
     /// Run the sink on trial from the start, with `fallback` to swap back to if
     /// it fails within `probation` (a swap that was still on trial when the
     /// previous run ended).

@@ -108,6 +108,15 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
     if let Some(store) = progress_store {
         pipeline = pipeline.with_progress_store(Box::new(store));
     }
+    // The continuous validator, if `[validator]` asks for one: at the end
+    // it checks what is still pending (each row up to its retries, bounded)
+    // and its findings are printed with the summary.
+    let validator = sluice_capture::validate::settings(&file.feed).map(|settings| {
+        let limit = settings.interval * (settings.retries + 2) + Duration::from_secs(30);
+        let (listener, running) = sluice_capture::validate::start(settings);
+        pipeline.set_ack_listener(listener);
+        (running, limit)
+    });
     let reporter = (!quiet).then(|| {
         let mut progress = pipeline.progress();
         let id = id.clone();
@@ -143,7 +152,38 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
     }
     let report = result.with_context(|| format!("changefeed `{id}` failed"))?;
     print_summary(&id, &report, &pipeline);
+    if let Some((running, limit)) = validator {
+        // Nothing more will come: the validator settles what it holds.
+        drop(pipeline.take_ack_listener());
+        if !quiet {
+            eprintln!("[{id}] validator: checking the last changed rows downstream ...");
+        }
+        let v = running.finish(limit).await;
+        println!("{}", validator_summary(&v));
+        if v.mismatched > 0 {
+            anyhow::bail!(
+                "the validator found {} row(s) that differ downstream (the latest are named above)",
+                v.mismatched
+            );
+        }
+    }
     Ok(())
+}
+
+/// The validator's findings: counts, then each named mismatch on a line.
+fn validator_summary(v: &sluice_core::ValidatorReport) -> String {
+    let mut text = format!(
+        "validator ({}): {} rows matched, {} mismatched, {} skipped, {} still pending, {} failed reads",
+        v.mode, v.matched, v.mismatched, v.skipped, v.pending, v.errors
+    );
+    if let Some(e) = &v.last_error {
+        text.push_str(&format!(" (last: {e})"));
+    }
+    for line in &v.mismatches {
+        text.push_str("\n  ");
+        text.push_str(line);
+    }
+    text
 }
 
 /// A plugin's granted directory must not overlap the host's own state (the

@@ -620,3 +620,148 @@ fn sink_mysql_applies_key_changes_unique_swaps_ddl_and_a_large_transaction() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("1 of 3 tables differ"), "{err}");
 }
+
+/// `sluice run` to the end of the binlog with `[validator] mode = "full"`:
+/// (exit success, stdout, stderr).
+fn run_validated(
+    dir: &Path,
+    name: &str,
+    up: &PrivateMariaDb,
+    down: &str,
+    schema: &str,
+) -> (bool, String, String) {
+    let start = up.exec("SELECT @@gtid_binlog_pos").trim().to_string();
+    up.exec(&format!(
+        "CREATE DATABASE {schema}; CREATE TABLE {schema}.items (id INT PRIMARY KEY, n INT, note VARCHAR(16));"
+    ));
+    let mut sql = String::new();
+    for id in 1..=50 {
+        sql.push_str(&format!(
+            "INSERT INTO {schema}.items VALUES ({id}, {id}, 'row {id}');"
+        ));
+    }
+    sql.push_str(&format!(
+        "UPDATE {schema}.items SET note = 'changed' WHERE id <= 10; DELETE FROM {schema}.items WHERE id > 45;"
+    ));
+    up.exec(&sql);
+    let plugins = sluice_tests::workspace_root().join("target/plugins");
+    let file = common::write_file(
+        dir,
+        name,
+        &format!(
+            r#"plugin-dir = "{plugins}"
+data-dir = "{state}"
+
+[changefeed]
+id = "{name}"
+
+[source]
+type = "mysql"
+url = "{url}"
+start-position = "gtid:{start}"
+stop-at-end = true
+heartbeat-ms = 100
+
+[sink]
+plugin = "sink-mysql"
+[sink.config]
+database = "target"
+[sink.capabilities.sql]
+target = "{down}"
+
+[validator]
+mode = "full"
+retry-count = 2
+interval-ms = 200
+"#,
+            plugins = plugins.display(),
+            state = dir.join(format!("state-{name}")).display(),
+            url = up.url("repl", "Hidden-Pw1"),
+        ),
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["run", "--quiet", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The numbers of `sluice run`'s validator line: matched, mismatched,
+/// skipped, still pending, failed reads.
+fn validator_counts(out: &str) -> Vec<u64> {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("validator (full): "))
+        .unwrap_or_else(|| panic!("no validator line: {out}"));
+    line.split([' ', '(', ')', ':', ','])
+        .filter_map(|w| w.parse().ok())
+        .collect()
+}
+
+#[test]
+fn sluice_run_validates_the_rows_it_applied_and_fails_on_rows_that_differ() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = PrivateMariaDb::start();
+    up.exec("CREATE USER 'repl'@'%' IDENTIFIED BY 'Hidden-Pw1'; GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'repl'@'%'");
+    let down = PrivateMariaDb::start();
+    down.exec(
+        "CREATE USER 'writer'@'%' IDENTIFIED BY 'Writer-Pw2'; GRANT ALL ON *.* TO 'writer'@'%'",
+    );
+    // A clean copy: every row checked and matched, exit 0.
+    let (ok, out, err) = run_validated(
+        dir.path(),
+        "clean",
+        &up,
+        &down.url("writer", "Writer-Pw2"),
+        "clean",
+    );
+    assert!(ok, "{out}{err}");
+    let counts = validator_counts(&out);
+    assert!(counts[0] >= 45, "{out}");
+    assert_eq!(counts[1..], [0, 0, 0, 0], "{out}");
+    // A downstream trigger alters rows 11 to 45 (rows 1 to 10 end with the
+    // note it leaves alone): the run names them and fails.
+    down.exec(
+        "CREATE DATABASE tricked; CREATE TABLE tricked.items (id INT PRIMARY KEY, n INT, note VARCHAR(16)); \
+         CREATE TRIGGER tricked.bump BEFORE INSERT ON tricked.items FOR EACH ROW SET NEW.n = IF(NEW.note = 'changed', NEW.n, NEW.n + 1000)",
+    );
+    let (ok, out, err) = run_validated(
+        dir.path(),
+        "tricked",
+        &up,
+        &down.url("writer", "Writer-Pw2"),
+        "tricked",
+    );
+    assert!(!ok, "{out}{err}");
+    let counts = validator_counts(&out);
+    assert_eq!(counts[1..], [35, 0, 0, 0], "{out}");
+    assert!(counts[0] >= 10, "{out}");
+    let named: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("  tricked.items id="))
+        .collect();
+    assert_eq!(named.len(), 20, "{out}");
+    for line in named {
+        let id: u64 = line
+            .trim()
+            .strip_prefix("tricked.items id=")
+            .and_then(|rest| rest.split(':').next())
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!((11..=45).contains(&id), "{line}");
+        assert_eq!(
+            line.trim(),
+            format!(
+                "tricked.items id={id}: n: upstream {id}, downstream {}",
+                id + 1000
+            )
+        );
+    }
+    assert!(err.contains("35 row(s) that differ downstream"), "{err}");
+    assert!(!out.contains("Writer-Pw2") && !err.contains("Writer-Pw2"));
+}
