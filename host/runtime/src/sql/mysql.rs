@@ -137,7 +137,13 @@ fn inline(statement: &wit::Statement) -> Option<String> {
                 quoted = true;
                 out.push(c);
             }
-            '?' => literal(params.next()?, &mut out)?,
+            // Spaces keep the literal one token, as a placeholder is (`1?`
+            // stays an error, not `11`).
+            '?' => {
+                out.push(' ');
+                literal(params.next()?, &mut out)?;
+                out.push(' ');
+            }
             '\'' | '"' | '#' | '\\' | ';' => return None,
             '-' if chars.peek() == Some(&'-') => return None,
             '/' if chars.peek() == Some(&'*') => return None,
@@ -165,11 +171,18 @@ fn literal(value: &wit::Value, out: &mut String) -> Option<()> {
     };
     match value {
         wit::Value::Null => out.push_str("NULL"),
+        // A negative number in parentheses: `-?` must not read `--5`.
+        wit::Value::Int(i) if *i < 0 => {
+            let _ = write!(out, "({i})");
+        }
         wit::Value::Int(i) => {
             let _ = write!(out, "{i}");
         }
         wit::Value::Uint(u) => {
             let _ = write!(out, "{u}");
+        }
+        wit::Value::Float(f) if f.is_finite() && f.is_sign_negative() => {
+            let _ = write!(out, "({f:e})");
         }
         wit::Value::Float(f) if f.is_finite() => {
             let _ = write!(out, "{f:e}");
@@ -330,8 +343,8 @@ mod tests {
         assert_eq!(
             inline(&s).as_deref(),
             Some(
-                "INSERT INTO `s`.`a?b` (`x`, `y`) VALUES (-5, 18446744073709551615), \
-                 (1e-1, _utf8mb4 X'69742773205c20c3a9'), (_binary X'00ff', NULL)"
+                "INSERT INTO `s`.`a?b` (`x`, `y`) VALUES ( (-5) ,  18446744073709551615 ), \
+                 ( 1e-1 ,  _utf8mb4 X'69742773205c20c3a9' ), ( _binary X'00ff' ,  NULL )"
             )
         );
         assert_eq!(
@@ -340,7 +353,16 @@ mod tests {
                 vec![wit::Value::Text(String::new())]
             ))
             .as_deref(),
-            Some("SELECT _utf8mb4 X''")
+            Some("SELECT  _utf8mb4 X'' ")
+        );
+        // Token boundaries stay where the placeholders put them.
+        assert_eq!(
+            inline(&statement("SELECT -?", vec![wit::Value::Int(-5)])).as_deref(),
+            Some("SELECT - (-5) ")
+        );
+        assert_eq!(
+            inline(&statement("SELECT 1?", vec![wit::Value::Float(-0.5)])).as_deref(),
+            Some("SELECT 1 (-5e-1) ")
         );
     }
 
