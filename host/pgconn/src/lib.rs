@@ -127,8 +127,8 @@ pub fn settings(dsn: &str) -> Result<(Config, MakeRustlsConnect), String> {
         let mut store = rustls::RootCertStore::empty();
         match &tls.root_cert {
             Some(path) => {
-                let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-                    .map_err(|e| format!("sslrootcert {path}: {e}"))?
+                let pem = read_root_cert(path)?;
+                let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
                     .collect::<Result<_, _>>()
                     .map_err(|e| format!("sslrootcert {path}: {e}"))?;
                 if certs.is_empty() {
@@ -163,6 +163,34 @@ pub fn settings(dsn: &str) -> Result<(Config, MakeRustlsConnect), String> {
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
     Ok((config, MakeRustlsConnect::new(client)))
+}
+
+/// Largest `sslrootcert` file read (a bundle of a few hundred certificates).
+const MAX_ROOT_CERT_BYTES: u64 = 1 << 20;
+
+/// The bytes of the `sslrootcert` file: a regular file of at most
+/// [`MAX_ROOT_CERT_BYTES`] (a changefeed file is the tenant's to write; a
+/// path to a device or pipe must not hang or fill the host).
+fn read_root_cert(path: &str) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("sslrootcert {path}: {e}"))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("sslrootcert {path}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("sslrootcert {path} is not a regular file"));
+    }
+    if meta.len() > MAX_ROOT_CERT_BYTES {
+        return Err(format!(
+            "sslrootcert {path} is over {} KiB",
+            MAX_ROOT_CERT_BYTES >> 10
+        ));
+    }
+    let mut pem = Vec::new();
+    file.take(MAX_ROOT_CERT_BYTES)
+        .read_to_end(&mut pem)
+        .map_err(|e| format!("sslrootcert {path}: {e}"))?;
+    Ok(pem)
 }
 
 /// A driver error with its causes (tokio-postgres shows only the outermost:
@@ -317,6 +345,24 @@ mod tests {
             panic!("a missing root certificate file is refused");
         };
         assert!(e.starts_with("sslrootcert /nonexistent.pem:"), "{e}");
+        // A device is refused before a byte is read (it would never end).
+        let Err(e) = settings("postgres://u:pw@db/x?sslmode=verify-ca&sslrootcert=/dev/zero")
+        else {
+            panic!("a device as root certificate is refused");
+        };
+        assert_eq!(e, "sslrootcert /dev/zero is not a regular file");
+        let dir = std::env::temp_dir().join(format!("pgconn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let junk = dir.join("junk.pem");
+        std::fs::write(&junk, "not a certificate").unwrap();
+        let Err(e) = settings(&format!(
+            "postgres://u:pw@db/x?sslmode=verify-full&sslrootcert={}",
+            junk.display()
+        )) else {
+            panic!("a file with no certificate is refused");
+        };
+        assert!(e.ends_with("holds no certificate"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
         assert!(!e.contains("secret"), "{e}");
         for mode in ["disable", "prefer", "require", "verify-ca", "verify-full"] {
             assert!(

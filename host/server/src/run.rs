@@ -112,7 +112,10 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
     // it checks what is still pending (each row up to its retries, bounded)
     // and its findings are printed with the summary.
     let validator = sluice_capture::validate::settings(&file.feed).map(|settings| {
-        let limit = settings.interval * (settings.retries + 2) + Duration::from_secs(30);
+        // Each row settles within retry-count rounds; a downstream that
+        // cannot be read keeps rows pending, so the wait is bounded.
+        let limit = (settings.interval * (settings.retries + 2) + Duration::from_secs(30))
+            .min(MAX_VALIDATOR_DRAIN);
         let (listener, running) = sluice_capture::validate::start(settings);
         pipeline.set_ack_listener(listener);
         (running, limit)
@@ -158,7 +161,16 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
         if !quiet {
             eprintln!("[{id}] validator: checking the last changed rows downstream ...");
         }
-        let v = running.finish(limit).await;
+        // Ctrl-C stops the wait (the signal no longer ends the process
+        // once tokio listens for it).
+        let reports = running.reports.clone();
+        let v = tokio::select! {
+            v = running.finish(limit) => v,
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("[{id}] interrupted: the validator's rows still pending stay unchecked");
+                reports.borrow().clone()
+            }
+        };
         println!("{}", validator_summary(&v));
         if v.mismatched > 0 {
             anyhow::bail!(
@@ -169,6 +181,9 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
     }
     Ok(())
 }
+
+/// Longest `sluice run` waits at its end for the validator's pending rows.
+const MAX_VALIDATOR_DRAIN: Duration = Duration::from_secs(600);
 
 /// The validator's findings: counts, then each named mismatch on a line.
 fn validator_summary(v: &sluice_core::ValidatorReport) -> String {

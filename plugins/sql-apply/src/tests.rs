@@ -4,14 +4,18 @@ use sluice_sdk::{Column, ColumnType};
 /// The plans are read in MySQL's spelling.
 type Q = crate::Mysql;
 
-fn schema() -> Rc<TableSchema> {
-    let col = |name: &str, key: bool| Column {
+/// An `int` column, part of the key or nullable.
+fn col(name: &str, key: bool) -> Column {
+    Column {
         name: name.into(),
         ty: ColumnType::Int,
         sql_type: "int".into(),
         nullable: !key,
         key,
-    };
+    }
+}
+
+fn schema() -> Rc<TableSchema> {
     Rc::new(TableSchema {
         table_id: 1,
         version: 1,
@@ -216,13 +220,6 @@ fn a_batched_group_with_a_replayed_row_replaces_and_a_key_that_comes_back_is_kep
 
 #[test]
 fn a_batched_group_keeps_keyless_tables_row_by_row_and_composite_keys_in_row_lists() {
-    let col = |name: &str, key: bool| Column {
-        name: name.into(),
-        ty: ColumnType::Int,
-        sql_type: "int".into(),
-        nullable: !key,
-        key,
-    };
     let table = |name: &str, columns: Vec<Column>| {
         Rc::new(TableSchema {
             table_name: name.into(),

@@ -64,9 +64,7 @@ pub(super) async fn run_group(
     let mut affected = 0;
     let mut text = String::new();
     for statement in group {
-        // A statement longer than a round trip's worth of text (hex takes
-        // twice the bytes) is bound instead.
-        match inline(&statement).filter(|sql| sql.len() <= MAX_TEXT_BYTES) {
+        match inline(&statement) {
             Some(sql) => {
                 if !text.is_empty() && text.len() + sql.len() > MAX_TEXT_BYTES {
                     affected += run_text(&mut tx, &std::mem::take(&mut text)).await?;
@@ -120,6 +118,20 @@ const MAX_TEXT_BYTES: usize = 4 << 20;
 /// as there are parameters, and every parameter has an exact literal.
 fn inline(statement: &wit::Statement) -> Option<String> {
     let sql = statement.sql.as_str();
+    // Text or bytes take twice their length in hex: past a round trip's
+    // worth the statement is bound, so it is not written out first.
+    let size: usize = statement
+        .params
+        .iter()
+        .map(|p| match p {
+            wit::Value::Text(t) => 2 * t.len() + 12,
+            wit::Value::Bytes(b) => 2 * b.len() + 12,
+            _ => 24,
+        })
+        .sum();
+    if sql.len() + size > MAX_TEXT_BYTES {
+        return None;
+    }
     let mut out = String::with_capacity(sql.len() + statement.params.len() * 16);
     let mut params = statement.params.iter();
     let mut quoted = false;
@@ -386,6 +398,9 @@ mod tests {
             inline(&statement("SELECT ?", vec![wit::Value::Float(f64::NAN)])),
             None
         );
+        // Over a round trip's worth of hex: bound.
+        let big = vec![wit::Value::Bytes(vec![7; MAX_TEXT_BYTES / 2])];
+        assert_eq!(inline(&statement("SELECT ?", big)), None);
         assert_eq!(
             inline(&statement("SELECT 1", Vec::new())).as_deref(),
             Some("SELECT 1")
