@@ -20,21 +20,26 @@ pub fn write_file(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
 
 /// Every canal-json line in the files of `dir`, in file order.
 pub fn lines_in(dir: &Path) -> Vec<Json> {
+    let mut out = Vec::new();
+    for_each_line(dir, |l| out.push(l));
+    out
+}
+
+/// Each canal-json line in the files of `dir`, in file order, one at a time
+/// (a run of a million rows is never held whole).
+pub fn for_each_line(dir: &Path, mut f: impl FnMut(Json)) {
+    use std::io::BufRead;
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
     files.sort();
-    files
-        .iter()
-        .flat_map(|f| {
-            std::fs::read_to_string(f)
-                .unwrap()
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    for file in files {
+        let reader = std::io::BufReader::new(std::fs::File::open(&file).unwrap());
+        for line in reader.lines() {
+            f(serde_json::from_str(&line.unwrap()).unwrap());
+        }
+    }
 }
 
 pub fn hash(salt: &str, value: &str) -> String {
@@ -47,6 +52,13 @@ pub fn hash(salt: &str, value: &str) -> String {
 /// Expected output lines (type, commit ts, data) per row, as sink-file writes them
 /// after filter-mask, for the quickstart workload with `total` rows.
 pub fn expected_rows(total: u64) -> Vec<Json> {
+    let mut rows = Vec::new();
+    for_each_expected_row(total, |row| rows.push(row));
+    rows
+}
+
+/// [`expected_rows`] one at a time.
+pub fn for_each_expected_row(total: u64, mut f: impl FnMut(Json)) {
     let mut g = DatagenSource::new(DatagenConfig {
         seed: 42,
         total_rows: total,
@@ -54,7 +66,6 @@ pub fn expected_rows(total: u64) -> Vec<Json> {
         ..Default::default()
     })
     .unwrap();
-    let mut rows = Vec::new();
     while let Some(txn) = g.next_transaction() {
         for (table, row) in txn.rows() {
             let image = row.image();
@@ -71,7 +82,7 @@ pub fn expected_rows(total: u64) -> Vec<Json> {
                 Op::Update => "UPDATE",
                 Op::Delete => "DELETE",
             };
-            rows.push(serde_json::json!({
+            f(serde_json::json!({
                 "table": table.table_name,
                 "type": kind,
                 "commitTs": txn.commit_ts.get(),
@@ -79,5 +90,11 @@ pub fn expected_rows(total: u64) -> Vec<Json> {
             }));
         }
     }
-    rows
+}
+
+/// A 128-bit fingerprint of `text` (sets of a million rows keep these, not
+/// the rows).
+pub fn fingerprint(text: &str) -> u128 {
+    let digest = Sha256::digest(text.as_bytes());
+    u128::from_le_bytes(digest[..16].try_into().expect("16 bytes"))
 }
