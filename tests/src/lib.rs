@@ -128,6 +128,7 @@ pub fn sdk_table(t: &core::TableBatch) -> sdk::TableBatch {
         ops: t.ops.clone(),
         commit_ts: t.commit_ts.clone(),
         row_flags: t.flags.clone(),
+        row_seq: t.seq.clone(),
         before: t.before.iter().map(col).collect(),
         after: t.after.iter().map(col).collect(),
     }

@@ -149,12 +149,12 @@ async fn sink_file_writes_exact_canal_json_lines() {
     let start = now_ms();
     sink.write(&schemas, &mut batch).await.unwrap();
     sink.flush(CommitTs::new(TS + 2)).await.unwrap();
-    sink.apply_ddl(&DdlEvent {
-        commit_ts: CommitTs::new(TS + 3),
-        schema_name: "app".into(),
-        table_name: "users".into(),
-        query: "ALTER TABLE users ADD COLUMN x INT".into(),
-    })
+    sink.apply_ddl(&DdlEvent::of_table(
+        CommitTs::new(TS + 3),
+        "app",
+        "users",
+        "ALTER TABLE users ADD COLUMN x INT",
+    ))
     .await
     .unwrap();
     sink.close().await.unwrap();

@@ -139,14 +139,29 @@ async fn rejects_inputs_that_are_not_components_of_the_world() {
     let err = rt.load(PluginKind::Sink, &filter).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "component does not implement the sluice:plugin sink world: missing export `sluice:plugin/sink-api@0.1.0`"
+        "component does not implement the sluice:plugin sink world: missing export `sluice:plugin/sink-api@0.2.0`"
     );
     let sink = std::fs::read(plugin_path("sink-blackhole")).unwrap();
     let err = rt.load(PluginKind::Filter, &sink).unwrap_err();
     assert!(
         err.to_string()
-            .contains("missing export `sluice:plugin/filter-api@0.1.0`"),
+            .contains("missing export `sluice:plugin/filter-api@0.2.0`"),
         "{err}"
+    );
+    // A plugin built against the previous contract is told to be rebuilt.
+    let old = wat::parse_str(
+        r#"(component
+            (instance $api)
+            (export "sluice:plugin/sink-api@0.1.0" (instance $api)))"#,
+    )
+    .unwrap();
+    let err = rt.load(PluginKind::Sink, &old).unwrap_err();
+    assert!(matches!(err, LoadError::ContractVersion { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "the plugin was built for the contract sluice:plugin@0.1.0, but this host implements \
+         sluice:plugin@0.2.0: rebuild it against the current wit/plugin.wit (with the Rust SDK: \
+         update sluice-sdk and build again)"
     );
 }
 

@@ -73,7 +73,7 @@ pub const ALL_DDL: &str = "all ddl";
 pub const DML_EVENTS: [&str; 3] = ["insert", "update", "delete"];
 /// `ignore-event`: the DDL kinds, as `sluice_source::mysql::DdlKind::name`
 /// gives them (a test there checks that the two lists agree).
-pub const DDL_EVENTS: [&str; 12] = [
+pub const DDL_EVENTS: [&str; 34] = [
     "create database",
     "drop database",
     "alter database",
@@ -86,6 +86,28 @@ pub const DDL_EVENTS: [&str; 12] = [
     "drop index",
     "create view",
     "drop view",
+    "alter view",
+    "add table partition",
+    "drop table partition",
+    "truncate table partition",
+    "exchange table partition",
+    "reorganize table partition",
+    "coalesce table partition",
+    "create sequence",
+    "drop sequence",
+    "alter sequence",
+    "create trigger",
+    "drop trigger",
+    "create procedure",
+    "drop procedure",
+    "alter procedure",
+    "create function",
+    "drop function",
+    "alter function",
+    "create event",
+    "drop event",
+    "alter event",
+    "remove table partitioning",
 ];
 
 /// Whether `name` is an event name `ignore-event` accepts.
@@ -633,7 +655,8 @@ mod tests {
                  \"all dml\", \"insert\", \"update\", \"delete\", \"all ddl\", \
                  \"create database\", \"drop database\", \"alter database\", \"create table\", \
                  \"drop table\", \"alter table\", \"rename table\", \"truncate table\", \
-                 \"create index\", \"drop index\", \"create view\", \"drop view\"",
+                 \"create index\", \"drop index\", \"create view\", \"drop view\", \
+                 \"alter view\", \"add table partition\"",
             ),
         ];
         for (err, want) in cases {

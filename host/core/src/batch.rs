@@ -11,6 +11,10 @@ use crate::ts::CommitTs;
 pub const FLAG_REPLAY: u8 = 1;
 /// Row flag bit: the upstream transaction was split over several batches.
 pub const FLAG_SPLIT: u8 = 2;
+/// Row flag bit: the upstream statement ran with foreign key checks off
+/// (`foreign_key_checks = 0`): a sink applying it neither checks nor cascades
+/// foreign keys for it, as the upstream did not.
+pub const FLAG_NO_FK_CHECKS: u8 = 4;
 
 /// Logical column type; mirrors `types.column-type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -516,8 +520,11 @@ pub struct TableBatch {
     pub ops: Vec<u8>,
     /// Per row: its transaction's commit ts, never decreasing.
     pub commit_ts: Vec<u64>,
-    /// Per row: [`FLAG_REPLAY`] and [`FLAG_SPLIT`] bits.
+    /// Per row: [`FLAG_REPLAY`], [`FLAG_SPLIT`] and [`FLAG_NO_FK_CHECKS`] bits.
     pub flags: Vec<u8>,
+    /// Per row: its place among its transaction's row changes over every table
+    /// (`row-seq` in the contract).
+    pub seq: Vec<u32>,
     /// One column per schema column: a value for every update and delete row.
     pub before: Vec<ColumnData>,
     /// One column per schema column: a value for every insert and update row.
@@ -533,6 +540,7 @@ impl TableBatch {
             ops: Vec::new(),
             commit_ts: Vec::new(),
             flags: Vec::new(),
+            seq: Vec::new(),
             before: ColumnData::empty_image(schema),
             after: ColumnData::empty_image(schema),
         }
@@ -547,6 +555,7 @@ impl TableBatch {
         batch.ops.reserve(rows);
         batch.commit_ts.reserve(rows);
         batch.flags.reserve(rows);
+        batch.seq.reserve(rows);
         for (mine, theirs) in batch
             .before
             .iter_mut()
@@ -561,14 +570,19 @@ impl TableBatch {
     /// A batch made of one transaction's changes of a table, moved (not copied).
     pub fn from_changes(changes: TableChanges, commit_ts: CommitTs, flags: u8) -> Self {
         let (table_id, schema_version) = (changes.schema().table_id, changes.schema().version);
-        let (ops, before, after) = changes.into_parts();
+        let (ops, seq, source_flags, before, after) = changes.into_parts();
         let n = ops.len();
+        let mut all = vec![flags; n];
+        for (f, s) in all.iter_mut().zip(&source_flags) {
+            *f |= s;
+        }
         Self {
             table_id,
             schema_version,
             ops,
             commit_ts: vec![commit_ts.get(); n],
-            flags: vec![flags; n],
+            flags: all,
+            seq,
             before,
             after,
         }
@@ -621,9 +635,12 @@ impl TableBatch {
             )
         };
         self.ops.extend_from_slice(ops);
+        self.seq.extend_from_slice(&changes.seq()[rows.clone()]);
         self.commit_ts
             .extend(std::iter::repeat_n(commit_ts.get(), ops.len()));
+        let from = self.flags.len();
         self.flags.extend(std::iter::repeat_n(flags, ops.len()));
+        changes.or_flags(rows, &mut self.flags[from..]);
         for (mine, theirs) in self.before.iter_mut().zip(changes.before()) {
             mine.extend_from(theirs, b0..b1);
         }
@@ -639,14 +656,19 @@ impl TableBatch {
     /// If `commit_ts` or `flags` do not have one entry per row.
     pub fn from_rows(changes: TableChanges, commit_ts: Vec<u64>, flags: Vec<u8>) -> Self {
         let (table_id, schema_version) = (changes.schema().table_id, changes.schema().version);
-        let (ops, before, after) = changes.into_parts();
+        let (ops, seq, source_flags, before, after) = changes.into_parts();
         assert!(commit_ts.len() == ops.len() && flags.len() == ops.len());
+        let mut flags = flags;
+        for (f, s) in flags.iter_mut().zip(&source_flags) {
+            *f |= s;
+        }
         Self {
             table_id,
             schema_version,
             ops,
             commit_ts,
             flags,
+            seq,
             before,
             after,
         }
@@ -665,12 +687,14 @@ impl TableBatch {
         stamps: impl IntoIterator<Item = (u64, u8, usize)>,
     ) {
         let n = rows.len();
-        self.ops.extend_from_slice(&changes.ops()[rows]);
+        self.seq.extend_from_slice(&changes.seq()[rows.clone()]);
+        self.ops.extend_from_slice(&changes.ops()[rows.clone()]);
         let start = self.commit_ts.len();
         for (ts, flags, count) in stamps {
             self.commit_ts.extend(std::iter::repeat_n(ts, count));
             self.flags.extend(std::iter::repeat_n(flags, count));
         }
+        changes.or_flags(rows, &mut self.flags[start..]);
         debug_assert_eq!(self.commit_ts.len() - start, n, "stamps cover the rows");
         for (mine, theirs) in self.before.iter_mut().zip(changes.before()) {
             mine.extend_from(theirs, before.clone());
@@ -680,7 +704,8 @@ impl TableBatch {
         }
     }
 
-    /// Append a row from owned values (tests and slow paths).
+    /// Append a row from owned values (tests and slow paths); its place in its
+    /// transaction is the number of rows of that transaction before it here.
     pub fn push_values(
         &mut self,
         commit_ts: CommitTs,
@@ -689,7 +714,27 @@ impl TableBatch {
         before: Option<&[Value]>,
         after: Option<&[Value]>,
     ) {
+        let seq = self
+            .commit_ts
+            .iter()
+            .rev()
+            .take_while(|&&ts| ts == commit_ts.get())
+            .count() as u32;
+        self.push_values_at(commit_ts, seq, flags, op, before, after);
+    }
+
+    /// Append a row from owned values that was change `seq` of its transaction.
+    pub fn push_values_at(
+        &mut self,
+        commit_ts: CommitTs,
+        seq: u32,
+        flags: u8,
+        op: Op,
+        before: Option<&[Value]>,
+        after: Option<&[Value]>,
+    ) {
         self.ops.push(op.code());
+        self.seq.push(seq);
         self.commit_ts.push(commit_ts.get());
         self.flags.push(flags);
         for (image, values) in [(&mut self.before, before), (&mut self.after, after)] {
@@ -711,8 +756,9 @@ impl TableBatch {
         let mut out = TableBatch::new(schema);
         for row in self.rows() {
             if keep(&row) {
-                out.push_values(
+                out.push_values_at(
                     CommitTs::new(self.commit_ts[row.index]),
+                    self.seq[row.index],
                     self.flags[row.index],
                     row.op,
                     row.before().as_deref(),
@@ -725,7 +771,7 @@ impl TableBatch {
 
     /// Bytes the batch occupies on the wire (roughly what lowering allocates in the guest).
     pub fn wire_bytes(&self) -> usize {
-        self.ops.len() * 10
+        self.ops.len() * crate::event::ROW_OVERHEAD_BYTES
             + self
                 .before
                 .iter()
@@ -750,11 +796,12 @@ impl TableBatch {
             reason,
         };
         let n = self.ops.len();
-        if self.commit_ts.len() != n || self.flags.len() != n {
+        if self.commit_ts.len() != n || self.flags.len() != n || self.seq.len() != n {
             return Err(fail(format!(
-                "{n} ops but {} commit ts and {} flags",
+                "{n} ops but {} commit ts, {} flags and {} row seq",
                 self.commit_ts.len(),
-                self.flags.len()
+                self.flags.len(),
+                self.seq.len()
             )));
         }
         let (mut n_before, mut n_after) = (0, 0);
@@ -1046,7 +1093,7 @@ mod tests {
         // Too few values: the rest is NULL; a wrong kind is NULL too.
         c.delete().bytes(b"not an int");
         assert_eq!(c.len(), 3);
-        assert_eq!(c.wire_bytes(), 3 * 10 + (8 + 6) + (8 + 8 + 8 + 6) + (8 + 8));
+        assert_eq!(c.wire_bytes(), 3 * 14 + (8 + 6) + (8 + 8 + 8 + 6) + (8 + 8));
         let rows: Vec<_> = c.rows().map(|r| (r.op, r.before(), r.after())).collect();
         assert_eq!(
             rows,

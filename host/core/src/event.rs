@@ -97,8 +97,9 @@ impl From<CheckpointTs> for Checkpoint {
     }
 }
 
-/// Approximate wire bytes of a row, besides its values (op, commit ts, flag).
-pub const ROW_OVERHEAD_BYTES: usize = 10;
+/// Approximate wire bytes of a row, besides its values (op, commit ts, flag,
+/// row seq).
+pub const ROW_OVERHEAD_BYTES: usize = 14;
 /// Approximate wire bytes of a fixed-size value (or a NULL).
 pub const FIXED_VALUE_BYTES: usize = 8;
 /// Approximate wire bytes of a byte-like value, besides its length (the offset).
@@ -113,6 +114,12 @@ pub const BYTES_VALUE_OVERHEAD: usize = 4;
 pub struct TableChanges {
     schema: Arc<TableSchema>,
     pub(crate) ops: Vec<u8>,
+    /// Per row: its place among its transaction's row changes (see
+    /// [`TableChanges::insert_at`]).
+    pub(crate) seq: Vec<u32>,
+    /// Per row: flag bits the source set ([`crate::FLAG_NO_FK_CHECKS`]); rows
+    /// past its end have none (empty while no row has any).
+    pub(crate) flags: Vec<u8>,
     pub(crate) before: Vec<ColumnData>,
     pub(crate) after: Vec<ColumnData>,
     bytes: usize,
@@ -126,11 +133,17 @@ impl PartialEq for TableChanges {
     fn eq(&self, other: &Self) -> bool {
         self.schema == other.schema
             && self.ops == other.ops
+            && self.seq == other.seq
+            && (0..self.ops.len()).all(|i| self.flag(i) == other.flag(i))
             && self.before == other.before
             && self.after == other.after
             && self.bytes == other.bytes
     }
 }
+
+/// What [`TableChanges`] is made of: ops, row seq, source flags (empty: none),
+/// before and after images.
+pub(crate) type ChangesParts = (Vec<u8>, Vec<u32>, Vec<u8>, Vec<ColumnData>, Vec<ColumnData>);
 
 /// Most spare [`TableChanges`] a pool keeps.
 const POOL_MAX: usize = 4096;
@@ -187,12 +200,16 @@ impl Drop for TableChanges {
         let mut spare = TableChanges {
             schema: self.schema.clone(),
             ops: std::mem::take(&mut self.ops),
+            seq: std::mem::take(&mut self.seq),
+            flags: std::mem::take(&mut self.flags),
             before: std::mem::take(&mut self.before),
             after: std::mem::take(&mut self.after),
             bytes: 0,
             pool: None,
         };
         spare.ops.clear();
+        spare.seq.clear();
+        spare.flags.clear();
         spare
             .before
             .iter_mut()
@@ -214,6 +231,8 @@ impl TableChanges {
         Self {
             schema,
             ops: Vec::new(),
+            seq: Vec::new(),
+            flags: Vec::new(),
             before,
             after,
             bytes: 0,
@@ -246,6 +265,39 @@ impl TableChanges {
         &self.ops
     }
 
+    /// Per row, its place among its transaction's row changes over every
+    /// table (see [`TableChanges::insert_at`]).
+    pub fn seq(&self) -> &[u32] {
+        &self.seq
+    }
+
+    /// The flag bits the source set on row `i` (0 for most rows).
+    pub fn flag(&self, i: usize) -> u8 {
+        self.flags.get(i).copied().unwrap_or(0)
+    }
+
+    /// Sets `bits` on every row from `start` on (the rows of one upstream
+    /// statement, say [`crate::FLAG_NO_FK_CHECKS`]).
+    pub fn flag_rows_from(&mut self, start: usize, bits: u8) {
+        if bits == 0 || start >= self.ops.len() {
+            return;
+        }
+        self.flags.resize(self.ops.len(), 0);
+        for f in &mut self.flags[start..] {
+            *f |= bits;
+        }
+    }
+
+    /// ORs the source's flags of rows `rows` into `out` (one entry per row).
+    pub(crate) fn or_flags(&self, rows: std::ops::Range<usize>, out: &mut [u8]) {
+        if self.flags.is_empty() {
+            return;
+        }
+        for (o, i) in out.iter_mut().zip(rows) {
+            *o |= self.flag(i);
+        }
+    }
+
     /// Before images (rows with a before image only, in order).
     pub fn before(&self) -> &[ColumnData] {
         &self.before
@@ -257,24 +309,48 @@ impl TableChanges {
     }
 
     /// Start an insert; write its after image through the returned writer.
+    /// Its place in the transaction is its place in this table (a source that
+    /// knows the order of a transaction's changes across tables uses
+    /// [`TableChanges::insert_at`]).
     pub fn insert(&mut self) -> RowWriter<'_> {
-        self.begin(Op::Insert)
+        let seq = self.ops.len() as u32;
+        self.begin(Op::Insert, seq)
     }
 
     /// Start an update; write its before image, then its after image.
     pub fn update(&mut self) -> RowWriter<'_> {
-        self.begin(Op::Update)
+        let seq = self.ops.len() as u32;
+        self.begin(Op::Update, seq)
     }
 
     /// Start a delete; write its before image.
     pub fn delete(&mut self) -> RowWriter<'_> {
-        self.begin(Op::Delete)
+        let seq = self.ops.len() as u32;
+        self.begin(Op::Delete, seq)
+    }
+
+    /// Start an insert that was change number `seq` (from 0) of its
+    /// transaction, counted over every table it touched: the order in which a
+    /// sink applying the transaction must make its changes (foreign keys).
+    pub fn insert_at(&mut self, seq: u32) -> RowWriter<'_> {
+        self.begin(Op::Insert, seq)
+    }
+
+    /// Like [`TableChanges::insert_at`], for an update.
+    pub fn update_at(&mut self, seq: u32) -> RowWriter<'_> {
+        self.begin(Op::Update, seq)
+    }
+
+    /// Like [`TableChanges::insert_at`], for a delete.
+    pub fn delete_at(&mut self, seq: u32) -> RowWriter<'_> {
+        self.begin(Op::Delete, seq)
     }
 
     /// Append a row from owned values (tests and slow paths): `before` for
     /// updates and deletes, `after` for inserts and updates.
     pub fn push_values(&mut self, op: Op, before: Option<&[Value]>, after: Option<&[Value]>) {
-        let mut w = self.begin(op);
+        let seq = self.ops.len() as u32;
+        let mut w = self.begin(op, seq);
         for v in before.into_iter().chain(after).flatten() {
             w.value(v);
         }
@@ -287,7 +363,13 @@ impl TableChanges {
 
     /// Append every row of `other` (changes of the same table and version).
     pub fn append(&mut self, other: &TableChanges) {
+        if !self.flags.is_empty() || !other.flags.is_empty() {
+            self.flags.resize(self.ops.len(), 0);
+            self.flags
+                .extend((0..other.ops.len()).map(|i| other.flag(i)));
+        }
         self.ops.extend_from_slice(&other.ops);
+        self.seq.extend_from_slice(&other.seq);
         for (image, theirs) in [
             (&mut self.before, &other.before),
             (&mut self.after, &other.after),
@@ -300,16 +382,22 @@ impl TableChanges {
     }
 
     /// The parts, to move them into a batch.
-    pub(crate) fn into_parts(mut self) -> (Vec<u8>, Vec<ColumnData>, Vec<ColumnData>) {
+    pub(crate) fn into_parts(mut self) -> ChangesParts {
+        if !self.flags.is_empty() {
+            self.flags.resize(self.ops.len(), 0);
+        }
         (
             std::mem::take(&mut self.ops),
+            std::mem::take(&mut self.seq),
+            std::mem::take(&mut self.flags),
             std::mem::take(&mut self.before),
             std::mem::take(&mut self.after),
         )
     }
 
-    fn begin(&mut self, op: Op) -> RowWriter<'_> {
+    fn begin(&mut self, op: Op, seq: u32) -> RowWriter<'_> {
         self.ops.push(op.code());
+        self.seq.push(seq);
         self.bytes += ROW_OVERHEAD_BYTES;
         RowWriter {
             changes: self,
@@ -532,23 +620,56 @@ impl Transaction {
 }
 
 /// A schema change.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DdlEvent {
     /// Its commit ts.
     pub commit_ts: CommitTs,
-    /// The database it changes.
+    /// What it does, as event filters name it (`create table`, `alter table`,
+    /// `create view`, ...).
+    pub kind: String,
+    /// The database it changes: its first table's, or the database a database
+    /// statement names.
     pub schema_name: String,
-    /// The table it changes; empty: every table of `schema_name`.
+    /// The table it changes when it names exactly one; empty otherwise.
     pub table_name: String,
+    /// Every table (or view, or sequence) it names, as (schema, name), in the
+    /// order written: a rename lists each old name, then its new name. Empty
+    /// for a statement about a database, which affects all of its tables.
+    pub tables: Vec<(String, String)>,
+    /// The session's current database when the statement ran upstream (what
+    /// its unqualified names refer to); empty when there was none.
+    pub default_schema: String,
+    /// The session settings it ran under upstream, as (variable, value):
+    /// `sql_mode`, `foreign_key_checks`, `time_zone`, character sets and
+    /// collations, as `SET SESSION` restores them.
+    pub session: Vec<(String, String)>,
     /// The statement.
     pub query: String,
 }
 
 impl DdlEvent {
-    /// Whether the DDL affects table `schema.table`: a DDL with an empty table
-    /// name affects every table of its schema.
+    /// Whether the DDL affects table `schema.table`: one of the tables it
+    /// names, or any table of its database when it names none.
     pub fn affects(&self, schema: &str, table: &str) -> bool {
-        self.schema_name == schema && (self.table_name.is_empty() || self.table_name == table)
+        if self.tables.is_empty() {
+            return self.schema_name == schema
+                && (self.table_name.is_empty() || self.table_name == table);
+        }
+        self.tables.iter().any(|(s, t)| s == schema && t == table)
+    }
+
+    /// A DDL of one table (`tables` and `table_name` set from it).
+    pub fn of_table(commit_ts: CommitTs, schema: &str, table: &str, query: &str) -> Self {
+        Self {
+            commit_ts,
+            kind: String::new(),
+            schema_name: schema.to_string(),
+            table_name: table.to_string(),
+            tables: vec![(schema.to_string(), table.to_string())],
+            default_schema: schema.to_string(),
+            session: Vec::new(),
+            query: query.to_string(),
+        }
     }
 }
 
@@ -593,6 +714,11 @@ impl RunPart {
         let end = self.segments[i];
         let mut out = TableChanges::new(self.changes.schema.clone());
         out.ops.extend_from_slice(&self.changes.ops[r0..end.rows]);
+        out.seq.extend_from_slice(&self.changes.seq[r0..end.rows]);
+        if !self.changes.flags.is_empty() {
+            out.flags
+                .extend((r0..end.rows).map(|i| self.changes.flag(i)));
+        }
         for (mine, theirs) in out.before.iter_mut().zip(&self.changes.before) {
             mine.extend_from(theirs, b0..end.before);
         }

@@ -10,8 +10,8 @@ mod ts;
 mod validator;
 
 pub use batch::{
-    Batch, BatchBuilder, ByteValues, Column, ColumnData, ColumnType, ColumnValues, FLAG_REPLAY,
-    FLAG_SPLIT, Row, TableBatch, TableSchema,
+    Batch, BatchBuilder, ByteValues, Column, ColumnData, ColumnType, ColumnValues,
+    FLAG_NO_FK_CHECKS, FLAG_REPLAY, FLAG_SPLIT, Row, TableBatch, TableSchema,
 };
 pub use error::{BatchError, MAX_MESSAGE_BYTES, PluginError, bounded_text};
 pub use event::{

@@ -23,6 +23,27 @@ pub struct SourceStats {
     /// Upstream time of the last event read, in ms since the Unix epoch (0:
     /// none yet); how far the reader is behind is now minus this.
     pub upstream_millis: std::sync::atomic::AtomicU64,
+    /// Statements the source did not recognise and so did not replicate.
+    pub skipped_statements: std::sync::atomic::AtomicU64,
+    /// Where the last of them was and how it began.
+    pub last_skipped: std::sync::Mutex<String>,
+}
+
+impl SourceStats {
+    /// Records where the last statement the source left out was.
+    pub fn set_last_skipped(&self, what: String) {
+        if let Ok(mut last) = self.last_skipped.lock() {
+            *last = what;
+        }
+    }
+
+    /// Where the last statement the source left out was (empty: none).
+    pub fn last_skipped(&self) -> String {
+        self.last_skipped
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default()
+    }
 }
 
 /// What a source yields.

@@ -12,6 +12,9 @@ use crate::cache::CachePermit;
 /// bytes they hold.
 pub(crate) struct Held {
     pub(crate) commit_ts: CommitTs,
+    /// They go on once the DDL at this ts (and every one before it) is applied:
+    /// the latest pending DDL of any table their transaction touches.
+    pub(crate) waits_for: CommitTs,
     pub(crate) changes: TableChanges,
     /// Part of a transaction that came in parts.
     pub(crate) split: bool,

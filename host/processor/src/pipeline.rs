@@ -104,6 +104,9 @@ pub struct Pipeline<K: Sink, F: Filter> {
     /// The commit ts of a transaction whose parts are coming (its last part not
     /// in yet).
     open_parts: Option<CommitTs>,
+    /// That transaction's parts are held until the DDL at this ts is applied
+    /// (its later parts are held with them).
+    open_parts_held: Option<CommitTs>,
     /// The source's own counters (published with the progress).
     source_stats: Option<Arc<sluice_core::SourceStats>>,
     /// DDLs waiting for their tables to be flushed, in commit-ts order.
@@ -253,6 +256,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             by_table: HashMap::new(),
             read_through: from,
             open_parts: None,
+            open_parts_held: None,
             source_stats: None,
             barriers: VecDeque::new(),
             held_parts: 0,
@@ -742,18 +746,29 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             self.progress.transactions += 1;
         }
         let mut permit = Some(permit);
+        // A transaction is held whole when any of its tables waits for a DDL:
+        // its rows in other tables are not written before the DDL while these
+        // wait behind it (no half transaction downstream; a child row never
+        // goes ahead of its parent), and those tables' later rows wait too.
+        let waits_for = if split && self.open_parts_held.is_some() {
+            self.open_parts_held
+        } else {
+            self.waits_for(&tables)
+        };
+        self.open_parts_held = if more { waits_for } else { None };
         for changes in tables {
             self.progress.rows_read += changes.len() as u64;
             let at = self.dispatcher(changes.schema());
             let d = &mut self.dispatchers[at];
             d.rows_in += changes.len() as u64;
-            if !d.held.is_empty() || d.blocked_by.is_some_and(|b| commit_ts > b) {
-                // Above a DDL of this table that is not applied yet: wait for it,
-                // keeping the cache bytes (the cache stays bounded).
+            if let Some(waits_for) = waits_for {
+                // Above a DDL not applied yet: wait for it, keeping the cache
+                // bytes (the cache stays bounded).
                 self.held_parts += 1;
                 self.held_bytes += changes.wire_bytes();
                 d.held.push_back(Held {
                     commit_ts,
+                    waits_for,
                     changes,
                     split,
                     _permit: permit.take(),
@@ -833,6 +848,32 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         Ok(())
     }
 
+    /// The DDL a transaction touching `tables` must wait for, if any: the
+    /// latest pending DDL of one of its tables, or what the held rows of one
+    /// of them wait for (a table's rows stay in order).
+    fn waits_for(&self, tables: &[TableChanges]) -> Option<CommitTs> {
+        if self.barriers.is_empty() && self.held_parts == 0 {
+            return None;
+        }
+        let mut waits: Option<CommitTs> = None;
+        for changes in tables {
+            let schema = changes.schema();
+            let held = self
+                .by_table
+                .get(&schema.table_id)
+                .and_then(|&at| self.dispatchers[at].held.back())
+                .map(|h| h.waits_for);
+            let ddl = self
+                .barriers
+                .iter()
+                .rev()
+                .find(|b| b.affects(&schema.schema_name, &schema.table_name))
+                .map(|b| b.commit_ts);
+            waits = waits.max(held).max(ddl);
+        }
+        waits
+    }
+
     /// A DDL is a barrier for the tables it affects only: their rows above it are
     /// held until it is applied; it is applied at the next flush point, after
     /// their rows below it were written and flushed. Other tables keep flowing.
@@ -865,24 +906,20 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
     }
 
     /// After `ddl` was applied: its tables wait for their next DDL, if any, and
-    /// their held rows below it go on.
+    /// the held rows that waited for it (or for an earlier one) go on, in order.
     async fn release(&mut self, ddl: &DdlEvent) -> Result<(), PipelineError> {
         for at in 0..self.dispatchers.len() {
             let d = &mut self.dispatchers[at];
-            if d.blocked_by != Some(ddl.commit_ts) {
-                continue;
+            if d.blocked_by == Some(ddl.commit_ts) {
+                d.blocked_by = self
+                    .barriers
+                    .iter()
+                    .find(|b| b.affects(&d.schema.schema_name, &d.schema.table_name))
+                    .map(|b| b.commit_ts);
             }
-            d.blocked_by = self
-                .barriers
-                .iter()
-                .find(|b| b.affects(&d.schema.schema_name, &d.schema.table_name))
-                .map(|b| b.commit_ts);
             loop {
                 let d = &mut self.dispatchers[at];
-                let free = d
-                    .held
-                    .front()
-                    .is_some_and(|h| d.blocked_by.is_none_or(|b| h.commit_ts < b));
+                let free = d.held.front().is_some_and(|h| h.waits_for <= ddl.commit_ts);
                 if !free {
                     break;
                 }

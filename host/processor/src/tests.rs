@@ -1165,6 +1165,8 @@ struct WithDdl {
     pending: Option<DdlEvent>,
     /// The DDL's table (empty: the whole schema).
     table: String,
+    /// Or the tables it names.
+    tables: Vec<(String, String)>,
 }
 
 impl Source for WithDdl {
@@ -1182,7 +1184,9 @@ impl Source for WithDdl {
                     commit_ts: CommitTs::new(txn.commit_ts.get() + 1),
                     schema_name: "shop".into(),
                     table_name: self.table.clone(),
+                    tables: self.tables.clone(),
                     query: "ALTER TABLE users ADD COLUMN note TEXT".into(),
+                    ..DdlEvent::default()
                 });
             }
         }
@@ -1201,7 +1205,21 @@ fn with_ddl(source: &DatagenConfig, after: u64, table: &str) -> WithDdl {
         seen: 0,
         pending: None,
         table: table.into(),
+        tables: Vec::new(),
     }
+}
+
+/// Whether every transaction's rows were delivered on one side of the DDL
+/// (none torn by the barrier): `Err` names a torn one.
+fn no_torn_transaction(sink: &MemorySink, delivered: usize) -> Result<(), u64> {
+    let mut side: HashMap<u64, bool> = HashMap::new();
+    for (i, d) in sink.delivered.iter().enumerate() {
+        let before = i < delivered;
+        if *side.entry(d.row.commit_ts).or_insert(before) != before {
+            return Err(d.row.commit_ts);
+        }
+    }
+    Ok(())
 }
 
 #[tokio::test]
@@ -1255,9 +1273,11 @@ async fn ddl_is_a_barrier_and_is_retried_after_a_failure() {
 #[tokio::test]
 async fn other_tables_keep_flowing_while_a_slow_ddl_waits() {
     // Two tables; a DDL on `users` whose apply is slow. The barrier waits for the
-    // next flush point, and `orders` keeps being written meanwhile.
+    // next flush point, and `orders` keeps being written meanwhile (one table a
+    // transaction: none of `orders`' transactions waits for `users`).
     let source = DatagenConfig {
         tables: vec!["users".into(), "orders".into()],
+        max_txn_rows: 1,
         ..workload(2_000)
     };
     let txns = transactions(&source);
@@ -1310,6 +1330,106 @@ async fn other_tables_keep_flowing_while_a_slow_ddl_waits() {
         report.progress.checkpoint_ts,
         CheckpointTs::from(txns.last().unwrap().commit_ts)
     );
+}
+
+#[tokio::test]
+async fn a_transaction_with_a_table_behind_a_ddl_waits_whole_and_its_other_tables_wait_too() {
+    // Transactions of up to 8 rows over three tables: many touch `users` (held
+    // behind the DDL) and other tables together.
+    let source = DatagenConfig {
+        max_txn_rows: 8,
+        ..workload(3_000)
+    };
+    let txns = transactions(&source);
+    let after = 50;
+    let config = PipelineConfig {
+        max_batch_rows: 16,
+        ..config()
+    };
+    let sink = MemorySink {
+        ddl_delay: Some(Duration::from_millis(100)),
+        ..MemorySink::default()
+    };
+    let mut pipeline = Pipeline::new(config, no_filters(), sink, CheckpointTs::ZERO);
+    pipeline
+        .run(
+            with_ddl(&source, after as u64, "users"),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    let sink = pipeline.sink();
+    let (_, delivered, _) = sink.ddls[0];
+    no_torn_transaction(sink, delivered)
+        .unwrap_or_else(|ts| panic!("the transaction at {ts} was torn by the barrier"));
+    // The first transaction above the DDL that touches users: nothing of it, nor
+    // anything later of the tables it touches, went before the DDL.
+    let first = txns[after..]
+        .iter()
+        .find(|t| t.tables.iter().any(|c| c.schema().table_name == "users"))
+        .unwrap();
+    let (before, _) = sink.delivered.split_at(delivered);
+    for changes in &first.tables {
+        let id = changes.schema().table_id;
+        assert!(
+            before
+                .iter()
+                .all(|d| d.row.table_id != id || d.row.commit_ts < first.commit_ts.get()),
+            "a row of table {id} at or after {} went before the DDL",
+            first.commit_ts
+        );
+    }
+    assert_eq!(per_table(sink.durable_ids()), per_table(row_ids(&txns)));
+    assert!(sink.malformed.is_empty(), "{:?}", sink.malformed);
+}
+
+#[tokio::test]
+async fn a_ddl_naming_two_tables_holds_both_and_the_third_flows() {
+    // RENAME TABLE a TO b, c TO d, EXCHANGE PARTITION: every table named waits.
+    let source = DatagenConfig {
+        max_txn_rows: 1,
+        ..workload(3_000)
+    };
+    let txns = transactions(&source);
+    let after = 80;
+    let ddl_ts = txns[after - 1].commit_ts.get() + 1;
+    let config = PipelineConfig {
+        max_batch_rows: 16,
+        ..config()
+    };
+    let sink = MemorySink {
+        ddl_delay: Some(Duration::from_millis(200)),
+        ..MemorySink::default()
+    };
+    let mut ddl_source = with_ddl(&source, after as u64, "");
+    ddl_source.tables = vec![
+        ("shop".into(), "users".into()),
+        ("shop".into(), "orders".into()),
+    ];
+    let mut pipeline = Pipeline::new(config, no_filters(), sink, CheckpointTs::ZERO);
+    pipeline
+        .run(ddl_source, std::future::pending())
+        .await
+        .unwrap();
+    let sink = pipeline.sink();
+    let (_, delivered, _) = sink.ddls[0];
+    let (before, _) = sink.delivered.split_at(delivered);
+    let above = |id: u32| {
+        before
+            .iter()
+            .filter(|d| d.row.table_id == id && d.row.commit_ts > ddl_ts)
+            .count()
+    };
+    assert_eq!(
+        (above(1), above(2)),
+        (0, 0),
+        "a named table's rows passed the DDL"
+    );
+    assert!(
+        above(3) > 0,
+        "the third table did not flow while the DDL waited"
+    );
+    assert_eq!(per_table(sink.durable_ids()), per_table(row_ids(&txns)));
 }
 
 #[tokio::test]

@@ -469,7 +469,7 @@ mod tests {
             .unwrap_err();
         let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
         assert!(
-            chain.contains("missing export `sluice:plugin/sink-api@0.1.0`"),
+            chain.contains("missing export `sluice:plugin/sink-api@0.2.0`"),
             "{chain}"
         );
         let err = reg

@@ -9,6 +9,9 @@ use crate::error::LoadError;
 use crate::runtime::PluginRuntime;
 use crate::state::PluginState;
 
+/// The version of `wit/plugin.wit` this host implements.
+pub const CONTRACT_VERSION: &str = "0.2.0";
+
 /// Which world a plugin implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PluginKind {
@@ -35,7 +38,7 @@ impl PluginKind {
     fn exports(self) -> (&'static str, &'static [&'static str]) {
         match self {
             PluginKind::Sink => (
-                "sluice:plugin/sink-api@0.1.0",
+                "sluice:plugin/sink-api@0.2.0",
                 &[
                     "validate-config",
                     "open",
@@ -46,7 +49,7 @@ impl PluginKind {
                 ],
             ),
             PluginKind::Filter => (
-                "sluice:plugin/filter-api@0.1.0",
+                "sluice:plugin/filter-api@0.2.0",
                 &["validate-config", "open", "transform"],
             ),
         }
@@ -117,6 +120,19 @@ impl PluginComponent {
             _ => None,
         });
         let Some(instance) = instance else {
+            // An export of the same interface at another version: a plugin
+            // built against an older (or newer) contract.
+            let base = interface.split('@').next().unwrap_or(interface);
+            if let Some(other) = ty
+                .exports(engine)
+                .map(|(name, _)| name.to_string())
+                .find(|name| name.split('@').next() == Some(base))
+            {
+                return Err(LoadError::ContractVersion {
+                    found: format!("sluice:plugin@{}", other.split('@').nth(1).unwrap_or("?")),
+                    expected: CONTRACT_VERSION,
+                });
+            }
             return Err(LoadError::MissingExport {
                 world,
                 export: interface.to_string(),

@@ -85,6 +85,7 @@ pub(crate) fn table_to_wit(t: core::TableBatch) -> wit::TableBatch {
         ops: t.ops,
         commit_ts: t.commit_ts,
         row_flags: t.flags,
+        row_seq: t.seq,
         before: t.before.into_iter().map(column_to_wit).collect(),
         after: t.after.into_iter().map(column_to_wit).collect(),
     }
@@ -97,6 +98,7 @@ pub(crate) fn table_from_wit(t: wit::TableBatch) -> core::TableBatch {
         ops: t.ops,
         commit_ts: t.commit_ts,
         flags: t.row_flags,
+        seq: t.row_seq,
         before: t.before.into_iter().map(column_from_wit).collect(),
         after: t.after.into_iter().map(column_from_wit).collect(),
     }
@@ -105,8 +107,19 @@ pub(crate) fn table_from_wit(t: wit::TableBatch) -> core::TableBatch {
 pub(crate) fn ddl(d: &core::DdlEvent) -> wit::DdlEvent {
     wit::DdlEvent {
         commit_ts: d.commit_ts.get(),
+        kind: d.kind.clone(),
         schema_name: d.schema_name.clone(),
         table_name: d.table_name.clone(),
+        tables: d
+            .tables
+            .iter()
+            .map(|(schema_name, table_name)| wit::QualifiedName {
+                schema_name: schema_name.clone(),
+                table_name: table_name.clone(),
+            })
+            .collect(),
+        default_schema: d.default_schema.clone(),
+        session: d.session.clone(),
         query: d.query.clone(),
     }
 }

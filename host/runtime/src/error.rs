@@ -28,10 +28,21 @@ pub enum LoadError {
     MissingExport {
         /// The world the plugin was loaded as: `"sink"` or `"filter"`.
         world: &'static str,
-        /// The missing interface (`sluice:plugin/sink-api@0.1.0`) or function
-        /// (`sluice:plugin/sink-api@0.1.0#flush`); a plugin built against another
+        /// The missing interface (`sluice:plugin/sink-api@0.2.0`) or function
+        /// (`sluice:plugin/sink-api@0.2.0#flush`); a plugin built against another
         /// version of `wit/plugin.wit` shows up here.
         export: String,
+    },
+    /// The component was built against another version of the contract
+    /// (`wit/plugin.wit`): it must be rebuilt with this host's SDK.
+    #[error(
+        "the plugin was built for the contract {found}, but this host implements sluice:plugin@{expected}: rebuild it against the current wit/plugin.wit (with the Rust SDK: update sluice-sdk and build again)"
+    )]
+    ContractVersion {
+        /// The contract version the plugin exports (`sluice:plugin@0.1.0`).
+        found: String,
+        /// The version this host implements.
+        expected: &'static str,
     },
     /// The component has the exports but does not fit the world: a function has the
     /// wrong signature, it imports something the host does not provide, or it was

@@ -25,7 +25,7 @@ mod state;
 mod stderr;
 mod thread;
 
-pub use component::{PluginComponent, PluginKind};
+pub use component::{CONTRACT_VERSION, PluginComponent, PluginKind};
 pub use config::{Capabilities, PluginLimits, PluginSettings, RuntimeConfig};
 pub use error::{LoadError, RuntimeError};
 pub use filter::WasmFilter;

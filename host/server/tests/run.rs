@@ -190,7 +190,7 @@ fn check_plugin_names_the_missing_export() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("missing export `sluice:plugin/sink-api@0.1.0`"),
+        stderr.contains("missing export `sluice:plugin/sink-api@0.2.0`"),
         "{stderr}"
     );
     let out = sluice(&[

@@ -391,7 +391,7 @@ fn bad_requests_get_a_status_that_says_what_to_fix() {
     assert!(err.starts_with("error: too large:"), "{err}");
     let err = up(&plugin_path("filter-mask"), "mask@0.1.0", "sink");
     assert!(
-        err.contains("missing export `sluice:plugin/sink-api@0.1.0`"),
+        err.contains("missing export `sluice:plugin/sink-api@0.2.0`"),
         "{err}"
     );
     let err = up(&plugin_path("sink-blackhole"), "sink-file@0.1.0", "sink");

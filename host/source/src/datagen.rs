@@ -402,9 +402,10 @@ impl DatagenSource {
         if n == 0 { 0 } else { self.rng.next_u64() % n }
     }
 
-    /// One row change into `into`; into [`Into::Nothing`], only the generator's
-    /// state moves (skipping on a resume), no values are written.
-    fn row(&mut self, into: &mut Into<'_>) {
+    /// One row change into `into`, change `seq` of its transaction; into
+    /// [`Into::Nothing`], only the generator's state moves (skipping on a
+    /// resume), no values are written.
+    fn row(&mut self, into: &mut Into<'_>, seq: u32) {
         let table = self.below(self.tables.len() as u64) as usize;
         let (insert, update, delete) = (
             u64::from(self.config.mix.insert),
@@ -431,7 +432,7 @@ impl DatagenSource {
             };
             state.live.push(now);
             if let Some(changes) = into.table(&state.schema, &self.pool) {
-                write_image(seed, &state.schema, now, &mut changes.insert());
+                write_image(seed, &state.schema, now, &mut changes.insert_at(seq));
             }
         } else if pick < insert + update {
             let pos = self.below(live) as usize;
@@ -444,7 +445,7 @@ impl DatagenSource {
             };
             state.live[pos] = now;
             if let Some(changes) = into.table(&state.schema, &self.pool) {
-                let mut w = changes.update();
+                let mut w = changes.update_at(seq);
                 write_image(seed, &state.schema, was, &mut w);
                 write_image(seed, &state.schema, now, &mut w);
             }
@@ -453,7 +454,7 @@ impl DatagenSource {
             let state = &mut self.tables[table];
             let was = state.live.swap_remove(pos);
             if let Some(changes) = into.table(&state.schema, &self.pool) {
-                write_image(seed, &state.schema, was, &mut changes.delete());
+                write_image(seed, &state.schema, was, &mut changes.delete_at(seq));
             }
         }
     }
@@ -488,8 +489,8 @@ impl DatagenSource {
             n = n.min(self.config.total_rows - self.emitted_rows);
         }
         let commit_ts = self.next_ts;
-        for _ in 0..n {
-            self.row(into);
+        for seq in 0..n {
+            self.row(into, seq as u32);
         }
         self.emitted_rows += n;
         self.generated += 1;

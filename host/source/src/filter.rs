@@ -86,7 +86,7 @@ impl TableFilter {
         !self.txns.is_empty() && self.txns.contains(&commit_ts.get())
     }
 
-    fn ignores(&self, schema: &str, table: &str, bit: u32) -> bool {
+    fn ignores(&self, schema: &str, table: &str, bit: u64) -> bool {
         self.events
             .iter()
             .any(|e| e.ignored & bit != 0 && e.matcher.matches(schema, table))
@@ -99,14 +99,14 @@ impl TableFilter {
 #[derive(Debug, Clone)]
 struct EventRule {
     matcher: Rules,
-    ignored: u32,
+    ignored: u64,
 }
 
 /// The bit of a DDL kind the event filters do not name; only `all ddl` sets it.
-const OTHER_DDL: u32 = 1 << 31;
-const _: () = assert!(DML_EVENTS.len() + DDL_EVENTS.len() < 31);
+const OTHER_DDL: u64 = 1 << 63;
+const _: () = assert!(DML_EVENTS.len() + DDL_EVENTS.len() < 63);
 
-fn event_bits(name: &str) -> Option<u32> {
+fn event_bits(name: &str) -> Option<u64> {
     let dml = (1 << DML_EVENTS.len()) - 1;
     let ddl = ((1 << DDL_EVENTS.len()) - 1) << DML_EVENTS.len();
     if name == ALL_DML {

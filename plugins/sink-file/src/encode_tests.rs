@@ -209,12 +209,7 @@ fn canal_json_sluice_extension_adds_commit_ts_and_replay() {
 
 #[test]
 fn canal_json_ddl_lines_with_and_without_the_extension() {
-    let ddl = |query: &str| DdlEvent {
-        commit_ts: TS,
-        schema_name: "app".to_string(),
-        table_name: "users".to_string(),
-        query: query.to_string(),
-    };
+    let ddl = |query: &str| DdlEvent::new(TS, "app", "users", query);
     let line = |config: &str, query: &str| {
         let config: Config = serde_json::from_str(config).unwrap();
         let mut out = Vec::new();

@@ -179,12 +179,12 @@ mod tests {
         b.insert(1 << 18, &[Value::Int(1), Value::Text("a")]);
         b.delete(2 << 18, &[Value::Int(1), Value::Null]);
         sink.write(&[&t], vec![b.finish()]).unwrap();
-        sink.apply_ddl(&DdlEvent {
-            commit_ts: 3 << 18,
-            schema_name: "shop".to_string(),
-            table_name: "items".to_string(),
-            query: "TRUNCATE TABLE items".to_string(),
-        })
+        sink.apply_ddl(&DdlEvent::new(
+            3 << 18,
+            "shop",
+            "items",
+            "TRUNCATE TABLE items",
+        ))
         .unwrap();
         sink.flush(3 << 18).unwrap();
 

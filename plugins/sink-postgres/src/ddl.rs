@@ -468,15 +468,7 @@ mod tests {
     }
 
     fn run(query: &str, extra: &str) -> Plan {
-        plan(
-            &DdlEvent {
-                commit_ts: 7,
-                schema_name: "shop".into(),
-                table_name: String::new(),
-                query: query.into(),
-            },
-            &config(extra),
-        )
+        plan(&DdlEvent::new(7, "shop", "", query), &config(extra))
     }
 
     fn sql(plan: &Plan) -> Vec<&str> {

@@ -31,8 +31,8 @@ pub mod filter_world {
         runtime_path: "::sluice_sdk::__private::wit_bindgen::rt",
         type_section_suffix: "sluice-filter",
         with: {
-            "sluice:plugin/types@0.1.0": crate::bindings::sink_world::sluice::plugin::types,
-            "sluice:plugin/host@0.1.0": crate::bindings::sink_world::sluice::plugin::host,
+            "sluice:plugin/types@0.2.0": crate::bindings::sink_world::sluice::plugin::types,
+            "sluice:plugin/host@0.2.0": crate::bindings::sink_world::sluice::plugin::host,
         },
     });
 }

@@ -23,6 +23,7 @@ impl TableBatchBuilder {
                 ops: Vec::new(),
                 commit_ts: Vec::new(),
                 row_flags: Vec::new(),
+                row_seq: Vec::new(),
                 before: empty(),
                 after: empty(),
             },
@@ -51,6 +52,8 @@ impl TableBatchBuilder {
     }
 
     /// Append a row with explicit flags. Images must match the op and the schema.
+    /// Its place in its transaction (`row-seq`) is the number of rows of the same
+    /// commit ts before it in this batch; [`TableBatchBuilder::push_at`] sets it.
     ///
     /// # Panics
     /// When an image is missing for the op or has the wrong number of values.
@@ -58,6 +61,31 @@ impl TableBatchBuilder {
         &mut self,
         op: Op,
         commit_ts: u64,
+        flags: u8,
+        before: Option<&[Value<'_>]>,
+        after: Option<&[Value<'_>]>,
+    ) -> &mut Self {
+        let seq = self
+            .batch
+            .commit_ts
+            .iter()
+            .rev()
+            .take_while(|&&ts| ts == commit_ts)
+            .count() as u32;
+        self.push_at(op, commit_ts, seq, flags, before, after)
+    }
+
+    /// Append a row that was change `seq` (from 0, over every table) of its
+    /// transaction, with explicit flags: to build transactions whose rows in
+    /// several tables interleave.
+    ///
+    /// # Panics
+    /// When an image is missing for the op or has the wrong number of values.
+    pub fn push_at(
+        &mut self,
+        op: Op,
+        commit_ts: u64,
+        seq: u32,
         flags: u8,
         before: Option<&[Value<'_>]>,
         after: Option<&[Value<'_>]>,
@@ -75,6 +103,7 @@ impl TableBatchBuilder {
         self.batch.ops.push(op.code());
         self.batch.commit_ts.push(commit_ts);
         self.batch.row_flags.push(flags);
+        self.batch.row_seq.push(seq);
         if let Some(values) = before {
             append_image(&mut self.batch.before, &self.types, values);
         }
@@ -218,6 +247,13 @@ impl TableBatch {
                 .map(|(x, _)| *x)
                 .collect(),
             row_flags: pick(&self.row_flags),
+            row_seq: self
+                .row_seq
+                .iter()
+                .zip(keep)
+                .filter(|(_, k)| **k)
+                .map(|(x, _)| *x)
+                .collect(),
             before: self.before.iter().map(|c| c.select(&keep_before)).collect(),
             after: self.after.iter().map(|c| c.select(&keep_after)).collect(),
         }

@@ -88,8 +88,8 @@ pub use build::{TableBatchBuilder, append_value};
 pub use plugin::{Filter, FilterInstance, Sink, SinkInstance, parse_config};
 pub use text::{civil_from_days, date_text, datetime_text, glob_match};
 pub use types::{
-    Batch, ByteValues, Column, ColumnData, ColumnType, ColumnValues, DdlEvent, Error, FLAG_REPLAY,
-    FLAG_SPLIT, Op, TableBatch, TableSchema,
+    Batch, ByteValues, Column, ColumnData, ColumnType, ColumnValues, DdlEvent, Error,
+    FLAG_NO_FK_CHECKS, FLAG_REPLAY, FLAG_SPLIT, Op, QualifiedName, TableBatch, TableSchema,
 };
 pub use view::{BatchView, Image, Row, Rows, Schemas, TableView, Value};
 

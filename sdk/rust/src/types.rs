@@ -2,8 +2,8 @@
 //! constructors and small conveniences.
 
 pub use crate::bindings::sink_world::sluice::plugin::types::{
-    Batch, ByteValues, Column, ColumnData, ColumnType, ColumnValues, DdlEvent, Error, TableBatch,
-    TableSchema,
+    Batch, ByteValues, Column, ColumnData, ColumnType, ColumnValues, DdlEvent, Error,
+    QualifiedName, TableBatch, TableSchema,
 };
 
 impl Error {
@@ -27,6 +27,37 @@ impl Error {
         match self {
             Error::Config(m) | Error::Retryable(m) | Error::Fatal(m) => m,
         }
+    }
+}
+
+impl DdlEvent {
+    /// A DDL of `schema.table` (of the database `schema` when `table` is
+    /// empty) at `commit_ts`, as the host delivers it from a session whose
+    /// current database was `schema` and that changed no setting: for tests.
+    pub fn new(commit_ts: u64, schema: &str, table: &str, query: &str) -> Self {
+        DdlEvent {
+            commit_ts,
+            kind: String::new(),
+            schema_name: schema.to_string(),
+            table_name: table.to_string(),
+            tables: if table.is_empty() {
+                Vec::new()
+            } else {
+                vec![QualifiedName {
+                    schema_name: schema.to_string(),
+                    table_name: table.to_string(),
+                }]
+            },
+            default_schema: schema.to_string(),
+            session: Vec::new(),
+            query: query.to_string(),
+        }
+    }
+
+    /// With its kind, as event filters name it (`create table`, ...).
+    pub fn with_kind(mut self, kind: &str) -> Self {
+        self.kind = kind.to_string();
+        self
     }
 }
 
@@ -83,6 +114,8 @@ impl Op {
 pub const FLAG_REPLAY: u8 = 1;
 /// Row flag bit: the upstream transaction was split over several batches.
 pub const FLAG_SPLIT: u8 = 2;
+/// Row flag bit: the upstream statement ran with foreign key checks off.
+pub const FLAG_NO_FK_CHECKS: u8 = 4;
 
 impl ColumnType {
     /// Whether values of this type travel in a `bytes` column.

@@ -4,7 +4,8 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::types::{
-    ColumnData, ColumnType, ColumnValues, FLAG_REPLAY, FLAG_SPLIT, Op, TableBatch, TableSchema,
+    ColumnData, ColumnType, ColumnValues, FLAG_NO_FK_CHECKS, FLAG_REPLAY, FLAG_SPLIT, Op,
+    TableBatch, TableSchema,
 };
 
 /// The schemas an instance has been sent, keyed by (table id, version).
@@ -199,6 +200,7 @@ impl<'a> Iterator for Rows<'a> {
             op,
             commit_ts: self.batch.commit_ts.get(i).copied().unwrap_or(0),
             flags: self.batch.row_flags.get(i).copied().unwrap_or(0),
+            seq: self.batch.row_seq.get(i).copied().unwrap_or(i as u32),
             before,
             after,
         })
@@ -219,6 +221,7 @@ pub struct Row<'a> {
     op: Op,
     commit_ts: u64,
     flags: u8,
+    seq: u32,
     before: Option<Image<'a>>,
     after: Option<Image<'a>>,
 }
@@ -243,6 +246,16 @@ impl<'a> Row<'a> {
     /// Its transaction was split over several batches.
     pub fn is_split(&self) -> bool {
         self.flags & FLAG_SPLIT != 0
+    }
+    /// The upstream statement ran with foreign key checks off: apply it without
+    /// checking (or cascading) foreign keys.
+    pub fn no_fk_checks(&self) -> bool {
+        self.flags & FLAG_NO_FK_CHECKS != 0
+    }
+    /// Its place among its transaction's row changes over every table (from
+    /// 0): rows of one transaction in several tables were made in this order.
+    pub fn seq(&self) -> u32 {
+        self.seq
     }
     /// The raw flag bits.
     pub fn flags(&self) -> u8 {

@@ -7,7 +7,7 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
 use super::MysqlError;
-use super::decode::{Collations, Flavor};
+use super::decode::{Collation, Collations, Flavor};
 
 /// What a connect learned about the server.
 #[derive(Debug, Clone)]
@@ -15,6 +15,8 @@ pub(crate) struct ServerInfo {
     pub flavor: Flavor,
     pub version: String,
     pub collations: Collations,
+    /// Global settings a DDL runs under unless its session changed them.
+    pub session_defaults: Vec<(String, String)>,
 }
 
 fn setting(e: impl Into<String>) -> MysqlError {
@@ -88,10 +90,12 @@ pub(crate) async fn check(conn: &mut Conn) -> Result<ServerInfo, MysqlError> {
     }
     check_grants(conn, flavor).await?;
     let collations = collations(conn).await?;
+    let session_defaults = session_defaults(conn).await?;
     Ok(ServerInfo {
         flavor,
         version,
         collations,
+        session_defaults,
     })
 }
 
@@ -143,20 +147,80 @@ async fn check_grants(conn: &mut Conn, flavor: Flavor) -> Result<(), MysqlError>
     )))
 }
 
+/// Every collation the server has, by id: `information_schema.COLLATIONS`,
+/// and on MariaDB 10.10+ `COLLATION_CHARACTER_SET_APPLICABILITY`, which alone
+/// has the ids of the collations that apply to several character sets (the
+/// UCA-14.0 ones, `utf8mb4_uca1400_ai_ci` and its kin).
 async fn collations(conn: &mut Conn) -> Result<Collations, MysqlError> {
-    let rows: Vec<(u64, String, u64)> = conn
+    let rows: Vec<(u64, String, String, u64)> = conn
         .query(
-            "SELECT c.ID, c.CHARACTER_SET_NAME, s.MAXLEN FROM information_schema.COLLATIONS c \
+            "SELECT c.ID, c.COLLATION_NAME, c.CHARACTER_SET_NAME, s.MAXLEN \
+             FROM information_schema.COLLATIONS c \
              JOIN information_schema.CHARACTER_SETS s ON c.CHARACTER_SET_NAME = s.CHARACTER_SET_NAME \
              WHERE c.ID IS NOT NULL",
         )
         .await
         .map_err(MysqlError::query)?;
     let mut map = Collations::default();
-    for (id, name, maxlen) in rows {
+    let mut add = |id: u64, name: String, charset: String, maxlen: u64| {
         if let (Ok(id), Ok(maxlen)) = (u16::try_from(id), u8::try_from(maxlen)) {
-            map.0.insert(id, (name, maxlen));
+            map.0.insert(
+                id,
+                Collation {
+                    name,
+                    charset,
+                    maxlen,
+                },
+            );
         }
+    };
+    for (id, name, charset, maxlen) in rows {
+        add(id, name, charset, maxlen);
+    }
+    // MariaDB 10.10+: ids by character set and full collation name. Servers
+    // without the ID column (MySQL, older MariaDB) answer with error 1054.
+    let applicable: Result<Vec<(u64, String, String, u64)>, _> = conn
+        .query(
+            "SELECT a.ID, a.FULL_COLLATION_NAME, a.CHARACTER_SET_NAME, s.MAXLEN \
+             FROM information_schema.COLLATION_CHARACTER_SET_APPLICABILITY a \
+             JOIN information_schema.CHARACTER_SETS s ON a.CHARACTER_SET_NAME = s.CHARACTER_SET_NAME \
+             WHERE a.ID IS NOT NULL",
+        )
+        .await;
+    match applicable {
+        Ok(rows) => {
+            for (id, name, charset, maxlen) in rows {
+                add(id, name, charset, maxlen);
+            }
+        }
+        Err(mysql_async::Error::Server(e)) if e.code == 1054 || e.code == 1109 => {}
+        Err(e) => return Err(MysqlError::query(e)),
     }
     Ok(map)
+}
+
+/// Server settings a replayed DDL needs that the binlog does not carry: the
+/// global values, which a session that did not change them ran under.
+async fn session_defaults(conn: &mut Conn) -> Result<Vec<(String, String)>, MysqlError> {
+    let mut out = Vec::new();
+    // MariaDB's query events do not carry it (MySQL's do); it decides whether a
+    // TIMESTAMP column without a default gets CURRENT_TIMESTAMP.
+    let explicit: Result<Option<String>, _> = conn
+        .query_first("SELECT @@GLOBAL.explicit_defaults_for_timestamp")
+        .await;
+    match explicit {
+        Ok(Some(v)) => out.push((
+            "explicit_defaults_for_timestamp".to_string(),
+            if v == "1" || v.eq_ignore_ascii_case("ON") {
+                "1".to_string()
+            } else {
+                "0".to_string()
+            },
+        )),
+        Ok(None) => {}
+        // Unknown variable: an old server.
+        Err(mysql_async::Error::Server(e)) if e.code == 1193 => {}
+        Err(e) => return Err(MysqlError::query(e)),
+    }
+    Ok(out)
 }

@@ -45,19 +45,37 @@ pub(crate) enum Text {
     Other(&'static encoding_rs::Encoding),
 }
 
-/// What the server calls its collations: id → (charset name, bytes per char at most).
+/// One collation of the server.
+#[derive(Debug, Clone)]
+pub(crate) struct Collation {
+    /// Its name (`utf8mb4_uca1400_ai_ci`).
+    pub name: String,
+    /// Its character set (`utf8mb4`).
+    pub charset: String,
+    /// Bytes per character at most.
+    pub maxlen: u8,
+}
+
+/// What the server calls its collations, by id.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Collations(pub HashMap<u16, (String, u8)>);
+pub(crate) struct Collations(pub HashMap<u16, Collation>);
 
 impl Collations {
     fn text(&self, id: u16) -> Result<(Text, u8), String> {
         if id == 63 {
             return Ok((Text::Binary, 1));
         }
-        let Some((name, maxlen)) = self.0.get(&id) else {
-            return Err(format!("unknown collation id {id}"));
+        let Some(c) = self.0.get(&id) else {
+            return Err(format!(
+                "unknown collation id {id} (the server's information_schema lists no such collation)"
+            ));
         };
-        Ok((charset(name)?, *maxlen))
+        Ok((charset(&c.charset)?, c.maxlen))
+    }
+
+    /// The collation with `id`, if the server has it.
+    pub(crate) fn get(&self, id: u16) -> Option<&Collation> {
+        self.0.get(&id)
     }
 }
 

@@ -22,6 +22,7 @@ mod check;
 pub mod ddl;
 mod decode;
 pub mod gtid;
+mod session;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -44,7 +45,7 @@ use self::decode::{Cursor, Flavor, TableLayout};
 use self::gtid::{GtidPos, MysqlGtidSet, parse_gtid_event, parse_gtid_list, uuid_text};
 use crate::filter::TableFilter;
 
-pub use self::ddl::{Ddl, DdlKind, classify};
+pub use self::ddl::{Ddl, DdlKind, Statement, classify, classify_statement};
 
 /// Why the binlog source stopped.
 #[derive(Debug, thiserror::Error)]
@@ -153,6 +154,11 @@ struct Open {
     txn: Transaction,
     /// Parts of it were handed on already.
     parts: bool,
+    /// Row changes so far: the next row's place in the transaction.
+    rows: u32,
+    /// It holds a DDL (MySQL writes a DDL as a group without a commit: the
+    /// next group, a heartbeat or a commit ends it).
+    ddl: bool,
 }
 
 /// Reads a MySQL/MariaDB binlog.
@@ -191,6 +197,8 @@ pub struct MysqlSource {
     stats: Arc<SourceStats>,
     /// `[filter]`: tables and events to leave out.
     filter: TableFilter,
+    /// The offset after the last DDL of an open group.
+    ddl_end: u64,
 }
 
 /// Most reconnects in a row before the source gives up (the changefeed is then
@@ -223,6 +231,7 @@ impl MysqlSource {
             ended: false,
             stats: Arc::default(),
             filter: TableFilter::new(&sluice_config::FilterConfig::default()),
+            ddl_end: 0,
         }
     }
 
@@ -571,6 +580,7 @@ impl MysqlSource {
             162 => {
                 let g = parse_gtid_event(event.data(), header.server_id())
                     .map_err(MysqlError::Decode)?;
+                self.end_ddl_group();
                 let commit_ts = self.next_ts(header.timestamp());
                 self.open = Some(Open {
                     commit_ts,
@@ -580,6 +590,8 @@ impl MysqlSource {
                     ignored: self.filter.ignores_txn(commit_ts),
                     txn: Transaction::new(commit_ts),
                     parts: false,
+                    rows: 0,
+                    ddl: false,
                 });
             }
             // MariaDB GTID_LIST: the state when a file begins.
@@ -597,6 +609,7 @@ impl MysqlSource {
                     Ok(Some(EventData::GtidEvent(g))) => Some((uuid_text(g.sid()), g.gno())),
                     _ => None,
                 };
+                self.end_ddl_group();
                 let commit_ts = self.next_ts(header.timestamp());
                 self.open = Some(Open {
                     commit_ts,
@@ -606,6 +619,8 @@ impl MysqlSource {
                     ignored: self.filter.ignores_txn(commit_ts),
                     txn: Transaction::new(commit_ts),
                     parts: false,
+                    rows: 0,
+                    ddl: false,
                 });
             }
             // MariaDB's compressed query and rows events.
@@ -620,9 +635,7 @@ impl MysqlSource {
                 let Ok(Some(EventData::QueryEvent(q))) = event.read_data() else {
                     return Err(MysqlError::Decode("a query event does not decode".into()));
                 };
-                let query = q.query().into_owned();
-                let schema = q.schema().into_owned();
-                self.on_query(&query, &schema, header.timestamp(), header.log_pos())?;
+                self.on_query(&q, header.timestamp(), header.log_pos())?;
             }
             // TABLE_MAP
             19 => self.on_table_map(&event)?,
@@ -630,7 +643,15 @@ impl MysqlSource {
             23..=25 | 30..=32 => self.on_rows(&event)?,
             // XID: a transaction commits.
             16 => self.commit(u64::from(header.log_pos())),
-            // HEARTBEAT: nothing to send; time moves on.
+            // HEARTBEAT: a DDL group of MySQL's is over; nothing to send; time
+            // moves on.
+            27 if self
+                .open
+                .as_ref()
+                .is_some_and(|o| o.ddl && o.txn.tables.is_empty()) =>
+            {
+                self.end_ddl_group();
+            }
             27 if self.open.is_none() && self.pending.is_empty() => {
                 // A heartbeat names the file and offset the server has sent up to.
                 let here = (
@@ -656,76 +677,163 @@ impl MysqlSource {
 
     fn on_query(
         &mut self,
-        query: &str,
-        schema: &str,
+        q: &mysql_common::binlog::events::QueryEvent<'_>,
         secs: u32,
         log_pos: u32,
     ) -> Result<(), MysqlError> {
-        let trimmed = query.trim();
-        if trimmed.eq_ignore_ascii_case("BEGIN") {
+        let raw = q.query_raw();
+        let trimmed_raw = raw.trim_ascii();
+        if trimmed_raw.eq_ignore_ascii_case(b"BEGIN") {
             return Ok(());
         }
-        if trimmed.eq_ignore_ascii_case("COMMIT") {
+        if trimmed_raw.eq_ignore_ascii_case(b"COMMIT") {
             self.commit(u64::from(log_pos));
             return Ok(());
         }
-        if trimmed.eq_ignore_ascii_case("ROLLBACK") {
+        if trimmed_raw.eq_ignore_ascii_case(b"ROLLBACK") {
             // A group of non-transactional changes rolled back: nothing applies,
             // but the position moves past it.
             self.commit(u64::from(log_pos));
             return Ok(());
         }
+        let server = self.server.as_ref().expect("connected");
+        // The statement's text in the session's client character set, as UTF-8.
+        let query = match decode::charset(session::client_charset(q, &server.collations)) {
+            Ok(decode::Text::Other(encoding)) => {
+                encoding.decode_without_bom_handling(raw).0.into_owned()
+            }
+            _ => String::from_utf8_lossy(raw).into_owned(),
+        };
+        let trimmed = query.trim();
+        let schema = q.schema().into_owned();
+        // A DDL in a group that is not over (MySQL's group without a commit,
+        // after which another statement came) ends it first.
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|o| o.ddl && o.txn.tables.is_empty())
+        {
+            self.end_ddl_group();
+        }
         let commit_ts = match &self.open {
             Some(o) => o.commit_ts,
             None => self.next_ts(secs),
         };
-        let classified = classify(trimmed, schema);
-        let is_ddl = classified.is_some();
-        if let Some(ddl) = classified {
-            let table = if ddl.tables.len() == 1 {
-                ddl.tables[0].1.clone()
-            } else {
-                String::new()
-            };
-            // Delivered unless the filter leaves out every table it names (or
-            // its database), or skips its kind.
-            let names: Vec<(&str, &str)> = if ddl.tables.is_empty() {
-                vec![(ddl.schema.as_str(), "")]
-            } else {
-                ddl.tables
-                    .iter()
-                    .map(|(d, t)| (d.as_str(), t.as_str()))
-                    .collect()
-            };
-            let wanted = names.iter().any(|(d, t)| {
-                self.filter.allows_table(d, t) && !self.filter.ignores_ddl(d, t, ddl.kind.name())
-            });
-            let ignored = self.open.as_ref().is_some_and(|o| o.ignored);
-            if wanted && !ignored {
-                self.pending.push_back(SourceEvent::Ddl(DdlEvent {
-                    commit_ts,
-                    schema_name: ddl.schema.clone(),
-                    table_name: table,
-                    query: query.to_string(),
-                }));
-            }
-            // The tables it names get a new version at their next table map.
-            for (db, t) in &ddl.tables {
-                if let Some(k) = self.known.get_mut(&(db.clone(), t.clone())) {
-                    k.version += 1;
+        let statement = classify_statement(trimmed, &schema);
+        let is_ddl = matches!(statement, Statement::Ddl(_));
+        match statement {
+            Statement::Ddl(ddl) => {
+                // Delivered unless the filter leaves out every table it names (or
+                // its database), or skips its kind.
+                let names: Vec<(&str, &str)> = if ddl.tables.is_empty() {
+                    vec![(ddl.schema.as_str(), "")]
+                } else {
+                    ddl.tables
+                        .iter()
+                        .map(|(d, t)| (d.as_str(), t.as_str()))
+                        .collect()
+                };
+                let wanted = names.iter().any(|(d, t)| {
+                    self.filter.allows_table(d, t)
+                        && !self.filter.ignores_ddl(d, t, ddl.kind.name())
+                });
+                let ignored = self.open.as_ref().is_some_and(|o| o.ignored);
+                if wanted && !ignored {
+                    let server = self.server.as_ref().expect("connected");
+                    let session = session::session_of(
+                        q,
+                        server.flavor,
+                        &server.collations,
+                        &server.session_defaults,
+                    );
+                    let table_name = if ddl.tables.len() == 1 {
+                        ddl.tables[0].1.clone()
+                    } else {
+                        String::new()
+                    };
+                    self.pending.push_back(SourceEvent::Ddl(DdlEvent {
+                        commit_ts,
+                        kind: ddl.kind.name().to_string(),
+                        schema_name: ddl.schema.clone(),
+                        table_name,
+                        tables: ddl.tables.clone(),
+                        default_schema: schema.clone(),
+                        session,
+                        query: query.clone(),
+                    }));
+                }
+                // The tables it names get a new version at their next table map.
+                for (db, t) in &ddl.tables {
+                    if let Some(k) = self.known.get_mut(&(db.clone(), t.clone())) {
+                        k.version += 1;
+                    }
                 }
             }
+            Statement::Other => {
+                tracing::debug!(
+                    kind = trimmed.split_whitespace().next().unwrap_or(""),
+                    "A statement that changes no replicated schema or row; left out."
+                );
+            }
+            Statement::Unknown => {
+                // Nothing is lost silently: counted, shown in the status and
+                // logged (the statement's start only: it may hold secrets).
+                use std::sync::atomic::Ordering::Relaxed;
+                self.stats.skipped_statements.fetch_add(1, Relaxed);
+                let head = sluice_core::bounded_text(trimmed, 120);
+                tracing::warn!(
+                    file = %self.file,
+                    pos = log_pos,
+                    statement = %head,
+                    "A statement in the binlog that Sluice does not recognise was not replicated."
+                );
+                self.stats
+                    .set_last_skipped(format!("{}:{} {head}", self.file, log_pos));
+            }
         }
-        // MariaDB flags a one-statement group; MySQL writes a DDL as a group of
-        // its own (an implicit commit) without XID: a DDL ends its group.
-        let ends = self
-            .open
-            .as_ref()
-            .is_none_or(|o| o.standalone || (is_ddl && o.txn.tables.is_empty() && !o.parts));
-        if ends {
+        let Some(open) = self.open.as_mut() else {
+            // Outside a group: one statement.
             self.commit(u64::from(log_pos));
+            return Ok(());
+        };
+        if open.standalone {
+            self.commit(u64::from(log_pos));
+            return Ok(());
+        }
+        if is_ddl && open.txn.tables.is_empty() && !open.parts {
+            // MariaDB: a DDL in a group that is not flagged standalone is
+            // `CREATE TABLE ... SELECT` (its rows follow, then a commit); MySQL
+            // writes a DDL as a group of its own without a commit, or (8.0.21+)
+            // a `CREATE TABLE ... SELECT` as `... START TRANSACTION`, rows and a
+            // commit. Rows after the DDL in its group come after it: they get a
+            // commit ts above the DDL's, so the barrier holds them.
+            open.ddl = true;
+            self.ddl_end = u64::from(log_pos);
+            let ts = self.next_ts(secs);
+            let open = self.open.as_mut().expect("checked");
+            open.commit_ts = ts;
+            open.txn.commit_ts = ts;
+            let flavor = self.server.as_ref().map(|s| s.flavor);
+            let continues = flavor == Some(Flavor::MariaDb)
+                || trimmed.to_ascii_uppercase().ends_with("START TRANSACTION");
+            if !continues {
+                self.end_ddl_group();
+            }
         }
         Ok(())
+    }
+
+    /// Ends a group that holds only a DDL (see `on_query`), at the position
+    /// after the DDL.
+    fn end_ddl_group(&mut self) {
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|o| o.ddl && o.txn.tables.is_empty() && !o.parts)
+        {
+            let at = self.ddl_end;
+            self.commit(at);
+        }
     }
 
     fn on_table_map(&mut self, event: &Event) -> Result<(), MysqlError> {
@@ -867,14 +975,17 @@ impl MysqlSource {
         };
         let decoders = &mapped.layout.decoders;
         let changes = open.txn.table_from(schema, &self.pool);
+        let first = changes.len();
         let err = |e: decode::DecodeError| {
             MysqlError::Decode(format!("{}: {e}", schema.qualified_name()))
         };
         while !cur.is_empty() {
+            let seq = open.rows;
+            open.rows = open.rows.saturating_add(1);
             let mut w = match op {
-                Op::Insert => changes.insert(),
-                Op::Update => changes.update(),
-                Op::Delete => changes.delete(),
+                Op::Insert => changes.insert_at(seq),
+                Op::Update => changes.update_at(seq),
+                Op::Delete => changes.delete_at(seq),
             };
             if before {
                 decode::read_image(&mut cur, decoders, &mut w).map_err(err)?;
@@ -882,6 +993,13 @@ impl MysqlSource {
             if after {
                 decode::read_image(&mut cur, decoders, &mut w).map_err(err)?;
             }
+        }
+        // The statement ran with foreign_key_checks = 0 upstream.
+        if rows
+            .flags()
+            .contains(mysql_common::binlog::consts::RowsEventFlags::NO_FOREIGN_KEY_CHECKS)
+        {
+            changes.flag_rows_from(first, sluice_core::FLAG_NO_FK_CHECKS);
         }
         if open.txn.wire_bytes() as u64 >= self.config.txn_part_bytes.0 {
             let commit_ts = open.commit_ts;
