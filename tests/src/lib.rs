@@ -127,6 +127,7 @@ pub fn sdk_table(t: &core::TableBatch) -> sdk::TableBatch {
         schema_version: t.schema_version,
         ops: t.ops.clone(),
         commit_ts: t.commit_ts.clone(),
+        txn_id: t.txn.clone(),
         row_flags: t.flags.clone(),
         row_seq: t.seq.clone(),
         before: t.before.iter().map(col).collect(),

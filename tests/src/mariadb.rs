@@ -178,6 +178,27 @@ impl PrivateMariaDb {
     /// Runs SQL as root (fed on stdin, so scripts may be long); the error text
     /// if it fails.
     pub fn try_exec(&self, sql: &str) -> Result<String, String> {
+        // A connection refused or reset before the statement ran (the server
+        // busy on a loaded machine: error 2002, 2003, 2013 at the handshake)
+        // is tried again a few times; errors of the statement itself are not.
+        let mut tries = 0;
+        loop {
+            match self.try_exec_once(sql) {
+                Err(e)
+                    if tries < 5
+                        && (e.contains("ERROR 2002")
+                            || e.contains("ERROR 2003")
+                            || (e.contains("ERROR 2013") && e.contains("handshake"))) =>
+                {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(200 << tries));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn try_exec_once(&self, sql: &str) -> Result<String, String> {
         use std::io::Write;
         let mut child = self
             .client()

@@ -686,3 +686,95 @@ ignore-event = ["delete", "truncate table"]
         .count();
     assert!(with_position >= 9, "{with_position}");
 }
+
+#[test]
+fn every_collation_the_server_has_decodes_as_the_server_converts_it() {
+    let db = PrivateMariaDb::start();
+    // Every collation id, from both tables (MariaDB 10.10+ keeps the ids of
+    // its UCA-14.0 collations in the second one only).
+    let listed = db.exec(
+        "SELECT ID, COLLATION_NAME, CHARACTER_SET_NAME FROM information_schema.COLLATIONS \
+         WHERE ID IS NOT NULL \
+         UNION SELECT ID, FULL_COLLATION_NAME, CHARACTER_SET_NAME \
+         FROM information_schema.COLLATION_CHARACTER_SET_APPLICABILITY WHERE ID IS NOT NULL \
+         ORDER BY 1",
+    );
+    let collations: Vec<(String, String)> = listed
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            (f[1].to_string(), f[2].to_string())
+        })
+        .collect();
+    assert!(
+        collations.iter().any(|(c, _)| c == "utf8mb4_uca1400_ai_ci"),
+        "the test server has the UCA-14.0 collations"
+    );
+    assert!(collations.len() > 500, "{} collations", collations.len());
+    db.exec("CREATE DATABASE coll CHARACTER SET utf8mb4");
+    // One column per collation, 200 to a table (InnoDB takes at most 1017).
+    let tables: Vec<&[(String, String)]> = collations.chunks(200).collect();
+    for (n, chunk) in tables.iter().enumerate() {
+        let columns: Vec<String> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, (coll, cs))| format!("c{i} VARCHAR(4) CHARACTER SET {cs} COLLATE {coll}"))
+            .collect();
+        db.exec(&format!(
+            "CREATE TABLE coll.t{n} (id INT PRIMARY KEY, {}) ROW_FORMAT=DYNAMIC",
+            columns.join(", ")
+        ));
+    }
+    let start = gtid_now(&db);
+    // Text with a letter, an accented letter, a euro sign and a sharp s: each
+    // column holds what its charset can of it ('?' for the rest).
+    for (n, chunk) in tables.iter().enumerate() {
+        let values = vec!["_utf8mb4 'aé€ß'"; chunk.len()].join(", ");
+        db.exec(&format!(
+            "SET sql_mode = ''; INSERT INTO coll.t{n} VALUES (1, {values})"
+        ));
+    }
+    let rt = rt();
+    let mut src = source(&db, start);
+    let events = rt.block_on(read(&mut src, |ev| row_txns(ev).len() >= tables.len()));
+    let mut mismatches = Vec::new();
+    for (n, chunk) in tables.iter().enumerate() {
+        let txn = row_txns(&events)
+            .into_iter()
+            .find(|t| t.tables[0].schema().table_name == format!("t{n}"))
+            .unwrap_or_else(|| panic!("no row of coll.t{n}"));
+        let row = txn.tables[0].rows().next().unwrap().after().unwrap();
+        // Bytes stay bytes (binary); text is compared as UTF-8.
+        let exprs: Vec<String> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, (_, cs))| {
+                if cs == "binary" {
+                    format!("HEX(c{i})")
+                } else {
+                    format!("HEX(CONVERT(c{i} USING utf8mb4))")
+                }
+            })
+            .collect();
+        let selected = db.exec(&format!("SELECT {} FROM coll.t{n}", exprs.join(", ")));
+        for (i, want) in selected.trim_end().split('\t').enumerate() {
+            let got = match &row[i + 1] {
+                Value::Bytes(b) => hex(b),
+                other => format!("{other:?}"),
+            };
+            if got != want {
+                mismatches.push(format!(
+                    "{} ({}): source {got}, server {want}",
+                    chunk[i].0, chunk[i].1
+                ));
+            }
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "{} of {} collations differ:\n{}",
+        mismatches.len(),
+        collations.len(),
+        mismatches.join("\n")
+    );
+}

@@ -32,6 +32,12 @@
 //!   (say, a build of an older commit) runs the same files in turn, and the ratio
 //!   of the two is printed. A first, uncounted round fills the precompiled
 //!   plugin cache; each run removes only the saved positions.
+//! - `schema-evolution [--steps N] [--seed S] [--replay FILE] [FILTER]`: build
+//!   the plugins and run the random schema-evolution test
+//!   (`host/server/tests/schema_evolution.rs`) for longer than CI does: N
+//!   generated steps (default 2000) from seed S (default the test's own),
+//!   or the steps of a journal or reproduction FILE; FILTER picks one of its
+//!   tests (`mariadb`, `postgres`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -109,9 +115,10 @@ fn main() -> Result<()> {
         Some("bench-binlog") => bench_binlog(&root),
         Some("bench-swap") => bench_swap(&root),
         Some("bench-replication") => bench_replication(&root),
+        Some("schema-evolution") => schema_evolution(&root, &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server | bench-isolation | bench-e2e | bench-binlog | bench-swap | bench-replication>"
+                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server | bench-isolation | bench-e2e | bench-binlog | bench-swap | bench-replication | schema-evolution>"
             );
             bail!("unknown or missing command")
         }
@@ -291,6 +298,49 @@ fn bench_replication(root: &Path) -> Result<()> {
         .args(["bench", "-p", "sluice-tests", "--bench", "replication"])
         .env("SLUICE_BIN", &bin)
         .env_remove("RUST_BACKTRACE"))
+}
+
+/// The random schema-evolution test with its knobs set through the
+/// environment (see the module docs); its output is shown as it runs.
+fn schema_evolution(root: &Path, args: &[String]) -> Result<()> {
+    let mut steps = "2000".to_string();
+    let mut seed = None;
+    let mut replay = None;
+    let mut filter = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--steps" => steps = it.next().context("--steps N")?.clone(),
+            "--seed" => seed = Some(it.next().context("--seed S")?.clone()),
+            "--replay" => {
+                let file = PathBuf::from(it.next().context("--replay FILE")?);
+                // The test runs in host/server: make the path absolute.
+                replay = Some(std::env::current_dir()?.join(file));
+            }
+            other if other.starts_with("--") => bail!("schema-evolution: unknown argument {other}"),
+            other => filter.push(other.to_string()),
+        }
+    }
+    build_plugins(root)?;
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args([
+        "test",
+        "-p",
+        "sluice-server",
+        "--test",
+        "schema_evolution",
+        "--",
+    ])
+    .args(&filter)
+    .args(["--nocapture", "--test-threads=1"])
+    .env("SLUICE_SCHEMA_STEPS", &steps);
+    if let Some(seed) = seed {
+        cmd.env("SLUICE_SCHEMA_SEED", seed);
+    }
+    if let Some(file) = replay {
+        cmd.env("SLUICE_SCHEMA_REPLAY", file);
+    }
+    run(&mut cmd)
 }
 
 fn bench_e2e(root: &Path, args: &[String]) -> Result<()> {

@@ -442,6 +442,7 @@ pub fn status_pb(v: &FeedView, sink_data_dir: Option<&std::path::Path>) -> pb::C
             .unwrap_or_default(),
         source_time_ms: v.progress.as_ref().map_or(0, |p| p.source_time_ms),
         source_events: counters.source_events,
+        source_skipped_statements: counters.source_skipped_statements,
         validator: v
             .progress
             .as_ref()

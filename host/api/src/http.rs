@@ -311,6 +311,12 @@ pub fn render_metrics(
             &l,
             c.source_events as f64,
         );
+        f.counter(
+            "sluice_source_skipped_statements_total",
+            "Upstream statements the source did not recognise and did not replicate (each is logged with its binlog position).",
+            &l,
+            c.source_skipped_statements as f64,
+        );
         let (source_time, cache) = v
             .progress
             .as_ref()

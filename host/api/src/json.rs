@@ -170,6 +170,7 @@ pub fn status_json(s: &pb::ChangefeedStatus) -> Value {
         "source-time": (s.source_time_ms > 0).then(|| ms_time(s.source_time_ms)),
         "source-lag-ms": (s.source_time_ms > 0).then(|| now_ms().saturating_sub(s.source_time_ms)),
         "source-events": s.source_events,
+        "source-skipped-statements": s.source_skipped_statements,
         "rows-read": s.rows_read,
         "rows-written": s.rows_written,
         "retries": s.retries,

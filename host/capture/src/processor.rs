@@ -84,6 +84,7 @@ impl Live {
             bytes_written: p.bytes_written,
             retries: p.retries,
             source_events: p.source_events,
+            source_skipped_statements: p.source_skipped_statements,
             source_time_ms: p.source_time_ms,
             event_cache_bytes: p.event_cache_bytes,
         })
@@ -624,7 +625,7 @@ async fn build_sink(
     let dir = data_dir(ctx, id, table, role)?;
     match WasmSink::new(
         component,
-        plugin_settings(table, table.plugin.to_string(), dir),
+        plugin_settings(table, &id.to_string(), table.plugin.to_string(), dir),
     ) {
         Ok(s) => Ok(s.with_stats(stats)),
         Err(e) => Err(failed(ErrorKind::Config, format!("sink: {e}"))),
@@ -677,7 +678,7 @@ async fn build_filter(
     let dir = data_dir(ctx, id, table, role)?;
     match WasmFilter::new(
         component,
-        plugin_settings(table, table.plugin.to_string(), dir),
+        plugin_settings(table, &id.to_string(), table.plugin.to_string(), dir),
     ) {
         Ok(f) => Ok(f.with_stats(stats)),
         Err(e) => Err(failed(ErrorKind::Config, format!("{at}: {e}"))),

@@ -80,6 +80,9 @@ pub struct Counters {
     /// Upstream events the source read (binlog events).
     #[serde(default)]
     pub source_events: u64,
+    /// Upstream statements the source did not recognise (not replicated).
+    #[serde(default)]
+    pub source_skipped_statements: u64,
     /// Upstream time of the source's last event (ms since the Unix epoch; 0:
     /// unknown).
     #[serde(default)]
@@ -98,6 +101,8 @@ impl Counters {
             bytes_written: self.bytes_written + other.bytes_written,
             retries: self.retries + other.retries,
             source_events: self.source_events + other.source_events,
+            source_skipped_statements: self.source_skipped_statements
+                + other.source_skipped_statements,
             source_time_ms: self.source_time_ms.max(other.source_time_ms),
             event_cache_bytes: self.event_cache_bytes + other.event_cache_bytes,
         }

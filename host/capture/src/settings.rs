@@ -9,17 +9,19 @@ use std::time::Duration;
 use sluice_config::PluginConfig;
 use sluice_owner::ChangefeedId;
 
-/// Runtime settings of one plugin: `name` is how logs and metrics name it,
-/// `data_dir` the directory granted to it, if any (already resolved: the
-/// server's choice or `sluice run`'s path).
+/// Runtime settings of one plugin of `changefeed` (`tenant/name`): `name` is
+/// how logs and metrics name it, `data_dir` the directory granted to it, if any
+/// (already resolved: the server's choice or `sluice run`'s path).
 pub fn plugin_settings<P: Display>(
     plugin: &PluginConfig<P>,
+    changefeed: &str,
     name: String,
     data_dir: Option<PathBuf>,
 ) -> sluice_runtime::PluginSettings {
     let limits = &plugin.limits;
     sluice_runtime::PluginSettings {
         name,
+        changefeed: changefeed.to_string(),
         config_json: plugin.config_json(),
         limits: sluice_runtime::PluginLimits {
             memory_bytes: limits.memory.0,
@@ -78,7 +80,12 @@ capabilities = { data-dir = true, tcp = ["10.0.0.1:5432"], http = ["api.example:
         )
         .unwrap();
         let sink = &config.sink;
-        let s = plugin_settings(sink, sink.plugin.to_string(), Some(PathBuf::from("/x")));
+        let s = plugin_settings(
+            sink,
+            "t/c",
+            sink.plugin.to_string(),
+            Some(PathBuf::from("/x")),
+        );
         assert_eq!(s.name, "sink-file@0.1.0");
         assert_eq!(s.config_json, r#"{"format":"csv"}"#);
         assert_eq!(s.limits.memory_bytes, 32 << 20);

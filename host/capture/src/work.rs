@@ -151,7 +151,12 @@ impl Capture {
                 .load(tenant, &plugin.plugin)
                 .await
                 .map_err(registry_error)?;
-            let settings = crate::plugin_settings(plugin, plugin.plugin.to_string(), None);
+            let settings = crate::plugin_settings(
+                plugin,
+                &info.id.to_string(),
+                plugin.plugin.to_string(),
+                None,
+            );
             let invalid = |e: &dyn std::fmt::Display| OwnerError::Invalid(e.to_string());
             let rejected = |e: &dyn std::fmt::Display| {
                 OwnerError::Invalid(format!(

@@ -520,6 +520,8 @@ pub struct TableBatch {
     pub ops: Vec<u8>,
     /// Per row: its transaction's commit ts, never decreasing.
     pub commit_ts: Vec<u64>,
+    /// Per row: its transaction's id ([`crate::Transaction::id`]).
+    pub txn: Vec<u64>,
     /// Per row: [`FLAG_REPLAY`], [`FLAG_SPLIT`] and [`FLAG_NO_FK_CHECKS`] bits.
     pub flags: Vec<u8>,
     /// Per row: its place among its transaction's row changes over every table
@@ -539,6 +541,7 @@ impl TableBatch {
             schema_version: schema.version,
             ops: Vec::new(),
             commit_ts: Vec::new(),
+            txn: Vec::new(),
             flags: Vec::new(),
             seq: Vec::new(),
             before: ColumnData::empty_image(schema),
@@ -554,6 +557,7 @@ impl TableBatch {
         let rows = like.len();
         batch.ops.reserve(rows);
         batch.commit_ts.reserve(rows);
+        batch.txn.reserve(rows);
         batch.flags.reserve(rows);
         batch.seq.reserve(rows);
         for (mine, theirs) in batch
@@ -568,7 +572,7 @@ impl TableBatch {
     }
 
     /// A batch made of one transaction's changes of a table, moved (not copied).
-    pub fn from_changes(changes: TableChanges, commit_ts: CommitTs, flags: u8) -> Self {
+    pub fn from_changes(changes: TableChanges, commit_ts: CommitTs, txn: u64, flags: u8) -> Self {
         let (table_id, schema_version) = (changes.schema().table_id, changes.schema().version);
         let (ops, seq, source_flags, before, after) = changes.into_parts();
         let n = ops.len();
@@ -581,6 +585,7 @@ impl TableBatch {
             schema_version,
             ops,
             commit_ts: vec![commit_ts.get(); n],
+            txn: vec![txn; n],
             flags: all,
             seq,
             before,
@@ -605,6 +610,7 @@ impl TableBatch {
         changes: &TableChanges,
         rows: std::ops::Range<usize>,
         commit_ts: CommitTs,
+        txn: u64,
         flags: u8,
     ) {
         let ops = &changes.ops()[rows.clone()];
@@ -638,6 +644,7 @@ impl TableBatch {
         self.seq.extend_from_slice(&changes.seq()[rows.clone()]);
         self.commit_ts
             .extend(std::iter::repeat_n(commit_ts.get(), ops.len()));
+        self.txn.extend(std::iter::repeat_n(txn, ops.len()));
         let from = self.flags.len();
         self.flags.extend(std::iter::repeat_n(flags, ops.len()));
         changes.or_flags(rows, &mut self.flags[from..]);
@@ -654,10 +661,15 @@ impl TableBatch {
     ///
     /// # Panics
     /// If `commit_ts` or `flags` do not have one entry per row.
-    pub fn from_rows(changes: TableChanges, commit_ts: Vec<u64>, flags: Vec<u8>) -> Self {
+    pub fn from_rows(
+        changes: TableChanges,
+        commit_ts: Vec<u64>,
+        txn: Vec<u64>,
+        flags: Vec<u8>,
+    ) -> Self {
         let (table_id, schema_version) = (changes.schema().table_id, changes.schema().version);
         let (ops, seq, source_flags, before, after) = changes.into_parts();
-        assert!(commit_ts.len() == ops.len() && flags.len() == ops.len());
+        assert!(commit_ts.len() == ops.len() && txn.len() == ops.len() && flags.len() == ops.len());
         let mut flags = flags;
         for (f, s) in flags.iter_mut().zip(&source_flags) {
             *f |= s;
@@ -667,6 +679,7 @@ impl TableBatch {
             schema_version,
             ops,
             commit_ts,
+            txn,
             flags,
             seq,
             before,
@@ -684,14 +697,15 @@ impl TableBatch {
         rows: std::ops::Range<usize>,
         before: std::ops::Range<usize>,
         after: std::ops::Range<usize>,
-        stamps: impl IntoIterator<Item = (u64, u8, usize)>,
+        stamps: impl IntoIterator<Item = (u64, u64, u8, usize)>,
     ) {
         let n = rows.len();
         self.seq.extend_from_slice(&changes.seq()[rows.clone()]);
         self.ops.extend_from_slice(&changes.ops()[rows.clone()]);
         let start = self.commit_ts.len();
-        for (ts, flags, count) in stamps {
+        for (ts, txn, flags, count) in stamps {
             self.commit_ts.extend(std::iter::repeat_n(ts, count));
+            self.txn.extend(std::iter::repeat_n(txn, count));
             self.flags.extend(std::iter::repeat_n(flags, count));
         }
         changes.or_flags(rows, &mut self.flags[start..]);
@@ -720,13 +734,15 @@ impl TableBatch {
             .rev()
             .take_while(|&&ts| ts == commit_ts.get())
             .count() as u32;
-        self.push_values_at(commit_ts, seq, flags, op, before, after);
+        self.push_values_at(commit_ts, commit_ts.get(), seq, flags, op, before, after);
     }
 
     /// Append a row from owned values that was change `seq` of its transaction.
+    #[expect(clippy::too_many_arguments, reason = "one argument per row field")]
     pub fn push_values_at(
         &mut self,
         commit_ts: CommitTs,
+        txn: u64,
         seq: u32,
         flags: u8,
         op: Op,
@@ -736,6 +752,7 @@ impl TableBatch {
         self.ops.push(op.code());
         self.seq.push(seq);
         self.commit_ts.push(commit_ts.get());
+        self.txn.push(txn);
         self.flags.push(flags);
         for (image, values) in [(&mut self.before, before), (&mut self.after, after)] {
             if let Some(values) = values {
@@ -758,6 +775,7 @@ impl TableBatch {
             if keep(&row) {
                 out.push_values_at(
                     CommitTs::new(self.commit_ts[row.index]),
+                    self.txn[row.index],
                     self.seq[row.index],
                     self.flags[row.index],
                     row.op,
@@ -796,10 +814,15 @@ impl TableBatch {
             reason,
         };
         let n = self.ops.len();
-        if self.commit_ts.len() != n || self.flags.len() != n || self.seq.len() != n {
+        if self.commit_ts.len() != n
+            || self.txn.len() != n
+            || self.flags.len() != n
+            || self.seq.len() != n
+        {
             return Err(fail(format!(
-                "{n} ops but {} commit ts, {} flags and {} row seq",
+                "{n} ops but {} commit ts, {} transaction ids, {} flags and {} row seq",
                 self.commit_ts.len(),
+                self.txn.len(),
                 self.flags.len(),
                 self.seq.len()
             )));
@@ -977,6 +1000,7 @@ impl BatchBuilder {
                 changes,
                 0..changes.len(),
                 txn.commit_ts,
+                txn.id,
                 flags,
             );
             self.rows += changes.len();
@@ -999,7 +1023,7 @@ impl BatchBuilder {
         self.bytes += one.wire_bytes();
         self.rows += 1;
         self.table(schema)
-            .extend_from_changes(&one, 0..1, commit_ts, flags);
+            .extend_from_changes(&one, 0..1, commit_ts, commit_ts.get(), flags);
     }
 
     /// Rows so far.
@@ -1093,7 +1117,7 @@ mod tests {
         // Too few values: the rest is NULL; a wrong kind is NULL too.
         c.delete().bytes(b"not an int");
         assert_eq!(c.len(), 3);
-        assert_eq!(c.wire_bytes(), 3 * 14 + (8 + 6) + (8 + 8 + 8 + 6) + (8 + 8));
+        assert_eq!(c.wire_bytes(), 3 * 22 + (8 + 6) + (8 + 8 + 8 + 6) + (8 + 8));
         let rows: Vec<_> = c.rows().map(|r| (r.op, r.before(), r.after())).collect();
         assert_eq!(
             rows,
@@ -1111,16 +1135,16 @@ mod tests {
                 (Op::Delete, Some(vec![Value::Null, Value::Null]), None),
             ]
         );
-        let batch = TableBatch::from_changes(c.clone(), CommitTs::new(9), FLAG_SPLIT);
+        let batch = TableBatch::from_changes(c.clone(), CommitTs::new(9), 9, FLAG_SPLIT);
         batch.validate(&s).unwrap();
         // Appending in two ranges gives the same batch as moving it whole.
         let mut appended = TableBatch::new(&s);
-        appended.extend_from_changes(&c, 0..1, CommitTs::new(9), FLAG_SPLIT);
-        appended.extend_from_changes(&c, 1..3, CommitTs::new(9), FLAG_SPLIT);
+        appended.extend_from_changes(&c, 0..1, CommitTs::new(9), 9, FLAG_SPLIT);
+        appended.extend_from_changes(&c, 1..3, CommitTs::new(9), 9, FLAG_SPLIT);
         assert_eq!(appended, batch);
         let mut twice = TableBatch::new(&s);
-        twice.extend_from_changes(&c, 0..3, CommitTs::new(9), 0);
-        twice.extend_from_changes(&c, 0..3, CommitTs::new(10), 0);
+        twice.extend_from_changes(&c, 0..3, CommitTs::new(9), 9, 0);
+        twice.extend_from_changes(&c, 0..3, CommitTs::new(10), 10, 0);
         twice.validate(&s).unwrap();
         assert_eq!(twice.after[1].value(3), Value::Bytes(b"xy".to_vec()));
         assert!(twice.before[1].is_null(2) && twice.before[0].is_null(3));

@@ -97,9 +97,9 @@ impl From<CheckpointTs> for Checkpoint {
     }
 }
 
-/// Approximate wire bytes of a row, besides its values (op, commit ts, flag,
-/// row seq).
-pub const ROW_OVERHEAD_BYTES: usize = 14;
+/// Approximate wire bytes of a row, besides its values (op, commit ts,
+/// transaction id, flag, row seq).
+pub const ROW_OVERHEAD_BYTES: usize = 22;
 /// Approximate wire bytes of a fixed-size value (or a NULL).
 pub const FIXED_VALUE_BYTES: usize = 8;
 /// Approximate wire bytes of a byte-like value, besides its length (the offset).
@@ -554,16 +554,22 @@ pub struct Transaction {
     pub tables: Vec<TableChanges>,
     /// More parts of this transaction follow.
     pub more: bool,
+    /// The source's identity of the transaction: the same each time it is
+    /// read (its commit ts may not be, for a source whose commit ts follow the
+    /// clock), different for different transactions. Defaults to the commit
+    /// ts.
+    pub id: u64,
 }
 
 impl Transaction {
-    /// An empty transaction at `commit_ts`.
+    /// An empty transaction at `commit_ts` (its id the commit ts).
     pub fn new(commit_ts: CommitTs) -> Self {
         Self {
             commit_ts,
             position: None,
             tables: Vec::new(),
             more: false,
+            id: commit_ts.get(),
         }
     }
 
@@ -624,6 +630,9 @@ impl Transaction {
 pub struct DdlEvent {
     /// Its commit ts.
     pub commit_ts: CommitTs,
+    /// The source's identity of it (see [`Transaction::id`]): the same each
+    /// time it is delivered.
+    pub txn_id: u64,
     /// What it does, as event filters name it (`create table`, `alter table`,
     /// `create view`, ...).
     pub kind: String,
@@ -662,6 +671,7 @@ impl DdlEvent {
     pub fn of_table(commit_ts: CommitTs, schema: &str, table: &str, query: &str) -> Self {
         Self {
             commit_ts,
+            txn_id: commit_ts.get(),
             kind: String::new(),
             schema_name: schema.to_string(),
             table_name: table.to_string(),
@@ -735,6 +745,8 @@ impl RunPart {
 pub struct RunTransaction {
     /// Its commit ts.
     pub commit_ts: CommitTs,
+    /// Its id ([`Transaction::id`]).
+    pub id: u64,
     /// Where the source is after it.
     pub position: Option<SourcePosition>,
 }
@@ -784,6 +796,7 @@ impl TransactionRun {
             position,
             tables,
             more: _,
+            id,
         } = txn;
         for changes in tables {
             if changes.is_empty() {
@@ -827,6 +840,7 @@ impl TransactionRun {
         }
         self.transactions.push(RunTransaction {
             commit_ts,
+            id,
             position,
         });
         Ok(())
@@ -858,6 +872,16 @@ impl TransactionRun {
     /// End the transaction whose rows were written through
     /// [`TransactionRun::table`], at `commit_ts`, with the source position after it.
     pub fn end_transaction(&mut self, commit_ts: CommitTs, position: Option<SourcePosition>) {
+        self.end_transaction_with_id(commit_ts, commit_ts.get(), position);
+    }
+
+    /// Like [`TransactionRun::end_transaction`], with the transaction's id.
+    pub fn end_transaction_with_id(
+        &mut self,
+        commit_ts: CommitTs,
+        id: u64,
+        position: Option<SourcePosition>,
+    ) {
         let at = self.transactions.len() as u32;
         for part in &mut self.parts {
             let c = &part.changes;
@@ -876,6 +900,7 @@ impl TransactionRun {
         }
         self.transactions.push(RunTransaction {
             commit_ts,
+            id,
             position,
         });
     }
@@ -910,6 +935,7 @@ impl TransactionRun {
                 position: t.position,
                 tables: Vec::new(),
                 more: false,
+                id: t.id,
             })
             .collect();
         // Parts are in first-touched order, so each transaction gets its tables

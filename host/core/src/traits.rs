@@ -116,6 +116,12 @@ pub trait Sink: Send {
     -> impl Future<Output = Result<(), PluginError>> + Send;
     /// Release resources.
     fn close(&mut self) -> impl Future<Output = Result<(), PluginError>> + Send;
+    /// The changefeed's checkpoint `ts` is saved durably: nothing at or below it
+    /// is delivered again, even after a restart. Called with the checkpoint a
+    /// run starts from, then after each save. Default: nothing.
+    fn checkpoint_saved(&mut self, ts: crate::CheckpointTs) {
+        let _ = ts;
+    }
 }
 
 /// A batch transform between source and sink.

@@ -57,6 +57,10 @@ const READ_BATCH: usize = 64;
 /// (a call in flight after the last handle was dropped) to let go of it.
 const REOPEN_WAIT: Duration = Duration::from_secs(2);
 
+/// How long `open` waits for another process that holds the file to let go
+/// of it (a server killed a moment ago is still tearing down).
+const OTHER_PROCESS_WAIT: Duration = Duration::from_secs(10);
+
 /// The files held by the stores of this process (canonical paths).
 static OPEN_FILES: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 
@@ -148,6 +152,8 @@ impl EmbeddedMetaStore {
     ) -> Result<Self, MetaError> {
         let path = path.as_ref().to_path_buf();
         let give_up = Instant::now() + REOPEN_WAIT;
+        let other_gives_up = Instant::now() + OTHER_PROCESS_WAIT;
+        let mut waited = false;
         let opened = loop {
             let file = path.clone();
             let opened = match tokio::task::spawn_blocking(move || open_file(&file)).await {
@@ -165,6 +171,22 @@ impl EmbeddedMetaStore {
                     if held_by_this_process(&path) && Instant::now() < give_up =>
                 {
                     tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                // Another process holds the lock: one just killed lets go as
+                // it tears down (a fraction of a second); one that runs on
+                // keeps it, and the open fails with InUse after the wait.
+                Err(MetaError::InUse { .. })
+                    if !held_by_this_process(&path) && Instant::now() < other_gives_up =>
+                {
+                    if !waited {
+                        waited = true;
+                        tracing::warn!(
+                            path = %path.display(),
+                            wait_s = OTHER_PROCESS_WAIT.as_secs(),
+                            "The meta store file is locked by another process; waiting for it to let go (a process that was just stopped takes a moment to release it)."
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 opened => break opened?,
             }

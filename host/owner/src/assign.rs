@@ -168,6 +168,9 @@ pub struct TaskReport {
     /// Upstream events the run's source read.
     #[serde(default)]
     pub source_events: u64,
+    /// Upstream statements the run's source did not recognise.
+    #[serde(default)]
+    pub source_skipped_statements: u64,
     /// Upstream time of the source's last event (ms since the Unix epoch).
     #[serde(default)]
     pub source_time_ms: u64,
@@ -195,6 +198,7 @@ impl TaskReport {
             bytes_written: self.bytes_written,
             retries: self.retries,
             source_events: self.source_events,
+            source_skipped_statements: self.source_skipped_statements,
             source_time_ms: self.source_time_ms,
             event_cache_bytes: self.event_cache_bytes,
             swap: self.swap.clone(),
@@ -519,6 +523,8 @@ impl Reports {
                     bytes_written: o.bytes_written + p.bytes_written,
                     retries: o.retries + p.retries,
                     source_events: o.source_events + p.source_events,
+                    source_skipped_statements: o.source_skipped_statements
+                        + p.source_skipped_statements,
                     source_time_ms: o.source_time_ms.max(p.source_time_ms),
                     event_cache_bytes: o.event_cache_bytes + p.event_cache_bytes,
                     swap: o.swap.or(p.swap),

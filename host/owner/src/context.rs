@@ -35,6 +35,8 @@ pub struct WorkProgress {
     pub retries: u64,
     /// Upstream events the source read.
     pub source_events: u64,
+    /// Upstream statements the source did not recognise (not replicated).
+    pub source_skipped_statements: u64,
     /// Upstream time of the source's last event (ms since the Unix epoch; 0:
     /// unknown).
     pub source_time_ms: u64,

@@ -571,7 +571,10 @@ impl fmt::Display for FailReason {
             ),
             FailReason::Fatal { message } => write!(
                 f,
-                "fatal error: {message}; fix the cause downstream, then resume"
+                "fatal error: {message}; fix the cause downstream, then resume the changefeed \
+                 (sluice cli changefeed resume); or, to skip the transaction or DDL that fails, \
+                 add its commit ts to [filter] ignore-txn-start-ts, update the changefeed, then \
+                 resume"
             ),
             FailReason::NoProgress { waited_ms, .. } => write!(
                 f,

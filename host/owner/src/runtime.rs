@@ -56,6 +56,8 @@ pub struct Totals {
     pub retries: u64,
     /// Upstream events the source read.
     pub source_events: u64,
+    /// Upstream statements the source did not recognise.
+    pub source_skipped_statements: u64,
 }
 
 impl Totals {
@@ -65,6 +67,7 @@ impl Totals {
         self.bytes_written += p.bytes_written;
         self.retries += p.retries;
         self.source_events += p.source_events;
+        self.source_skipped_statements += p.source_skipped_statements;
     }
 }
 

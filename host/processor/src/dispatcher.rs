@@ -12,6 +12,8 @@ use crate::cache::CachePermit;
 /// bytes they hold.
 pub(crate) struct Held {
     pub(crate) commit_ts: CommitTs,
+    /// Its transaction's id.
+    pub(crate) id: u64,
     /// They go on once the DDL at this ts (and every one before it) is applied:
     /// the latest pending DDL of any table their transaction touches.
     pub(crate) waits_for: CommitTs,

@@ -44,6 +44,9 @@ pub struct Progress {
     pub event_cache_bytes: u64,
     /// Upstream events the source read (if it counts them).
     pub source_events: u64,
+    /// Upstream statements the source did not recognise and so did not
+    /// replicate (each is logged with where it is).
+    pub source_skipped_statements: u64,
     /// Upstream time of the source's last event, ms since the Unix epoch (0:
     /// unknown).
     pub source_time_ms: u64,
@@ -398,6 +401,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             self.config.max_pending_bytes / 4,
         )?;
 
+        self.sink.checkpoint_saved(self.start.ts);
         self.open_all().await?;
         let mut swaps = self.swaps.take();
         let mut filter_swaps = self.filter_swaps.take();
@@ -564,8 +568,9 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         let bytes_bound = self.config.max_batch_bytes;
         let replay_until = self.config.replay_until;
         let stamp = |txn: u32| {
-            let ts = transactions[txn as usize].commit_ts;
-            (ts, if ts <= replay_until { FLAG_REPLAY } else { 0 })
+            let t = &transactions[txn as usize];
+            let ts = t.commit_ts;
+            (ts, if ts <= replay_until { FLAG_REPLAY } else { 0 }, t.id)
         };
         let at = self.dispatcher(part.changes.schema());
         let rows = part.changes.len();
@@ -612,16 +617,20 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             if i == 0 && j == p.segments.len() && d.batch.is_none() && d.spare.is_none() {
                 // The whole part into an empty batch: moved, not copied.
                 let p = part.take().expect("checked");
-                let (mut commit_ts, mut flags) =
-                    (Vec::with_capacity(rows), Vec::with_capacity(rows));
+                let (mut commit_ts, mut ids, mut flags) = (
+                    Vec::with_capacity(rows),
+                    Vec::with_capacity(rows),
+                    Vec::with_capacity(rows),
+                );
                 let mut from = 0;
                 for s in &p.segments {
-                    let (ts, f) = stamp(s.txn);
+                    let (ts, f, id) = stamp(s.txn);
                     commit_ts.extend(std::iter::repeat_n(ts.get(), s.rows - from));
+                    ids.extend(std::iter::repeat_n(id, s.rows - from));
                     flags.extend(std::iter::repeat_n(f, s.rows - from));
                     from = s.rows;
                 }
-                d.batch = Some(TableBatch::from_rows(p.changes, commit_ts, flags));
+                d.batch = Some(TableBatch::from_rows(p.changes, commit_ts, ids, flags));
                 d.batch_bytes = bytes;
                 d.first_unwritten = Some(first_ts);
                 if d.rows() >= rows_bound {
@@ -638,10 +647,10 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             });
             let mut from = r0;
             let stamps = p.segments[i..j].iter().map(|s| {
-                let (ts, f) = stamp(s.txn);
+                let (ts, f, id) = stamp(s.txn);
                 let n = s.rows - from;
                 from = s.rows;
-                (ts.get(), f, n)
+                (ts.get(), id, f, n)
             });
             batch.extend_rows(
                 &p.changes,
@@ -737,6 +746,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             position,
             tables,
             more,
+            id,
         } = txn;
         // Rows of a transaction that comes in parts are flagged split, the last
         // part's too (it is the part after one with `more`).
@@ -768,6 +778,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
                 self.held_bytes += changes.wire_bytes();
                 d.held.push_back(Held {
                     commit_ts,
+                    id,
                     waits_for,
                     changes,
                     split,
@@ -775,7 +786,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
                 });
                 continue;
             }
-            self.dispatch(at, commit_ts, changes, split).await?;
+            self.dispatch(at, commit_ts, id, changes, split).await?;
         }
         if more {
             // Its commit ts is not read through until its last part is in.
@@ -796,6 +807,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         &mut self,
         at: usize,
         commit_ts: CommitTs,
+        id: u64,
         changes: TableChanges,
         split: bool,
     ) -> Result<(), PipelineError> {
@@ -819,7 +831,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             d.schema = changes.schema().clone();
         }
         if rows <= rows_bound && bytes <= bytes_bound {
-            append(d, changes, 0..rows, commit_ts, flags, bytes);
+            append(d, changes, 0..rows, (commit_ts, id), flags, bytes);
         } else {
             // Bigger than a batch: split, one batch after another, flagged.
             flags |= FLAG_SPLIT;
@@ -835,7 +847,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
                     end += 1;
                 }
                 let d = &mut self.dispatchers[at];
-                append_range(d, &changes, start..end, commit_ts, flags, taken);
+                append_range(d, &changes, start..end, (commit_ts, id), flags, taken);
                 if end < rows {
                     self.emit_table(at).await?;
                 }
@@ -926,7 +938,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
                 let held = d.held.pop_front().expect("checked");
                 self.held_parts -= 1;
                 self.held_bytes -= held.changes.wire_bytes();
-                self.dispatch(at, held.commit_ts, held.changes, held.split)
+                self.dispatch(at, held.commit_ts, held.id, held.changes, held.split)
                     .await?;
             }
         }
@@ -1147,7 +1159,13 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             .await
             .map_err(PipelineError::Persist)?;
         self.last_saved = Some((checkpoint.ts, Instant::now()));
+        self.sink.checkpoint_saved(checkpoint.ts);
         Ok(())
+    }
+
+    /// The checkpoint last saved durably (where a restart would resume).
+    fn saved_checkpoint(&self) -> CheckpointTs {
+        self.last_saved.map_or(self.start.ts, |(ts, _)| ts)
     }
 
     /// Run a sink call that must succeed before the pipeline goes on; on a
@@ -1228,6 +1246,8 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             unreachable!("only a sink on trial rolls back here");
         };
         let mut failed = std::mem::replace(&mut self.sink, fallback);
+        let saved = self.saved_checkpoint();
+        self.sink.checkpoint_saved(saved);
         tracing::warn!(failed = failed.name(), sink = self.sink.name(), %error, checkpoint = %self.progress.checkpoint_ts, "The sink on probation failed; rolling back to the one it replaced.");
         if let Err(e) = failed.close().await {
             tracing::debug!(error = %e, "The failed sink did not close cleanly.");
@@ -1391,6 +1411,8 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         let flushed = self.flush_point().await;
         let mut replayed_batches = 0;
         let mut old = std::mem::replace(&mut self.sink, sink);
+        let saved = self.saved_checkpoint();
+        self.sink.checkpoint_saved(saved);
         if let Err(e) = old.close().await {
             tracing::warn!(sink = old.name(), error = %e, "The old sink failed to close after the swap barrier.");
         }
@@ -1530,6 +1552,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         if let Some(stats) = &self.source_stats {
             use std::sync::atomic::Ordering::Relaxed;
             self.progress.source_events = stats.events.load(Relaxed);
+            self.progress.source_skipped_statements = stats.skipped_statements.load(Relaxed);
             self.progress.source_time_ms = stats.upstream_millis.load(Relaxed);
         }
         self.progress_tx.send_replace(self.progress.clone());
@@ -1563,24 +1586,24 @@ fn append(
     d: &mut Dispatcher,
     changes: TableChanges,
     rows: std::ops::Range<usize>,
-    commit_ts: CommitTs,
+    (commit_ts, id): (CommitTs, u64),
     flags: u8,
     bytes: usize,
 ) {
     if d.batch.is_none() && d.spare.is_none() {
-        d.batch = Some(TableBatch::from_changes(changes, commit_ts, flags));
+        d.batch = Some(TableBatch::from_changes(changes, commit_ts, id, flags));
         d.batch_bytes = bytes;
         d.first_unwritten = Some(commit_ts);
         return;
     }
-    append_range(d, &changes, rows, commit_ts, flags, bytes);
+    append_range(d, &changes, rows, (commit_ts, id), flags, bytes);
 }
 
 fn append_range(
     d: &mut Dispatcher,
     changes: &TableChanges,
     rows: std::ops::Range<usize>,
-    commit_ts: CommitTs,
+    (commit_ts, id): (CommitTs, u64),
     flags: u8,
     bytes: usize,
 ) {
@@ -1591,7 +1614,7 @@ fn append_range(
             .filter(|b| b.table_id == schema.table_id && b.schema_version == schema.version)
             .unwrap_or_else(|| TableBatch::new(schema))
     });
-    batch.extend_from_changes(changes, rows, commit_ts, flags);
+    batch.extend_from_changes(changes, rows, commit_ts, id, flags);
     d.batch_bytes += bytes;
     d.first_unwritten.get_or_insert(commit_ts);
 }

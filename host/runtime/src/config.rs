@@ -99,6 +99,9 @@ pub struct Capabilities {
 pub struct PluginSettings {
     /// A name for logs and errors (e.g. `sink-file@0.1.0`).
     pub name: String,
+    /// The changefeed the plugin runs for (`tenant/name`), as the plugin reads
+    /// it (`host.changefeed`).
+    pub changefeed: String,
     /// The plugin's configuration as JSON text.
     pub config_json: String,
     /// Quotas of each instance: exceeding the memory, CPU, host-call or resource
@@ -115,6 +118,7 @@ impl PluginSettings {
     pub fn new(name: impl Into<String>, config_json: impl Into<String>) -> Self {
         Self {
             name: name.into(),
+            changefeed: String::new(),
             config_json: config_json.into(),
             limits: PluginLimits::default(),
             capabilities: Capabilities::default(),

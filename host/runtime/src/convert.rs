@@ -84,6 +84,7 @@ pub(crate) fn table_to_wit(t: core::TableBatch) -> wit::TableBatch {
         schema_version: t.schema_version,
         ops: t.ops,
         commit_ts: t.commit_ts,
+        txn_id: t.txn,
         row_flags: t.flags,
         row_seq: t.seq,
         before: t.before.into_iter().map(column_to_wit).collect(),
@@ -97,6 +98,7 @@ pub(crate) fn table_from_wit(t: wit::TableBatch) -> core::TableBatch {
         schema_version: t.schema_version,
         ops: t.ops,
         commit_ts: t.commit_ts,
+        txn: t.txn_id,
         flags: t.row_flags,
         seq: t.row_seq,
         before: t.before.into_iter().map(column_from_wit).collect(),
@@ -107,6 +109,7 @@ pub(crate) fn table_from_wit(t: wit::TableBatch) -> core::TableBatch {
 pub(crate) fn ddl(d: &core::DdlEvent) -> wit::DdlEvent {
     wit::DdlEvent {
         commit_ts: d.commit_ts.get(),
+        txn_id: d.txn_id,
         kind: d.kind.clone(),
         schema_name: d.schema_name.clone(),
         table_name: d.table_name.clone(),

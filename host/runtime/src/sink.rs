@@ -1,8 +1,9 @@
 //! `WasmSink`: a sink plugin behind the `sluice_core::Sink` trait.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use sluice_core::{Batch, CommitTs, DdlEvent, PluginError, Sink, TableSchema};
+use sluice_core::{Batch, CheckpointTs, CommitTs, DdlEvent, PluginError, Sink, TableSchema};
 
 use crate::bindings::sink::Sink as SinkBindings;
 use crate::component::{PluginComponent, PluginKind, Pre};
@@ -174,5 +175,12 @@ impl Sink for WasmSink {
             .call_close(&mut live.store));
         self.slot.live = None;
         result
+    }
+
+    fn checkpoint_saved(&mut self, ts: CheckpointTs) {
+        self.slot
+            .stats
+            .saved_checkpoint
+            .fetch_max(ts.get(), Ordering::Relaxed);
     }
 }

@@ -89,6 +89,8 @@ pub struct PluginStats {
     pub peak_memory_bytes: AtomicU64,
     /// `host.log` lines dropped by the rate and volume limit.
     pub log_dropped: AtomicU64,
+    /// The changefeed's checkpoint as last saved (`host.saved-checkpoint`).
+    pub saved_checkpoint: AtomicU64,
     counters: Mutex<BTreeMap<String, u64>>,
     gauges: Mutex<BTreeMap<String, f64>>,
     last_stop: Mutex<Option<String>>,
@@ -362,6 +364,7 @@ pub(crate) struct PluginState {
     pub(crate) cpu: CpuBudget,
     log_budget: LogBudget,
     name: Arc<str>,
+    changefeed: Arc<str>,
     stats: Arc<PluginStats>,
     refused_metric_logged: bool,
     /// The plugin's granted databases (a sink's), shared by its instances.
@@ -430,6 +433,7 @@ impl PluginState {
                 cpu: CpuBudget::default(),
                 log_budget: LogBudget::new(),
                 name: settings.name.as_str().into(),
+                changefeed: settings.changefeed.as_str().into(),
                 stats,
                 refused_metric_logged: false,
                 sql,
@@ -573,6 +577,14 @@ impl host::Host for PluginState {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0)
+    }
+
+    fn changefeed(&mut self) -> String {
+        self.changefeed.to_string()
+    }
+
+    fn saved_checkpoint(&mut self) -> u64 {
+        self.stats.saved_checkpoint.load(Ordering::Relaxed)
     }
 }
 

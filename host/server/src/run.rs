@@ -38,7 +38,7 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
             .with_context(|| {
                 format!("{at}.plugin `{}` ({})", section.plugin, file_path.display())
             })?;
-        let mut filter = WasmFilter::new(component, settings(section))?;
+        let mut filter = WasmFilter::new(component, settings(section, &run_id(&file)))?;
         filter
             .validate_config()
             .await
@@ -56,7 +56,7 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
                 sink_path.display()
             )
         })?;
-    let mut sink = WasmSink::new(component, settings(sink_section))?;
+    let mut sink = WasmSink::new(component, settings(sink_section, &run_id(&file)))?;
     sink.validate_config()
         .await
         .with_context(|| format!("sink.config was rejected by `{}`", sink_section.plugin))?;
@@ -237,12 +237,18 @@ fn check_private_dirs(file: &RunConfig) -> anyhow::Result<()> {
 
 /// Runtime settings of a plugin `sluice run` loads: named by its file stem, with
 /// the directory the file grants it.
-fn settings(section: &PluginConfig<String>) -> sluice_runtime::PluginSettings {
+fn settings(section: &PluginConfig<String>, id: &str) -> sluice_runtime::PluginSettings {
     let dir = match &section.capabilities.data_dir {
         DataDir::At(dir) => Some(dir.clone()),
         DataDir::Denied | DataDir::HostChosen => None,
     };
-    plugin_settings(section, section.name(), dir)
+    plugin_settings(section, id, section.name(), dir)
+}
+
+/// How the plugins of `sluice run` name their changefeed (`host.changefeed`):
+/// `run/<[changefeed] id>`.
+fn run_id(file: &RunConfig) -> String {
+    format!("run/{}", file.id)
 }
 
 fn describe_ts(ts: CommitTs) -> String {

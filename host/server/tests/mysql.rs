@@ -442,7 +442,7 @@ fn two_mariadbs_and_a_replica() -> (tempfile::TempDir, PrivateMariaDb, PrivateMa
     let down = PrivateMariaDb::start();
     down.exec(SCHEMA);
     down.exec(
-        "CREATE USER 'writer'@'%' IDENTIFIED BY 'Writer-Pw2'; GRANT ALL ON shop.* TO 'writer'@'%'",
+        "CREATE USER 'writer'@'%' IDENTIFIED BY 'Writer-Pw2'; GRANT ALL ON shop.* TO 'writer'@'%'; GRANT ALL ON sluice.* TO 'writer'@'%'",
     );
     let server = Server::start(&dir.path().join("server"), &[]);
     server.upload("sink-mysql", "sink");

@@ -496,8 +496,15 @@ impl DatagenSource {
         self.generated += 1;
         match into {
             Into::Nothing => {}
-            Into::Transaction(txn) => txn.position = Some(self.position(commit_ts)),
-            Into::Run(run) => run.end_transaction(commit_ts, Some(self.position(commit_ts))),
+            Into::Transaction(txn) => {
+                txn.position = Some(self.position(commit_ts));
+                txn.id = self.generated;
+            }
+            Into::Run(run) => run.end_transaction_with_id(
+                commit_ts,
+                self.generated,
+                Some(self.position(commit_ts)),
+            ),
         }
         // Advance 1..=3 ms per transaction, logical part for a little variety.
         let step = 1 + self.below(3);

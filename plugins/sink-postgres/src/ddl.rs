@@ -3,19 +3,53 @@
 //! Only statements whose meaning does not depend on MySQL's type system are
 //! replayed as statements: creating and dropping a database (a PostgreSQL
 //! schema), dropping and truncating tables, renaming a table within its
-//! schema. A statement that changes a table's columns marks the table; its
-//! next rows reshape it from the upstream schema (see `PostgresSink::shape`).
+//! schema, foreign keys (created once both tables exist, so that PostgreSQL
+//! cascades what the upstream cascaded), sequences. A statement that changes
+//! a table's columns marks the table; its next rows reshape it from the
+//! upstream schema (see `PostgresSink::shape`).
+//!
+//! Partitioned tables are plain tables in PostgreSQL: partition operations
+//! that keep every row (add, reorganize, coalesce, remove partitioning) are
+//! noted and done; those that remove or move rows without row events (drop,
+//! truncate, exchange a partition) cannot be replayed on a plain table and
+//! are refused (`unsupported-ddl = "fail"`, the default) or skipped with a
+//! warning (`"skip"`). Views, triggers, routines and events are MySQL SQL and
+//! are not created (noted).
 
 use sluice_sdk::DdlEvent;
 use sluice_sdk::sql::Statement;
 use sql_apply::{Config, Dialect, Postgres};
 
-/// Statements to run, target tables to reshape, and what to log.
+/// Statements to run, target tables to reshape, foreign keys to add or
+/// drop, and what to log.
 #[derive(Debug, Default)]
 pub struct Plan {
     pub statements: Vec<Statement>,
     pub altered: Vec<String>,
     pub notes: Vec<String>,
+    /// Said as warnings: something the target does not get.
+    pub warnings: Vec<String>,
+    /// Foreign keys the statement adds.
+    pub foreign_keys: Vec<KeySpec>,
+    /// Foreign keys it drops: (child, name).
+    pub dropped_keys: Vec<(String, String)>,
+    /// Why the statement cannot be replayed (the changefeed fails with it).
+    pub refusal: Option<String>,
+}
+
+/// A foreign key a statement adds: `name` is `None` for an unnamed one
+/// (named as InnoDB names it when it is added).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySpec {
+    pub name: Option<String>,
+    /// The child table, quoted, and its bare name.
+    pub child: String,
+    pub child_name: String,
+    pub columns: Vec<String>,
+    pub parent: String,
+    pub parent_columns: Vec<String>,
+    pub on_delete: String,
+    pub on_update: String,
 }
 
 /// One token of a statement: a word (upper-cased), a name (quoted, as
@@ -116,6 +150,10 @@ struct Cursor {
 }
 
 impl Cursor {
+    fn new(tokens: Vec<Token>) -> Self {
+        Self { tokens, at: 0 }
+    }
+
     /// Takes the next token if it is the keyword `word`.
     fn keyword(&mut self, word: &str) -> bool {
         match self.tokens.get(self.at) {
@@ -176,7 +214,11 @@ pub fn plan(event: &DdlEvent, config: &Config) -> Plan {
         tokens: tokens(&event.query),
         at: 0,
     };
-    let default = event.schema_name.as_str();
+    let default = if event.default_schema.is_empty() {
+        event.schema_name.as_str()
+    } else {
+        event.default_schema.as_str()
+    };
     let target = |(s, t): (String, String)| {
         let (s, t) = config.target(&s, &t);
         Postgres::table_name(&s, &t)
@@ -189,6 +231,65 @@ pub fn plan(event: &DdlEvent, config: &Config) -> Plan {
             event.query.chars().take(512).collect::<String>()
         ));
     };
+    match event.kind.as_str() {
+        "drop table partition" | "truncate table partition" | "exchange table partition" => {
+            let what = format!(
+                "DDL at {} ({}) removes or moves rows the binlog has no row events for, and \
+                 sink-postgres keeps partitioned tables as plain tables",
+                event.commit_ts, event.kind
+            );
+            match config.unsupported_ddl {
+                sql_apply::UnsupportedDdl::Skip => plan.warnings.push(format!(
+                    "{what}: skipped (unsupported-ddl = \"skip\"); the target keeps the rows the upstream removed or moved"
+                )),
+                sql_apply::UnsupportedDdl::Fail => {
+                    plan.refusal = Some(format!(
+                        "{what}: change the target's rows by hand as the statement did upstream ({}), then \
+                         let the changefeed go on past it: set [sink.config] unsupported-ddl = \"skip\", or \
+                         add {} to [filter] ignore-txn-start-ts, update the changefeed and resume it",
+                        event.query.chars().take(300).collect::<String>(),
+                        event.commit_ts
+                    ));
+                }
+            }
+            return plan;
+        }
+        "add table partition"
+        | "reorganize table partition"
+        | "coalesce table partition"
+        | "remove table partitioning" => {
+            plan.notes.push(format!(
+                "DDL at {} ({}) keeps every row; partitioned tables are plain tables in PostgreSQL",
+                event.commit_ts, event.kind
+            ));
+            return plan;
+        }
+        "create view" | "alter view" | "drop view" => {
+            plan.warnings.push(format!(
+                "DDL at {} ({}) not replayed: a view's query is MySQL SQL; create it on PostgreSQL by hand: {}",
+                event.commit_ts,
+                event.kind,
+                event.query.chars().take(300).collect::<String>()
+            ));
+            return plan;
+        }
+        "create sequence" | "alter sequence" | "drop sequence" => {
+            plan.statements = crate::sequence::statements(event, default, config);
+            return plan;
+        }
+        kind if kind.contains("trigger")
+            || kind.contains("procedure")
+            || kind.contains("function")
+            || kind.contains("event") =>
+        {
+            skip(
+                &mut plan,
+                "MySQL routines, triggers and events are not created in PostgreSQL",
+            );
+            return plan;
+        }
+        _ => {}
+    }
     if c.keyword("CREATE") && (c.keyword("DATABASE") || c.keyword("SCHEMA")) {
         c.keywords(&["IF", "NOT", "EXISTS"]);
         if let Some(name) = c.name() {
@@ -282,8 +383,16 @@ pub fn plan(event: &DdlEvent, config: &Config) -> Plan {
         if c.keyword("TABLE")
             && let Some(table) = c.table(default)
         {
+            let child_name = config.target(&table.0, &table.1).1;
             let table = target(table);
-            for change in column_changes(&c.tokens[c.at..]) {
+            let rest = &c.tokens[c.at..];
+            for key in added_keys(rest, &table, &child_name, default, &target) {
+                plan.foreign_keys.push(key);
+            }
+            for name in dropped_keys(rest) {
+                plan.dropped_keys.push((table.clone(), name));
+            }
+            for change in column_changes(rest) {
                 plan.statements.push(statement(match change {
                     ColumnChange::Add {
                         column,
@@ -313,7 +422,31 @@ pub fn plan(event: &DdlEvent, config: &Config) -> Plan {
         c.keywords(&["OR", "REPLACE"]);
         c.keyword("TEMPORARY");
         if c.keyword("TABLE") {
-            // Created with the first rows, from the upstream schema.
+            // Created with the first rows, from the upstream schema; its
+            // foreign keys once both tables exist.
+            c.keywords(&["IF", "NOT", "EXISTS"]);
+            if let Some(table) = c.table(default) {
+                let child_name = config.target(&table.0, &table.1).1;
+                let child = target(table);
+                let body = &c.tokens[c.at..];
+                let mut n = 0;
+                for mut key in table_keys(body, &child, &child_name, default, &target) {
+                    if key.name.is_none() {
+                        n += 1;
+                        key.name = Some(format!("{child_name}_ibfk_{n}"));
+                    }
+                    plan.foreign_keys.push(key);
+                }
+                if body
+                    .iter()
+                    .any(|t| matches!(t, Token::Word(w) if w.eq_ignore_ascii_case("PARTITION")))
+                {
+                    plan.notes.push(format!(
+                        "DDL at {}: {child} is partitioned upstream; it is a plain table in PostgreSQL",
+                        event.commit_ts
+                    ));
+                }
+            }
             return plan;
         }
     }
@@ -340,27 +473,8 @@ enum ColumnChange {
 /// The `ADD [COLUMN] name type ...` and `DROP [COLUMN] name` clauses of an
 /// `ALTER TABLE` (the tokens after the table name).
 fn column_changes(tokens: &[Token]) -> Vec<ColumnChange> {
-    // Clauses split at top-level commas.
-    let mut clauses: Vec<&[Token]> = Vec::new();
-    let (mut depth, mut start) = (0usize, 0);
-    for (i, t) in tokens.iter().enumerate() {
-        match t {
-            Token::Punct('(') => depth += 1,
-            Token::Punct(')') => depth = depth.saturating_sub(1),
-            Token::Punct(',') if depth == 0 => {
-                clauses.push(&tokens[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    clauses.push(&tokens[start..]);
     let mut out = Vec::new();
-    for clause in clauses {
-        let mut c = Cursor {
-            tokens: clause.to_vec(),
-            at: 0,
-        };
+    for mut c in clauses(tokens) {
         let add = c.keyword("ADD");
         if !add && !c.keyword("DROP") {
             continue;
@@ -455,6 +569,208 @@ fn column_changes(tokens: &[Token]) -> Vec<ColumnChange> {
     out
 }
 
+/// `[CONSTRAINT [name]] FOREIGN KEY [index] (cols) REFERENCES [s.]t (cols)
+/// [ON DELETE action] [ON UPDATE action]` starting at `c`, if it is one.
+fn foreign_key(
+    c: &mut Cursor,
+    child: &str,
+    child_name: &str,
+    default: &str,
+    target: &dyn Fn((String, String)) -> String,
+) -> Option<KeySpec> {
+    let mut name = None;
+    if c.keyword("CONSTRAINT")
+        && !matches!(c.tokens.get(c.at), Some(Token::Word(w)) if w.eq_ignore_ascii_case("FOREIGN"))
+    {
+        name = c.name();
+    }
+    if !c.keywords(&["FOREIGN", "KEY"]) {
+        return None;
+    }
+    c.keywords(&["IF", "NOT", "EXISTS"]);
+    if !matches!(c.tokens.get(c.at), Some(Token::Punct('('))) {
+        // The index's name; MySQL names the key by it when no CONSTRAINT
+        // name is given.
+        let index = c.name();
+        name = name.or(index);
+    }
+    let list = |c: &mut Cursor| -> Option<Vec<String>> {
+        if !c.punct('(') {
+            return None;
+        }
+        let mut out = Vec::new();
+        loop {
+            out.push(c.name()?);
+            // A prefix length or an order: skipped.
+            if c.punct('(') {
+                while !c.punct(')') {
+                    c.at += 1;
+                    if c.at >= c.tokens.len() {
+                        return None;
+                    }
+                }
+            }
+            c.keyword("ASC");
+            c.keyword("DESC");
+            if c.punct(')') {
+                return Some(out);
+            }
+            if !c.punct(',') {
+                return None;
+            }
+        }
+    };
+    let columns = list(c)?;
+    if !c.keyword("REFERENCES") {
+        return None;
+    }
+    let parent = target(c.table(default)?);
+    let parent_columns = list(c)?;
+    let (mut on_delete, mut on_update) = ("RESTRICT".to_string(), "RESTRICT".to_string());
+    loop {
+        if c.keyword("MATCH") {
+            c.name();
+            continue;
+        }
+        if !c.keyword("ON") {
+            break;
+        }
+        let delete = c.keyword("DELETE");
+        if !delete && !c.keyword("UPDATE") {
+            break;
+        }
+        let action = if c.keyword("CASCADE") {
+            "CASCADE"
+        } else if c.keywords(&["SET", "NULL"]) {
+            "SET NULL"
+        } else if c.keywords(&["SET", "DEFAULT"]) {
+            "SET DEFAULT"
+        } else if c.keywords(&["NO", "ACTION"]) {
+            "NO ACTION"
+        } else if c.keyword("RESTRICT") {
+            "RESTRICT"
+        } else {
+            break;
+        };
+        if delete {
+            on_delete = action.into();
+        } else {
+            on_update = action.into();
+        }
+    }
+    Some(KeySpec {
+        name,
+        child: child.to_string(),
+        child_name: child_name.to_string(),
+        columns,
+        parent,
+        parent_columns,
+        on_delete,
+        on_update,
+    })
+}
+
+/// The items of a parenthesised list at the top of `tokens`, split at its
+/// commas.
+fn items(tokens: &[Token]) -> Vec<Vec<Token>> {
+    let mut out = Vec::new();
+    let (mut depth, mut current) = (0usize, Vec::new());
+    for t in tokens {
+        match t {
+            Token::Punct('(') => {
+                depth += 1;
+                if depth == 1 {
+                    continue;
+                }
+            }
+            Token::Punct(')') => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    out.push(std::mem::take(&mut current));
+                    break;
+                }
+            }
+            Token::Punct(',') if depth == 1 => {
+                out.push(std::mem::take(&mut current));
+                continue;
+            }
+            _ => {}
+        }
+        if depth >= 1 {
+            current.push(t.clone());
+        }
+    }
+    out
+}
+
+/// The foreign keys of a `CREATE TABLE`'s column list.
+fn table_keys(
+    body: &[Token],
+    child: &str,
+    child_name: &str,
+    default: &str,
+    target: &dyn Fn((String, String)) -> String,
+) -> Vec<KeySpec> {
+    items(body)
+        .into_iter()
+        .filter_map(|item| foreign_key(&mut Cursor::new(item), child, child_name, default, target))
+        .collect()
+}
+
+/// The clauses of an `ALTER TABLE` (after the table name), split at
+/// top-level commas, each with a cursor at its start.
+fn clauses(tokens: &[Token]) -> Vec<Cursor> {
+    let mut out = Vec::new();
+    let (mut depth, mut current) = (0usize, Vec::new());
+    for t in tokens {
+        match t {
+            Token::Punct('(') => depth += 1,
+            Token::Punct(')') => depth = depth.saturating_sub(1),
+            Token::Punct(',') if depth == 0 => {
+                out.push(std::mem::take(&mut current));
+                continue;
+            }
+            _ => {}
+        }
+        current.push(t.clone());
+    }
+    out.push(current);
+    out.into_iter().map(Cursor::new).collect()
+}
+
+/// The foreign keys an `ALTER TABLE ... ADD` adds.
+fn added_keys(
+    tokens: &[Token],
+    child: &str,
+    child_name: &str,
+    default: &str,
+    target: &dyn Fn((String, String)) -> String,
+) -> Vec<KeySpec> {
+    clauses(tokens)
+        .into_iter()
+        .filter_map(|mut c| {
+            if !c.keyword("ADD") {
+                return None;
+            }
+            foreign_key(&mut c, child, child_name, default, target)
+        })
+        .collect()
+}
+
+/// The foreign keys an `ALTER TABLE ... DROP FOREIGN KEY name` drops.
+fn dropped_keys(tokens: &[Token]) -> Vec<String> {
+    clauses(tokens)
+        .into_iter()
+        .filter_map(|mut c| {
+            if !c.keywords(&["DROP", "FOREIGN", "KEY"]) {
+                return None;
+            }
+            c.keywords(&["IF", "EXISTS"]);
+            c.name()
+        })
+        .collect()
+}
+
 fn is_number(word: &str) -> bool {
     !word.is_empty() && word.bytes().all(|b| b.is_ascii_digit())
 }
@@ -528,6 +844,84 @@ mod tests {
             ]
         );
         assert_eq!(p.altered, ["\"shop\".\"t\""]);
+    }
+
+    #[test]
+    fn foreign_keys_are_read_with_their_actions_and_names() {
+        let p = run(
+            "CREATE TABLE c (id INT PRIMARY KEY, pid INT, u INT, \
+             FOREIGN KEY (pid) REFERENCES p(id) ON DELETE CASCADE ON UPDATE CASCADE, \
+             CONSTRAINT `fk_u` FOREIGN KEY `i` (u) REFERENCES other.q (a) ON UPDATE SET NULL, \
+             KEY (u)) ENGINE=InnoDB",
+            "",
+        );
+        let keys: Vec<(Option<&str>, &str, &str, &str)> = p
+            .foreign_keys
+            .iter()
+            .map(|k| {
+                (
+                    k.name.as_deref(),
+                    k.parent.as_str(),
+                    k.on_delete.as_str(),
+                    k.on_update.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                (Some("c_ibfk_1"), "\"shop\".\"p\"", "CASCADE", "CASCADE"),
+                (Some("fk_u"), "\"other\".\"q\"", "RESTRICT", "SET NULL"),
+            ]
+        );
+        assert_eq!(p.foreign_keys[0].columns, ["pid"]);
+        assert_eq!(p.foreign_keys[1].parent_columns, ["a"]);
+        let p = run(
+            "ALTER TABLE c ADD CONSTRAINT FOREIGN KEY (pid) REFERENCES p (id) ON DELETE SET NULL, DROP FOREIGN KEY fk_u",
+            "",
+        );
+        assert_eq!(p.foreign_keys.len(), 1);
+        assert_eq!(p.foreign_keys[0].name, None);
+        assert_eq!(p.foreign_keys[0].on_delete, "SET NULL");
+        assert_eq!(
+            p.dropped_keys,
+            [("\"shop\".\"c\"".to_string(), "fk_u".to_string())]
+        );
+    }
+
+    #[test]
+    fn partition_operations_that_drop_rows_are_refused_or_skipped_and_views_are_warned() {
+        let event = |kind: &str, query: &str| DdlEvent::new(9, "shop", "t", query).with_kind(kind);
+        let refused = plan(
+            &event(
+                "truncate table partition",
+                "ALTER TABLE t TRUNCATE PARTITION p0",
+            ),
+            &config(""),
+        );
+        let why = refused.refusal.unwrap();
+        assert!(
+            why.contains("unsupported-ddl = \"skip\"") && why.contains("ignore-txn-start-ts"),
+            "{why}"
+        );
+        let skipped = plan(
+            &event("drop table partition", "ALTER TABLE t DROP PARTITION p0"),
+            &config(r#", "unsupported-ddl": "skip""#),
+        );
+        assert!(skipped.refusal.is_none() && skipped.warnings.len() == 1);
+        let kept = plan(
+            &event(
+                "add table partition",
+                "ALTER TABLE t ADD PARTITION (PARTITION p9 VALUES LESS THAN (9))",
+            ),
+            &config(""),
+        );
+        assert!(kept.refusal.is_none() && kept.statements.is_empty() && kept.notes.len() == 1);
+        let view = plan(
+            &event("create view", "CREATE VIEW v AS SELECT 1"),
+            &config(""),
+        );
+        assert!(view.statements.is_empty() && view.warnings.len() == 1);
     }
 
     #[test]

@@ -18,6 +18,8 @@
 //! statements when they arrive; see the README for what is not.
 
 mod ddl;
+mod foreign_keys;
+mod sequence;
 pub mod types;
 
 use std::collections::{BTreeSet, HashSet};
@@ -32,6 +34,8 @@ pub use sql_apply::{Config, Postgres, SafeMode};
 /// The sink.
 pub struct PostgresSink {
     applier: Applier<Postgres>,
+    /// Foreign keys waiting for their tables.
+    keys: foreign_keys::Registry,
     /// Upstream (table id, schema version) whose target table is in shape.
     synced: HashSet<(u32, u32)>,
     /// Target tables an upstream DDL changed since they were last shaped:
@@ -49,6 +53,7 @@ impl Sink for PostgresSink {
     fn open(config: Config) -> Result<Self, Error> {
         config.validate()?;
         Ok(Self {
+            keys: foreign_keys::Registry::new(&config.progress_table),
             applier: Applier::new(config),
             synced: HashSet::new(),
             altered: BTreeSet::new(),
@@ -77,21 +82,65 @@ impl Sink for PostgresSink {
         // table is shaped again before its next rows.
         self.applier.forget_keys();
         self.synced.clear();
-        let config = self.applier.config();
-        if !config.apply_ddl {
+        if !self.applier.config().apply_ddl {
             return Ok(());
         }
+        if self.applier.ddl_applied(event)? {
+            log(
+                Level::Info,
+                &format!("DDL at {} applied already; skipped", event.commit_ts),
+            );
+            return Ok(());
+        }
+        let config = self.applier.config();
         let plan = ddl::plan(event, config);
+        if let Some(why) = plan.refusal {
+            return Err(Error::fatal(why));
+        }
         for note in &plan.notes {
             log(Level::Info, note);
         }
-        self.altered.extend(plan.altered);
-        if plan.statements.is_empty() {
-            return Ok(());
+        for warning in &plan.warnings {
+            log(Level::Warn, warning);
         }
-        sql::execute(&config.database, vec![plan.statements])
-            .map(|_| ())
-            .map_err(sql::SqlError::into_error)
+        self.altered.extend(plan.altered);
+        let database = config.database.clone();
+        if !plan.statements.is_empty() {
+            sql::execute(&database, vec![plan.statements]).map_err(|e| {
+                let message = format!(
+                    "the DDL at commit ts {} ({}) failed downstream: {}",
+                    event.commit_ts, event.kind, e.message
+                );
+                match e.kind {
+                    sql::ErrorKind::Retryable => Error::retryable(message),
+                    _ => Error::fatal(message),
+                }
+            })?;
+        }
+        for (child, name) in plan.dropped_keys {
+            self.keys.drop(&database, &child, &name)?;
+        }
+        for key in plan.foreign_keys {
+            let name = match key.name {
+                Some(name) => name,
+                None => self
+                    .keys
+                    .next_name(&database, &key.child, &key.child_name)?,
+            };
+            self.keys.add(
+                &database,
+                foreign_keys::ForeignKey {
+                    name,
+                    child: key.child,
+                    columns: key.columns,
+                    parent: key.parent,
+                    parent_columns: key.parent_columns,
+                    on_delete: key.on_delete,
+                    on_update: key.on_update,
+                },
+            )?;
+        }
+        self.applier.ddl_done(event)
     }
 }
 
@@ -103,6 +152,21 @@ impl PostgresSink {
         let config = self.applier.config();
         let (s, t) = config.target(&schema.schema_name, &schema.table_name);
         let target = Postgres::table_name(&s, &t);
+        if is_sequence(schema) {
+            // A MariaDB sequence's rows are its state: a PostgreSQL sequence.
+            let group = vec![
+                Statement::new(
+                    format!("CREATE SCHEMA IF NOT EXISTS {}", Postgres::ident(&s)),
+                    Vec::new(),
+                ),
+                Statement::new(
+                    format!("CREATE SEQUENCE IF NOT EXISTS {target}"),
+                    Vec::new(),
+                ),
+            ];
+            sql::execute(&config.database, vec![group]).map_err(sql::SqlError::into_error)?;
+            return Ok(());
+        }
         let columns: Vec<String> = schema
             .columns
             .iter()
@@ -196,8 +260,26 @@ impl PostgresSink {
             self.applier.forget_keys();
         }
         self.altered.remove(&target);
-        Ok(())
+        let database = self.applier.config().database.clone();
+        self.keys.settle(&database, Some(&target))
     }
+}
+
+/// Whether `schema` is a MariaDB sequence's: exactly its eight columns.
+fn is_sequence(schema: &TableSchema) -> bool {
+    const COLUMNS: [&str; 8] = [
+        "next_not_cached_value",
+        "minimum_value",
+        "maximum_value",
+        "start_value",
+        "increment",
+        "cache_size",
+        "cycle_option",
+        "cycle_count",
+    ];
+    schema.columns.len() == COLUMNS.len()
+        && schema.columns.iter().zip(COLUMNS).all(|(c, n)| c.name == n)
+        && schema.key_indexes().is_empty()
 }
 
 sluice_sdk::export_sink!(PostgresSink);

@@ -19,6 +19,18 @@ pub enum SafeMode {
     Never,
 }
 
+/// What a sink does with a DDL it cannot replay on its target (say, a
+/// partition dropped upstream, on a plain PostgreSQL table).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UnsupportedDdl {
+    /// Stop the changefeed, saying what to change by hand and how to go on.
+    #[default]
+    Fail,
+    /// Go on with a warning: the target then differs from the upstream.
+    Skip,
+}
+
 /// `[sink.config]` of `sink-mysql` and `sink-postgres`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -51,6 +63,21 @@ pub struct Config {
     /// triggers and foreign keys with `ON DELETE` actions may need.
     #[serde(default = "yes")]
     pub batch_dml: bool,
+    /// Where each group records what it applied, in the same downstream
+    /// transaction, so that rows delivered again after a restart are applied
+    /// exactly once (`schema.table`, created if missing; default
+    /// `sluice.apply_progress`). Empty: off, and rows delivered again are
+    /// written idempotently instead (safe mode).
+    #[serde(default = "default_progress_table")]
+    pub progress_table: String,
+    /// A DDL the target cannot replay: `fail` (default) or `skip` with a
+    /// warning (sink-postgres: partition operations that drop or move rows).
+    #[serde(default)]
+    pub unsupported_ddl: UnsupportedDdl,
+}
+
+fn default_progress_table() -> String {
+    "sluice.apply_progress".into()
 }
 
 fn default_max_txn_row() -> usize {
@@ -94,6 +121,17 @@ impl Config {
         }
         if self.target_schema.as_deref() == Some("") {
             return Err(Error::config("target-schema is empty"));
+        }
+        if !self.progress_table.is_empty()
+            && (self.progress_table.split('.').count() != 2
+                || self.progress_table.split('.').any(str::is_empty)
+                || self.progress_table.len() > 128)
+        {
+            return Err(Error::config(format!(
+                "progress-table `{}` is not schema.table (at most 128 characters); \
+                 set \"\" to turn exactly-once apply off",
+                self.progress_table
+            )));
         }
         Ok(())
     }

@@ -1,20 +1,37 @@
 //! What `sink-mysql` and `sink-postgres` share: row changes buffered by
 //! `write` and applied at `flush` through the host's `sql` interface.
 //!
+//! Each target table is read once per upstream schema version ([`target`]):
+//! the columns it has and those it computes itself (generated columns are
+//! never written), its unique keys, its foreign keys to other tables and
+//! theirs to it, and whether it is a sequence.
+//!
 //! At flush, transactions (in commit order) go into at most `worker-count`
-//! groups so that no two groups touch the same primary or unique key:
-//! transactions sharing a key, directly or through others, are in one group
-//! in commit order (conflicting transactions keep commit order); each group
-//! is one downstream transaction on its own connection, and the groups apply
-//! concurrently. With `batch-dml` (the default) a group is written by its net
-//! effect per table: one `DELETE ... WHERE key IN (...)` of the rows it
+//! groups so that no two groups touch the same primary or unique key, nor a
+//! parent row and a row referencing it: transactions sharing a key, directly
+//! or through others, are in one group in commit order (conflicting
+//! transactions keep commit order); each group is one downstream transaction
+//! on its own connection, and the groups apply concurrently. A transaction
+//! whose change makes the target cascade (it deletes a parent row of an `ON
+//! DELETE CASCADE` key, say) runs alone between the groups before it and
+//! those after it: the rows a cascade changes are not in the binlog (the
+//! target makes the same change), so no other transaction may overtake it.
+//!
+//! Tables tied by foreign keys are written change by change in upstream
+//! order (by `row-seq` within a transaction), an update as an `UPDATE`, so
+//! that the target's checks pass and its cascades run as they ran upstream.
+//! Other tables are, with `batch-dml` (the default), written by their net
+//! effect per table: one `DELETE ... WHERE key IN (...)` of the rows the group
 //! touches, then multi-row inserts of their last images, each statement at
-//! most `max-txn-row` rows. Without it, inserts become multi-row statements
-//! and every update and delete is its own statement; an update that changes
-//! a key becomes a delete and an insert. Rows flagged
-//! replay (or every row, with `safe-mode = "always"`) are written
-//! idempotently: an insert replaces any row it conflicts with on a key, an
-//! update deletes the old row and replaces the new one.
+//! most `max-txn-row` rows; without it, inserts become multi-row statements
+//! and every update and delete is its own statement.
+//!
+//! Every group records what it applied in the progress table ([`progress`])
+//! in the same downstream transaction, so rows delivered again are applied
+//! exactly once. Where that table is off, rows flagged replay (or every row,
+//! with `safe-mode = "always"`) are written idempotently: an insert replaces
+//! any row it conflicts with on a key (an upsert for a table other tables
+//! reference), an update deletes the old row and replaces the new one.
 //!
 //! A [`Dialect`] says how statements are spelled for one kind of database:
 //! [`Mysql`] (MySQL, MariaDB, TiDB) and [`Postgres`].
@@ -30,10 +47,17 @@ pub use sluice_sdk::{date_text, datetime_text};
 mod config;
 mod mysql;
 mod postgres;
+pub mod progress;
+pub mod target;
+mod write;
 
-pub use config::{Config, SafeMode};
+pub use config::{Config, SafeMode, UnsupportedDdl};
 pub use mysql::Mysql;
 pub use postgres::Postgres;
+pub use target::{Facts, Target, TargetKind, UniqueKeys, target_of, unique_keys_of};
+pub use write::{Write, delete, delete_keys, update};
+
+use progress::{Applied, Progress};
 
 /// Most parameters one statement may carry (both MySQL's and PostgreSQL's
 /// wire protocols count them in 16 bits).
@@ -42,10 +66,8 @@ pub const MAX_PARAMS: usize = 65_535;
 /// Most statements the host takes in one `execute` call.
 pub const MAX_CALL_STATEMENTS: usize = 65_536;
 
-/// The unique keys of a target table: each a list of column positions in
-/// the upstream schema. The primary key (the schema's key columns) is not
-/// among them.
-pub type UniqueKeys = Vec<Vec<usize>>;
+/// Most rows one `query` may return.
+pub const MAX_QUERY_ROWS: u32 = 100_000;
 
 /// How statements are spelled for one kind of database.
 pub trait Dialect {
@@ -72,21 +94,26 @@ pub trait Dialect {
         common_param(value, column)
     }
 
-    /// Inserts of `rows` (full images, in schema order). With `replace`,
-    /// each row first takes the place of any row it conflicts with on the
-    /// primary key or one of `uniques`.
-    fn insert(
-        target: &str,
-        schema: &TableSchema,
-        uniques: &UniqueKeys,
-        rows: Vec<Vec<SqlValue>>,
-        replace: bool,
-    ) -> Vec<Statement>;
+    /// Writes of `rows` (full images, in schema order) into `target`: the
+    /// columns it writes, `how` as [`Write`] says.
+    fn insert(target: &Target, rows: Vec<Vec<SqlValue>>, how: Write) -> Vec<Statement>;
 
-    /// A statement listing the unique keys of `schema.table` downstream:
-    /// rows of (index name, column name), in index then key order; the
-    /// primary key may be among them.
-    fn unique_keys(schema: &str, table: &str) -> Statement;
+    /// The queries whose rows make a target's [`Facts`], in its field order:
+    /// columns, unique indexes, foreign keys to parents, foreign keys of
+    /// children, kind.
+    fn facts(schema: &str, table: &str) -> [Statement; 5];
+
+    /// The statements that create the progress table `schema.table` if
+    /// missing (see [`progress`]).
+    fn progress_table(schema: &str, table: &str) -> Vec<Statement>;
+
+    /// Sets the row that keeps the largest bound deleted from the progress
+    /// table `table` (quoted) to `bound`.
+    fn upsert_pruned(table: &str, changefeed: &str, bound: i64) -> Statement;
+
+    /// The statement that turns the session's foreign key checks off (or on
+    /// again), if the database has one a sink may run.
+    fn foreign_key_checks(on: bool) -> Option<Statement>;
 }
 
 /// The text and number forms both MySQL and PostgreSQL read: dates as
@@ -108,22 +135,50 @@ pub fn common_param(value: Value<'_>, column: &Column) -> SqlValue {
 }
 
 /// One row change, ready to be written.
-struct Change {
-    /// The quoted target table.
-    target: String,
-    schema: Rc<TableSchema>,
-    uniques: Rc<UniqueKeys>,
+pub(crate) struct Change {
+    /// The target table.
+    target: Rc<Target>,
     op: Op,
     before: Option<Vec<SqlValue>>,
     after: Option<Vec<SqlValue>>,
-    /// Write idempotently.
+    /// Delivered again (flagged replay).
+    replayed: bool,
+    /// Write idempotently (decided at flush).
     safe: bool,
+    /// Its place in its transaction.
+    seq: u32,
+    /// Its transaction's id (the same each time it is delivered).
+    txn_id: u64,
+    /// Ran upstream with foreign key checks off.
+    no_fk_checks: bool,
 }
 
 /// The changes of one upstream transaction (one commit ts), in order.
-struct Txn {
+pub(crate) struct Txn {
     commit_ts: u64,
     changes: Vec<Change>,
+}
+
+impl Txn {
+    /// Whether a change of it makes the target cascade to other rows.
+    fn cascades(&self) -> bool {
+        self.changes.iter().any(|c| {
+            !c.no_fk_checks
+                && c.op != Op::Insert
+                && c.target.cascades(c.before.as_deref(), c.after.as_deref())
+        })
+    }
+
+    /// What it applies, for the progress table: its id and seq range.
+    fn applied(&self) -> Option<Applied> {
+        let lo = self.changes.iter().map(|c| c.seq).min()?;
+        let hi = self.changes.iter().map(|c| c.seq).max()?;
+        Some(Applied {
+            txn: self.changes.first()?.txn_id,
+            lo,
+            hi,
+        })
+    }
 }
 
 /// Buffers row changes and applies them at flush.
@@ -134,19 +189,25 @@ pub struct Applier<D> {
     /// Some pending row is delivered again (after a restart, a failed
     /// flush or a swap).
     replay: bool,
-    /// Unique keys per (target, upstream schema version).
-    uniques: HashMap<(String, u32), Rc<UniqueKeys>>,
+    /// What the target holds of each table, per (target, upstream table id,
+    /// schema version).
+    targets: HashMap<(String, u32, u32), Rc<Target>>,
+    /// Where applied transactions are recorded.
+    progress: Progress,
     dialect: PhantomData<D>,
 }
 
 impl<D: Dialect> Applier<D> {
-    /// An applier with a validated `config`.
+    /// An applier with a validated `config`, for the changefeed the host
+    /// names.
     pub fn new(config: Config) -> Self {
+        let progress = Progress::new(&config.progress_table, sluice_sdk::host::changefeed());
         Self {
             config,
             pending: Vec::new(),
             replay: false,
-            uniques: HashMap::new(),
+            targets: HashMap::new(),
+            progress,
             dialect: PhantomData,
         }
     }
@@ -162,9 +223,9 @@ impl<D: Dialect> Applier<D> {
         D::table_name(&s, &t)
     }
 
-    /// Forgets what it knows of the target tables' unique keys (after DDL).
+    /// Forgets what it read of the target tables (after DDL).
     pub fn forget_keys(&mut self) {
-        self.uniques.clear();
+        self.targets.clear();
     }
 
     /// Buffers the rows of `batch`.
@@ -173,17 +234,12 @@ impl<D: Dialect> Applier<D> {
         // the rows of one transaction share its commit ts.
         let mut by_ts: BTreeMap<u64, Vec<Change>> = BTreeMap::new();
         for table in batch.tables() {
-            let schema = Rc::new(table.schema().clone());
-            let (s, t) = self.config.target(&schema.schema_name, &schema.table_name);
-            let target = D::table_name(&s, &t);
-            let uniques = self.unique_keys(&target, &s, &t, &schema)?;
+            let schema = table.schema();
+            let target = self.target_table(schema)?;
+            let schema = &target.schema;
             for row in table.rows() {
-                self.replay |= row.is_replay();
-                let safe = match self.config.safe_mode {
-                    SafeMode::Always => true,
-                    SafeMode::Never => false,
-                    SafeMode::Auto => row.is_replay(),
-                };
+                let replayed = row.is_replay();
+                self.replay |= replayed;
                 let image = |i: sluice_sdk::Image<'_>| -> Vec<SqlValue> {
                     schema
                         .columns
@@ -192,14 +248,23 @@ impl<D: Dialect> Applier<D> {
                         .map(|(at, c)| D::param(i.value(at), c))
                         .collect()
                 };
+                let Some((op, before, after)) = target.current_change(
+                    row.op(),
+                    row.before().map(image),
+                    row.after().map(image),
+                ) else {
+                    continue;
+                };
                 let change = Change {
                     target: target.clone(),
-                    schema: schema.clone(),
-                    uniques: uniques.clone(),
-                    op: row.op(),
-                    before: row.before().map(image),
-                    after: row.after().map(image),
-                    safe,
+                    op,
+                    before,
+                    after,
+                    replayed,
+                    safe: false,
+                    seq: row.seq(),
+                    txn_id: row.txn_id(),
+                    no_fk_checks: row.no_fk_checks(),
                 };
                 by_ts.entry(row.commit_ts()).or_default().push(change);
             }
@@ -214,52 +279,164 @@ impl<D: Dialect> Applier<D> {
         Ok(())
     }
 
-    /// The unique keys (other than the primary key) of a target table, read
-    /// once per upstream schema version.
-    fn unique_keys(
-        &mut self,
-        target: &str,
-        schema_name: &str,
-        table_name: &str,
-        schema: &TableSchema,
-    ) -> Result<Rc<UniqueKeys>, Error> {
-        let at = (target.to_string(), schema.version);
-        if let Some(keys) = self.uniques.get(&at) {
-            return Ok(keys.clone());
+    /// What the target holds of `schema`'s table, read once per version.
+    fn target_table(&mut self, schema: &TableSchema) -> Result<Rc<Target>, Error> {
+        let (s, t) = self.config.target(&schema.schema_name, &schema.table_name);
+        let name = D::table_name(&s, &t);
+        let at = (name.clone(), schema.table_id, schema.version);
+        if let Some(target) = self.targets.get(&at) {
+            return Ok(target.clone());
         }
-        let rows = sql::query(
-            &self.config.database,
-            D::unique_keys(schema_name, table_name),
-            10_000,
-        )
-        .map_err(sql::SqlError::into_error)?;
-        let keys = Rc::new(unique_keys_of(schema, rows));
-        self.uniques.insert(at, keys.clone());
-        Ok(keys)
+        let [columns, uniques, parents, children, kind] = D::facts(&s, &t);
+        let read = |statement: Statement| {
+            sql::query(&self.config.database, statement, MAX_QUERY_ROWS)
+                .map_err(sql::SqlError::into_error)
+        };
+        let facts = Facts {
+            columns: read(columns)?,
+            uniques: read(uniques)?,
+            parents: read(parents)?,
+            children: read(children)?,
+            kind: read(kind)?,
+        };
+        let target = target_of(name, Rc::new(schema.clone()), facts, D::table_name);
+        let missing: Vec<&str> = (0..target.schema.columns.len())
+            .filter(|i| !target.present.contains(i))
+            .map(|i| target.schema.columns[i].name.as_str())
+            .collect();
+        if !missing.is_empty() && target.present.len() < target.schema.columns.len() {
+            sluice_sdk::host::warn(&format!(
+                "{} has no column {}: its values are not written",
+                target.name,
+                missing.join(", ")
+            ));
+        }
+        let target = Rc::new(target);
+        self.targets.insert(at, target.clone());
+        Ok(target)
+    }
+
+    /// Whether the DDL `event` was applied already (recorded in the
+    /// progress table).
+    pub fn ddl_applied(&mut self, event: &sluice_sdk::DdlEvent) -> Result<bool, Error> {
+        if !self.progress.enabled::<D>(&self.config.database)? {
+            return Ok(false);
+        }
+        self.progress
+            .ddl_applied::<D>(&self.config.database, event.txn_id)
+    }
+
+    /// Records that the DDL `event` ran (no-op when the progress table is
+    /// off).
+    pub fn ddl_done(&mut self, event: &sluice_sdk::DdlEvent) -> Result<(), Error> {
+        if !self.progress.enabled::<D>(&self.config.database)? {
+            return Ok(());
+        }
+        let record = self.progress.ddl_done::<D>(event.txn_id, event.commit_ts);
+        sql::execute(&self.config.database, vec![vec![record]])
+            .map(|_| ())
+            .map_err(sql::SqlError::into_error)
     }
 
     /// Applies every buffered change; on success nothing stays buffered.
     /// On failure the buffer is dropped too: the host replays from the
-    /// checkpoint, flagged (safe mode).
+    /// checkpoint, flagged.
     pub fn flush(&mut self) -> Result<(), Error> {
-        let pending = std::mem::take(&mut self.pending);
+        let mut pending = std::mem::take(&mut self.pending);
+        let replay = std::mem::take(&mut self.replay);
+        let database = self.config.database.clone();
+        let recorded = self.progress.enabled::<D>(&database)?;
+        if replay && recorded {
+            // Leave out what the progress table shows as applied; the rest
+            // was not, and is written as the first time (below the bound of
+            // what was deleted from the table, idempotently).
+            // Transactions are told by their id: one delivered again may have
+            // another commit ts.
+            if pending.iter().any(|t| t.changes.iter().any(|c| c.replayed)) {
+                let saved = sluice_sdk::host::saved_checkpoint();
+                let applied = self.progress.applied::<D>(&database, saved)?;
+                let before: usize = pending.iter().map(|t| t.changes.len()).sum();
+                for txn in &mut pending {
+                    let ts = txn.commit_ts;
+                    txn.changes
+                        .retain(|c| !(c.replayed && applied.contains(c.txn_id, c.seq)));
+                    for c in &mut txn.changes {
+                        c.replayed &= ts <= applied.pruned_through;
+                    }
+                }
+                pending.retain(|t| !t.changes.is_empty());
+                let after: usize = pending.iter().map(|t| t.changes.len()).sum();
+                sluice_sdk::host::log(
+                    sluice_sdk::host::Level::Info,
+                    &format!(
+                        "rows delivered again above checkpoint {saved}: {} of {before} left out as applied already ({} transactions recorded, none below {} kept)",
+                        before - after,
+                        applied.transactions(),
+                        applied.pruned_through
+                    ),
+                );
+            }
+        }
+        // Idempotent writes where a row may be downstream already without a
+        // record of it (no progress table, or below what was deleted from it).
+        for txn in &mut pending {
+            for c in &mut txn.changes {
+                c.safe = match self.config.safe_mode {
+                    SafeMode::Always => true,
+                    SafeMode::Never => false,
+                    SafeMode::Auto => c.replayed,
+                };
+            }
+        }
         let max_rows = self.config.max_txn_row;
         let batch = self.config.batch_dml;
         // What is replayed applies on one connection: a flush that failed
         // (a deadlock between groups, say) is not tried the same way again,
         // so a replay always gets through.
-        let workers = if std::mem::take(&mut self.replay) {
-            1
+        let workers = if replay { 1 } else { self.config.worker_count };
+        let mut housekeeping = if recorded {
+            self.progress
+                .prune::<D>(sluice_sdk::host::saved_checkpoint())
         } else {
-            self.config.worker_count
+            Vec::new()
         };
-        let groups: Vec<Vec<Statement>> = groups(pending, workers)
-            .into_iter()
-            .map(|group| statements::<D>(group, max_rows, batch))
-            .filter(|g| !g.is_empty())
-            .collect();
-        for call in calls(groups, MAX_CALL_STATEMENTS) {
-            sql::execute(&self.config.database, call).map_err(sql::SqlError::into_error)?;
+        let first_ts = pending.first().map_or(0, |t| t.commit_ts);
+        let last_ts = pending.last().map_or(0, |t| t.commit_ts);
+        for phase in phases(pending) {
+            let groups: Vec<Vec<Statement>> = groups(phase, workers)
+                .into_iter()
+                .map(|group| {
+                    let applied: Vec<Applied> = group.iter().filter_map(Txn::applied).collect();
+                    let first = group.iter().map(|t| t.commit_ts).min().unwrap_or(0);
+                    let last = group.iter().map(|t| t.commit_ts).max().unwrap_or(0);
+                    let mut statements = statements::<D>(group, max_rows, batch);
+                    if recorded
+                        && let Some(record) = self.progress.record::<D>(first, last, &applied)
+                    {
+                        statements.push(record);
+                    }
+                    statements
+                })
+                .filter(|g| !g.is_empty())
+                .collect();
+            let mut groups = groups;
+            if !housekeeping.is_empty() {
+                groups.push(std::mem::take(&mut housekeeping));
+            }
+            for call in calls(groups, MAX_CALL_STATEMENTS) {
+                sql::execute(&database, call).map_err(|e| {
+                    let retryable = e.kind == sql::ErrorKind::Retryable;
+                    let message = format!(
+                        "{} (applying the transactions at commit ts {first_ts} to {last_ts})",
+                        e.into_error().message()
+                    );
+                    if retryable {
+                        Error::retryable(message)
+                    } else {
+                        Error::fatal(message)
+                    }
+                })?;
+            }
         }
         Ok(())
     }
@@ -294,53 +471,85 @@ fn calls(groups: Vec<Vec<Statement>>, max: usize) -> Vec<Vec<Vec<Statement>>> {
     out
 }
 
-/// Unique keys from (index name, column name) rows: indexes whose columns
-/// are all upstream columns, without the primary key's.
-fn unique_keys_of(schema: &TableSchema, rows: Vec<Vec<SqlValue>>) -> UniqueKeys {
-    let mut by_index: BTreeMap<String, Vec<Option<usize>>> = BTreeMap::new();
-    for row in rows {
-        let (Some(SqlValue::Text(index)), Some(SqlValue::Text(column))) = (row.first(), row.get(1))
-        else {
-            continue;
-        };
-        let at = schema.columns.iter().position(|c| c.name == *column);
-        by_index.entry(index.clone()).or_default().push(at);
+/// Transactions cut where one makes the target cascade: it applies alone,
+/// after everything before it and before everything after it.
+fn phases(txns: Vec<Txn>) -> Vec<Vec<Txn>> {
+    let mut out: Vec<Vec<Txn>> = vec![Vec::new()];
+    for txn in txns {
+        if txn.cascades() {
+            if out.last().is_some_and(|p| !p.is_empty()) {
+                out.push(Vec::new());
+            }
+            if let Some(p) = out.last_mut() {
+                p.push(txn);
+            }
+            out.push(Vec::new());
+        } else if let Some(p) = out.last_mut() {
+            p.push(txn);
+        }
     }
-    let primary = schema.key_indexes();
-    let mut out: UniqueKeys = by_index
-        .into_values()
-        .filter_map(|cols| cols.into_iter().collect::<Option<Vec<usize>>>())
-        .filter(|cols| {
-            let mut sorted = cols.clone();
-            sorted.sort_unstable();
-            sorted != primary
-        })
-        .collect();
-    out.sort();
-    out.dedup();
+    out.retain(|p| !p.is_empty());
     out
 }
 
+/// A key value as conflict detection compares it: text case-folded and
+/// without trailing spaces, as the target's collation may compare it (two
+/// values that might be equal there share a key here; over-matching only
+/// costs parallelism).
+fn key_text(value: &SqlValue, out: &mut String) {
+    use std::fmt::Write as _;
+    match value {
+        SqlValue::Text(t) => {
+            out.push('t');
+            out.push_str(&t.trim_end_matches(' ').to_lowercase());
+        }
+        other => {
+            let _ = write!(out, "{other:?}");
+        }
+    }
+}
+
 /// The conflict keys of one image: its primary key (every column for a
-/// table without one) and each unique key whose values are all non-NULL.
+/// table without one), each unique key whose values are all non-NULL, each
+/// foreign key's parent row, and each of its column sets other tables
+/// reference.
 fn conflict_keys(change: &Change, image: &[SqlValue], out: &mut Vec<String>) {
-    let mut key = |name: &str, at: &[usize]| {
-        let mut text = format!("{}\u{1}{name}", change.target);
+    let target = &change.target;
+    let mut key = |table: &str, name: &str, at: &[usize]| {
+        let mut text = format!("{table}\u{1}{name}");
         for &i in at {
             text.push('\u{1}');
-            text.push_str(&format!("{:?}", image[i]));
+            key_text(&image[i], &mut text);
         }
         out.push(text);
     };
-    let primary = change.schema.key_indexes();
+    let primary = target.schema.key_indexes();
     if primary.is_empty() {
-        key("", &(0..image.len()).collect::<Vec<_>>());
+        key(&target.name, "", &(0..image.len()).collect::<Vec<_>>());
     } else {
-        key("", &primary);
+        key(&target.name, "", &primary);
     }
-    for (n, unique) in change.uniques.iter().enumerate() {
+    for (n, unique) in target.uniques.iter().enumerate() {
         if unique.iter().all(|&i| image[i] != SqlValue::Null) {
-            key(&n.to_string(), unique);
+            key(&target.name, &n.to_string(), unique);
+        }
+    }
+    for fk in &target.parents {
+        if fk.columns.iter().all(|&i| image[i] != SqlValue::Null) {
+            key(
+                &fk.parent,
+                &format!("ref({})", fk.parent_columns.join(",")),
+                &fk.columns,
+            );
+        }
+    }
+    for r in &target.referenced {
+        if r.columns.iter().all(|&i| image[i] != SqlValue::Null) {
+            key(
+                &target.name,
+                &format!("ref({})", r.names.join(",")),
+                &r.columns,
+            );
         }
     }
 }
@@ -413,126 +622,34 @@ fn groups(txns: Vec<Txn>, workers: usize) -> Vec<Vec<Txn>> {
         .collect()
 }
 
-/// `WHERE` on the key columns (every column, NULL-safe, for a table without
-/// a key), with placeholders from `first`, and its parameters.
-fn by_key<D: Dialect>(
-    schema: &TableSchema,
-    values: &[SqlValue],
-    first: usize,
-) -> (String, Vec<SqlValue>, bool) {
-    let keys = schema.key_indexes();
-    let keyed = !keys.is_empty();
-    let at: Vec<usize> = if keyed {
-        keys
-    } else {
-        (0..schema.columns.len()).collect()
-    };
-    let conditions: Vec<String> = at
-        .iter()
-        .enumerate()
-        .map(|(n, &i)| {
-            let column = D::ident(&schema.columns[i].name);
-            let p = D::placeholder(first + n);
-            if keyed {
-                format!("{column} = {p}")
-            } else {
-                D::null_safe_eq(&column, &p)
-            }
-        })
-        .collect();
-    let params = at.iter().map(|&i| values[i].clone()).collect();
-    (conditions.join(" AND "), params, keyed)
-}
-
-/// `DELETE` of the row whose image is `before`.
-pub fn delete<D: Dialect>(target: &str, schema: &TableSchema, before: &[SqlValue]) -> Statement {
-    let (condition, params, keyed) = by_key::<D>(schema, before, 1);
-    Statement::new(
-        format!(
-            "DELETE FROM {target} {}",
-            D::one_row(target, &condition, keyed)
-        ),
-        params,
-    )
-}
-
-/// `UPDATE` of the row whose image was `before` to `after` (same key).
-pub fn update<D: Dialect>(
-    target: &str,
-    schema: &TableSchema,
-    before: &[SqlValue],
-    after: Vec<SqlValue>,
-) -> Statement {
-    let sets: Vec<String> = schema
-        .columns
-        .iter()
-        .enumerate()
-        .map(|(n, c)| format!("{} = {}", D::ident(&c.name), D::placeholder(n + 1)))
-        .collect();
-    let (condition, key, keyed) = by_key::<D>(schema, before, schema.columns.len() + 1);
-    let mut params = after;
-    params.extend(key);
-    Statement::new(
-        format!(
-            "UPDATE {target} SET {} {}",
-            sets.join(", "),
-            D::one_row(target, &condition, keyed)
-        ),
-        params,
-    )
-}
-
-/// `(c1, c2, ...)`.
-pub fn column_list<D: Dialect>(schema: &TableSchema) -> String {
-    let names: Vec<String> = schema.columns.iter().map(|c| D::ident(&c.name)).collect();
-    format!("({})", names.join(", "))
-}
-
-/// `(p1, p2, ...), (...)` for `rows` rows of `width` parameters.
-pub fn values_list<D: Dialect>(rows: usize, width: usize) -> String {
-    let mut out = String::new();
-    for r in 0..rows {
-        if r > 0 {
-            out.push_str(", ");
-        }
-        out.push('(');
-        for c in 0..width {
-            if c > 0 {
-                out.push_str(", ");
-            }
-            out.push_str(&D::placeholder(r * width + c + 1));
-        }
-        out.push(')');
-    }
-    out
-}
-
-/// Whether the key columns of two images are equal.
-fn same_key(schema: &TableSchema, a: &[SqlValue], b: &[SqlValue]) -> bool {
-    let keys = schema.key_indexes();
-    if keys.is_empty() {
-        return a == b;
-    }
-    keys.iter().all(|&i| a[i] == b[i])
-}
-
-/// Inserts into one table waiting to be written as one statement.
-struct InsertRun {
-    target: String,
-    schema: Rc<TableSchema>,
-    uniques: Rc<UniqueKeys>,
-    replace: bool,
-    rows: Vec<Vec<SqlValue>>,
-}
-
-/// The statements of one group. With `batch` (`batch-dml`), each table's
-/// changes are reduced to their net effect ([`net_statements`]); tables
-/// without a key, and every table without `batch`, get a statement per row
-/// change ([`row_statements`]).
+/// The statements of one group. Changes of tables tied by foreign keys are
+/// written one by one in upstream order ([`write::faithful_statements`]).
+/// With `batch` (`batch-dml`), other tables' changes are reduced to their
+/// net effect ([`write::net_statements`]); tables without a key, and every
+/// table without `batch`, get a statement per row change
+/// ([`write::row_statements`]).
 fn statements<D: Dialect>(group: Vec<Txn>, max_rows: usize, batch: bool) -> Vec<Statement> {
-    let changes = group.into_iter().flat_map(|t| t.changes);
+    let mut linked: Vec<Change> = Vec::new();
+    let mut others: Vec<Change> = Vec::new();
+    for txn in group {
+        let mut changes = txn.changes;
+        if changes.iter().any(|c| c.target.fk_linked()) {
+            // A transaction's rows of different tables in the order they
+            // were made upstream.
+            changes.sort_by_key(|c| c.seq);
+        }
+        for change in changes {
+            if change.target.fk_linked() {
+                linked.push(change);
+            } else {
+                others.push(change);
+            }
+        }
+    }
+    let mut out = write::faithful_statements::<D>(linked, max_rows);
     if !batch {
-        return row_statements::<D>(changes, max_rows);
+        out.extend(write::row_statements::<D>(others.into_iter(), max_rows));
+        return out;
     }
     // Per target table (in order of first change), runs of changes from one
     // upstream table and schema version. Two upstream tables routed to one
@@ -541,17 +658,16 @@ fn statements<D: Dialect>(group: Vec<Txn>, max_rows: usize, batch: bool) -> Vec<
     // does not matter.
     let mut targets: Vec<Vec<Vec<Change>>> = Vec::new();
     let mut at: HashMap<String, usize> = HashMap::new();
-    for change in changes {
-        let n = *at.entry(change.target.clone()).or_insert_with(|| {
+    for change in others {
+        let n = *at.entry(change.target.name.clone()).or_insert_with(|| {
             targets.push(Vec::new());
             targets.len() - 1
         });
         let runs = &mut targets[n];
-        let same = runs.last().and_then(|r| r.first()).is_some_and(|first| {
-            first.schema.version == change.schema.version
-                && first.schema.schema_name == change.schema.schema_name
-                && first.schema.table_name == change.schema.table_name
-        });
+        let same = runs
+            .last()
+            .and_then(|r| r.first())
+            .is_some_and(|first| first.target.same(&change.target));
         if same {
             if let Some(run) = runs.last_mut() {
                 run.push(change);
@@ -560,261 +676,13 @@ fn statements<D: Dialect>(group: Vec<Txn>, max_rows: usize, batch: bool) -> Vec<
             runs.push(vec![change]);
         }
     }
-    let mut out = Vec::new();
     for run in targets.into_iter().flatten() {
-        if run[0].schema.key_indexes().is_empty() {
-            out.extend(row_statements::<D>(run.into_iter(), max_rows));
+        if run[0].target.key().is_empty() {
+            out.extend(write::row_statements::<D>(run.into_iter(), max_rows));
         } else {
-            out.extend(net_statements::<D>(run, max_rows));
+            out.extend(write::net_statements::<D>(run, max_rows));
         }
     }
-    out
-}
-
-/// What a run of changes leaves of one key.
-struct Net {
-    /// The key's values.
-    key: Vec<SqlValue>,
-    /// A row with this key may exist before the run (the first change on
-    /// it had a before image, or a change on it is replayed): it is deleted
-    /// first.
-    existed: bool,
-    /// The row the key holds after the run, if any.
-    image: Option<Vec<SqlValue>>,
-}
-
-/// The statements of a run of changes to one keyed table (one upstream
-/// table and schema version), by net effect: one `DELETE ... WHERE (key)
-/// IN (...)` of every key that held a row before the run, then multi-row
-/// inserts of every key's last image, each at most `max_rows` rows (and
-/// [`MAX_PARAMS`] parameters). The run is one downstream transaction, so
-/// only its end state is seen. Since every row the run touches is removed
-/// before any is inserted, the inserted rows are a part of the upstream
-/// state after the run and cannot collide on a unique key with each other
-/// or with rows the run did not touch. With an idempotent (replayed) change
-/// in the run, the inserts replace.
-fn net_statements<D: Dialect>(run: Vec<Change>, max_rows: usize) -> Vec<Statement> {
-    let Some(first) = run.first() else {
-        return Vec::new();
-    };
-    let target = first.target.clone();
-    let schema = first.schema.clone();
-    let uniques = first.uniques.clone();
-    let keys = schema.key_indexes();
-    let mut nets: Vec<Net> = Vec::new();
-    let mut index: HashMap<Vec<u8>, usize> = HashMap::new();
-    // `before`: the change finds a row with this key (which existed before
-    // the run if this is the key's first change); `safe`: the change is
-    // replayed. Deleting a key first is always right (its last image, if
-    // any, is inserted after); it is only needed where a row may be.
-    let mut touch = |image: &[SqlValue], before: bool, safe: bool| -> usize {
-        let n = *index.entry(key_bytes(image, &keys)).or_insert_with(|| {
-            nets.push(Net {
-                key: keys.iter().map(|&i| image[i].clone()).collect(),
-                existed: before,
-                image: None,
-            });
-            nets.len() - 1
-        });
-        nets[n].existed |= safe;
-        n
-    };
-    let mut replace = false;
-    let mut last: Vec<(usize, Option<Vec<SqlValue>>)> = Vec::new();
-    for change in run {
-        // A replayed row may be downstream already, whatever its first
-        // change here says: an earlier attempt may have committed part of
-        // what is replayed, cut at other flush boundaries (a row inserted
-        // then, deleted in this run, must go).
-        let safe = change.safe;
-        replace |= safe;
-        match (change.op, change.before, change.after) {
-            (Op::Insert, _, Some(after)) => last.push((touch(&after, false, safe), Some(after))),
-            (Op::Delete, Some(before), _) => last.push((touch(&before, true, safe), None)),
-            (Op::Update, Some(before), Some(after)) => {
-                let old = touch(&before, true, safe);
-                let new = touch(&after, false, safe);
-                if old != new {
-                    last.push((old, None));
-                }
-                last.push((new, Some(after)));
-            }
-            _ => {}
-        }
-    }
-    for (n, image) in last {
-        nets[n].image = image;
-    }
-    let mut out = Vec::new();
-    let deleted: Vec<Vec<SqlValue>> = nets
-        .iter_mut()
-        .filter(|n| n.existed)
-        .map(|n| std::mem::take(&mut n.key))
-        .collect();
-    let limit = max_rows.min(MAX_PARAMS / keys.len().max(1)).max(1);
-    for chunk in chunks(deleted, limit) {
-        out.push(delete_keys::<D>(&target, &schema, chunk));
-    }
-    let images: Vec<Vec<SqlValue>> = nets.into_iter().filter_map(|n| n.image).collect();
-    let limit = max_rows
-        .min(MAX_PARAMS / schema.columns.len().max(1))
-        .max(1);
-    for chunk in chunks(images, limit) {
-        out.extend(D::insert(&target, &schema, &uniques, chunk, replace));
-    }
-    out
-}
-
-/// `items` in pieces of at most `size`.
-fn chunks<T>(items: Vec<T>, size: usize) -> Vec<Vec<T>> {
-    let mut out: Vec<Vec<T>> = Vec::new();
-    for item in items {
-        match out.last_mut() {
-            Some(chunk) if chunk.len() < size => chunk.push(item),
-            _ => out.push(vec![item]),
-        }
-    }
-    out
-}
-
-/// The values at `at` of `image`, as bytes that are equal exactly when the
-/// values are.
-fn key_bytes(image: &[SqlValue], at: &[usize]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(at.len() * 9);
-    for &i in at {
-        match &image[i] {
-            SqlValue::Null => out.push(0),
-            SqlValue::Int(v) => {
-                out.push(1);
-                out.extend(v.to_le_bytes());
-            }
-            SqlValue::Uint(v) => {
-                out.push(2);
-                out.extend(v.to_le_bytes());
-            }
-            SqlValue::Float(v) => {
-                out.push(3);
-                out.extend(v.to_bits().to_le_bytes());
-            }
-            SqlValue::Text(t) => {
-                out.push(4);
-                out.extend((t.len() as u64).to_le_bytes());
-                out.extend(t.as_bytes());
-            }
-            SqlValue::Bytes(b) => {
-                out.push(5);
-                out.extend((b.len() as u64).to_le_bytes());
-                out.extend(b);
-            }
-        }
-    }
-    out
-}
-
-/// `DELETE` of the rows with the given `keys` (values of the schema's key
-/// columns, in order).
-pub fn delete_keys<D: Dialect>(
-    target: &str,
-    schema: &TableSchema,
-    keys: Vec<Vec<SqlValue>>,
-) -> Statement {
-    let columns: Vec<String> = schema
-        .key_indexes()
-        .iter()
-        .map(|&i| D::ident(&schema.columns[i].name))
-        .collect();
-    let width = columns.len();
-    let sql = if width == 1 {
-        let list: Vec<String> = (1..=keys.len()).map(D::placeholder).collect();
-        format!(
-            "DELETE FROM {target} WHERE {} IN ({})",
-            columns[0],
-            list.join(", ")
-        )
-    } else {
-        format!(
-            "DELETE FROM {target} WHERE ({}) IN ({})",
-            columns.join(", "),
-            values_list::<D>(keys.len(), width)
-        )
-    };
-    Statement::new(sql, keys.into_iter().flatten().collect())
-}
-
-/// The statements of `changes`, one per row change, in order: runs of
-/// inserts into one table become multi-row statements of at most
-/// `max_rows` rows (fewer for wide tables: at most [`MAX_PARAMS`]
-/// parameters); an update that changes the key is a delete and an insert;
-/// idempotent rows replace (an update: its old row deleted, then the new
-/// one replaced).
-fn row_statements<D: Dialect>(
-    changes: impl Iterator<Item = Change>,
-    max_rows: usize,
-) -> Vec<Statement> {
-    let mut out = Vec::new();
-    let mut run: Option<InsertRun> = None;
-    let flush_run = |run: &mut Option<InsertRun>, out: &mut Vec<Statement>| {
-        if let Some(r) = run.take() {
-            out.extend(D::insert(
-                &r.target, &r.schema, &r.uniques, r.rows, r.replace,
-            ));
-        }
-    };
-    for change in changes {
-        let Change {
-            target,
-            schema,
-            uniques,
-            op,
-            before,
-            after,
-            safe,
-        } = change;
-        // The insert part of this change, if any: (replace, image).
-        let mut insert: Option<(bool, Vec<SqlValue>)> = None;
-        match (op, before, after) {
-            (Op::Insert, _, Some(after)) => insert = Some((safe, after)),
-            (Op::Delete, Some(before), _) => {
-                flush_run(&mut run, &mut out);
-                out.push(delete::<D>(&target, &schema, &before));
-            }
-            (Op::Update, Some(before), Some(after)) => {
-                flush_run(&mut run, &mut out);
-                if safe || !same_key(&schema, &before, &after) {
-                    out.push(delete::<D>(&target, &schema, &before));
-                    insert = Some((safe, after));
-                } else {
-                    out.push(update::<D>(&target, &schema, &before, after));
-                }
-            }
-            _ => {}
-        }
-        if let Some((replace, image)) = insert {
-            let limit = max_rows
-                .min(MAX_PARAMS / schema.columns.len().max(1))
-                .max(1);
-            let same = run.as_ref().is_some_and(|r| {
-                r.target == target
-                    && r.schema.version == schema.version
-                    && r.replace == replace
-                    && r.rows.len() < limit
-            });
-            if !same {
-                flush_run(&mut run, &mut out);
-                run = Some(InsertRun {
-                    target,
-                    schema,
-                    uniques,
-                    replace,
-                    rows: Vec::new(),
-                });
-            }
-            if let Some(r) = &mut run {
-                r.rows.push(image);
-            }
-        }
-    }
-    flush_run(&mut run, &mut out);
     out
 }
 

@@ -1,15 +1,42 @@
 //! PostgreSQL's spelling of row changes: double-quoted names, `$n`
 //! placeholders, `INSERT ... ON CONFLICT (key) DO UPDATE` for idempotent
 //! inserts (after deleting rows that hold one of the new row's other unique
-//! values, as MySQL's `REPLACE` does), and `ctid` to pick one row of a table
-//! without a key.
+//! values, as MySQL's `REPLACE` does, unless other tables reference the
+//! table), `ctid` to pick one row of a table without a key, `setval` for a
+//! sequence's state; the target's facts from the catalog.
 
-use crate::{Dialect, UniqueKeys, column_list, common_param, values_list};
+use crate::target::{Target, TargetKind};
+use crate::write::{Write, column_list, values_list, written_values};
+use crate::{Dialect, common_param};
 use sluice_sdk::sql::{Statement, Value as SqlValue};
-use sluice_sdk::{Column, TableSchema, Value};
+use sluice_sdk::{Column, Value};
 
 /// PostgreSQL.
 pub struct Postgres;
+
+impl Postgres {
+    /// The state a MariaDB sequence's row says: the next value is the first
+    /// one it had not cached.
+    fn sequence_state(target: &Target, rows: Vec<Vec<SqlValue>>) -> Vec<Statement> {
+        let at = target
+            .schema
+            .columns
+            .iter()
+            .position(|c| c.name == "next_not_cached_value");
+        let Some(at) = at else {
+            return Vec::new();
+        };
+        rows.into_iter()
+            .filter(|row| row[at] != SqlValue::Null)
+            .map(|row| {
+                Statement::new(
+                    "SELECT setval($1::regclass, $2::bigint, false)",
+                    vec![SqlValue::Text(target.name.clone()), row[at].clone()],
+                )
+            })
+            .collect()
+    }
+}
 
 impl Dialect for Postgres {
     fn ident(name: &str) -> String {
@@ -42,20 +69,18 @@ impl Dialect for Postgres {
         }
     }
 
-    fn insert(
-        target: &str,
-        schema: &TableSchema,
-        uniques: &UniqueKeys,
-        rows: Vec<Vec<SqlValue>>,
-        replace: bool,
-    ) -> Vec<Statement> {
-        let width = schema.columns.len();
+    fn insert(target: &Target, rows: Vec<Vec<SqlValue>>, how: Write) -> Vec<Statement> {
+        if target.kind == TargetKind::Sequence {
+            return Self::sequence_state(target, rows);
+        }
+        let schema = &target.schema;
+        let width = target.written.len();
         let mut out = Vec::new();
-        let keys = schema.key_indexes();
-        if replace {
+        let keys = target.key();
+        if how == Write::Replace {
             // Rows holding one of the new rows' values of another unique
             // key give way, as with MySQL's REPLACE.
-            for unique in uniques {
+            for unique in &target.uniques {
                 let params: Vec<SqlValue> = rows
                     .iter()
                     .filter(|row| unique.iter().all(|&i| row[i] != SqlValue::Null))
@@ -70,7 +95,8 @@ impl Dialect for Postgres {
                     .collect();
                 out.push(Statement::new(
                     format!(
-                        "DELETE FROM {target} WHERE ({}) IN ({})",
+                        "DELETE FROM {} WHERE ({}) IN ({})",
+                        target.name,
                         columns.join(", "),
                         values_list::<Self>(params.len() / unique.len(), unique.len())
                     ),
@@ -79,21 +105,21 @@ impl Dialect for Postgres {
             }
         }
         let mut sql = format!(
-            "INSERT INTO {target} {} VALUES {}",
-            column_list::<Self>(schema),
+            "INSERT INTO {} {} VALUES {}",
+            target.name,
+            column_list::<Self>(target),
             values_list::<Self>(rows.len(), width)
         );
-        if replace && !keys.is_empty() {
+        if how != Write::Insert && !keys.is_empty() {
             let key: Vec<String> = keys
                 .iter()
                 .map(|&i| Self::ident(&schema.columns[i].name))
                 .collect();
-            let sets: Vec<String> = schema
-                .columns
+            let sets: Vec<String> = target
+                .written
                 .iter()
-                .enumerate()
-                .filter(|(i, _)| !keys.contains(i))
-                .map(|(_, c)| format!("{0} = EXCLUDED.{0}", Self::ident(&c.name)))
+                .filter(|i| !keys.contains(i))
+                .map(|&i| format!("{0} = EXCLUDED.{0}", Self::ident(&schema.columns[i].name)))
                 .collect();
             if sets.is_empty() {
                 sql.push_str(&format!(" ON CONFLICT ({}) DO NOTHING", key.join(", ")));
@@ -105,26 +131,118 @@ impl Dialect for Postgres {
                 ));
             }
         }
-        out.push(Statement::new(sql, rows.into_iter().flatten().collect()));
+        let params = rows
+            .iter()
+            .flat_map(|row| written_values(target, row))
+            .collect();
+        out.push(Statement::new(sql, params));
         out
     }
 
-    fn unique_keys(schema: &str, table: &str) -> Statement {
+    fn facts(schema: &str, table: &str) -> [Statement; 5] {
+        let name = || vec![SqlValue::Text(Self::table_name(schema, table))];
+        [
+            Statement::new(
+                "SELECT a.attname::text, CASE WHEN a.attgenerated <> '' THEN 1 ELSE 0 END \
+                 FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
+                 AND NOT a.attisdropped ORDER BY a.attnum",
+                name(),
+            ),
+            Statement::new(
+                "SELECT c.relname::text, a.attname::text FROM pg_index i \
+                 JOIN pg_class c ON c.oid = i.indexrelid \
+                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
+                 WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indpred IS NULL \
+                 ORDER BY c.relname, array_position(i.indkey::int2[], a.attnum)",
+                name(),
+            ),
+            Statement::new(
+                "SELECT c.conname::text, a.attname::text, n.nspname::text, p.relname::text, \
+                 pa.attname::text \
+                 FROM pg_constraint c \
+                 JOIN pg_class p ON p.oid = c.confrelid \
+                 JOIN pg_namespace n ON n.oid = p.relnamespace \
+                 CROSS JOIN LATERAL unnest(c.conkey, c.confkey) WITH ORDINALITY AS k(col, pcol, n) \
+                 JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.col \
+                 JOIN pg_attribute pa ON pa.attrelid = c.confrelid AND pa.attnum = k.pcol \
+                 WHERE c.contype = 'f' AND c.conrelid = to_regclass($1) \
+                 ORDER BY c.conname, k.n",
+                name(),
+            ),
+            Statement::new(
+                "SELECT c.oid::text, pa.attname::text, \
+                 CASE c.confupdtype WHEN 'c' THEN 'CASCADE' WHEN 'n' THEN 'SET NULL' \
+                 WHEN 'd' THEN 'SET DEFAULT' WHEN 'r' THEN 'RESTRICT' ELSE 'NO ACTION' END, \
+                 CASE c.confdeltype WHEN 'c' THEN 'CASCADE' WHEN 'n' THEN 'SET NULL' \
+                 WHEN 'd' THEN 'SET DEFAULT' WHEN 'r' THEN 'RESTRICT' ELSE 'NO ACTION' END \
+                 FROM pg_constraint c \
+                 CROSS JOIN LATERAL unnest(c.confkey) WITH ORDINALITY AS k(pcol, n) \
+                 JOIN pg_attribute pa ON pa.attrelid = c.confrelid AND pa.attnum = k.pcol \
+                 WHERE c.contype = 'f' AND c.confrelid = to_regclass($1) \
+                 ORDER BY c.oid, k.n",
+                name(),
+            ),
+            Statement::new(
+                "SELECT CASE relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END \
+                 FROM pg_class WHERE oid = to_regclass($1)",
+                name(),
+            ),
+        ]
+    }
+
+    fn progress_table(schema: &str, table: &str) -> Vec<Statement> {
+        vec![
+            Statement::new(
+                format!("CREATE SCHEMA IF NOT EXISTS {}", Self::ident(schema)),
+                Vec::new(),
+            ),
+            Statement::new(
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {} (\
+                     changefeed text NOT NULL, \
+                     first_txn bigint NOT NULL, \
+                     first_seq bigint NOT NULL, \
+                     first_ts bigint NOT NULL, \
+                     last_ts bigint NOT NULL, \
+                     txns bytea NOT NULL, \
+                     PRIMARY KEY (changefeed, first_txn, first_seq))",
+                    Self::table_name(schema, table)
+                ),
+                Vec::new(),
+            ),
+            Statement::new(
+                format!(
+                    "CREATE INDEX IF NOT EXISTS {} ON {} (changefeed, last_ts)",
+                    Self::ident(&format!("{table}_last_ts")),
+                    Self::table_name(schema, table)
+                ),
+                Vec::new(),
+            ),
+        ]
+    }
+
+    fn upsert_pruned(table: &str, changefeed: &str, bound: i64) -> Statement {
         Statement::new(
-            "SELECT c.relname::text, a.attname::text FROM pg_index i \
-             JOIN pg_class c ON c.oid = i.indexrelid \
-             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
-             WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indpred IS NULL \
-             ORDER BY c.relname, array_position(i.indkey::int2[], a.attnum)",
-            vec![SqlValue::Text(Self::table_name(schema, table))],
+            format!(
+                "INSERT INTO {table} (changefeed, first_txn, first_seq, first_ts, last_ts, txns) \
+                 VALUES ($1, 0, 0, 0, $2, '') ON CONFLICT (changefeed, first_txn, first_seq) \
+                 DO UPDATE SET last_ts = GREATEST({table}.last_ts, EXCLUDED.last_ts)"
+            ),
+            vec![SqlValue::Text(changefeed.into()), SqlValue::Int(bound)],
         )
+    }
+
+    /// Turning off foreign key checks takes a superuser in PostgreSQL
+    /// (`session_replication_role`): rows flagged so are applied with them on.
+    fn foreign_key_checks(_on: bool) -> Option<Statement> {
+        None
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_sdk::ColumnType;
+    use sluice_sdk::{ColumnType, TableSchema};
 
     fn schema() -> TableSchema {
         let col = |name: &str, key: bool| Column {
@@ -149,7 +267,12 @@ mod tests {
             vec![SqlValue::Int(1), SqlValue::Int(10), SqlValue::Int(100)],
             vec![SqlValue::Int(2), SqlValue::Null, SqlValue::Int(200)],
         ];
-        let out = Postgres::insert("\"s\".\"t\"", &schema(), &vec![vec![1]], rows.clone(), true);
+        let target = Target::plain(
+            "\"s\".\"t\"".into(),
+            std::rc::Rc::new(schema()),
+            vec![vec![1]],
+        );
+        let out = Postgres::insert(&target, rows.clone(), Write::Replace);
         let sql: Vec<&str> = out.iter().map(|s| s.sql.as_str()).collect();
         assert_eq!(
             sql,
@@ -160,7 +283,7 @@ mod tests {
             ]
         );
         assert_eq!(out[0].params, [SqlValue::Int(10)]);
-        let plain = Postgres::insert("\"s\".\"t\"", &schema(), &vec![vec![1]], rows, false);
+        let plain = Postgres::insert(&target, rows, Write::Insert);
         assert_eq!(plain.len(), 1);
         assert!(!plain[0].sql.contains("ON CONFLICT"));
     }

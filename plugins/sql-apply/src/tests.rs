@@ -25,6 +25,31 @@ fn schema() -> Rc<TableSchema> {
     })
 }
 
+/// A change of `target`, numbered 0 in its transaction.
+fn change_of(
+    target: &Rc<Target>,
+    op: Op,
+    before: Option<Vec<SqlValue>>,
+    after: Option<Vec<SqlValue>>,
+    safe: bool,
+) -> Change {
+    Change {
+        target: target.clone(),
+        op,
+        before,
+        after,
+        replayed: safe,
+        safe,
+        seq: 0,
+        txn_id: 0,
+        no_fk_checks: false,
+    }
+}
+
+fn target_with(uniques: UniqueKeys) -> Rc<Target> {
+    Rc::new(Target::plain("`s`.`t`".into(), schema(), uniques))
+}
+
 fn change_with(
     uniques: UniqueKeys,
     op: Op,
@@ -33,15 +58,13 @@ fn change_with(
     safe: bool,
 ) -> Change {
     let image = |(id, v): (i64, i64)| vec![SqlValue::Int(id), SqlValue::Int(v)];
-    Change {
-        target: "`s`.`t`".into(),
-        schema: schema(),
-        uniques: Rc::new(uniques),
+    change_of(
+        &target_with(uniques),
         op,
-        before: before.map(image),
-        after: after.map(image),
+        before.map(image),
+        after.map(image),
         safe,
-    }
+    )
 }
 
 fn change(op: Op, before: Option<(i64, i64)>, after: Option<(i64, i64)>, safe: bool) -> Change {
@@ -229,18 +252,26 @@ fn a_batched_group_keeps_keyless_tables_row_by_row_and_composite_keys_in_row_lis
     };
     let pair = table("p", vec![col("a", true), col("b", true), col("v", false)]);
     let bare = table("n", vec![col("a", false), col("v", false)]);
+    let targets = [
+        Rc::new(Target::plain("`s`.`p`".into(), pair.clone(), Vec::new())),
+        Rc::new(Target::plain("`s`.`n`".into(), bare.clone(), Vec::new())),
+    ];
     let mk = |schema: &Rc<TableSchema>,
               target: &str,
               op,
               before: Option<Vec<i64>>,
-              after: Option<Vec<i64>>| Change {
-        target: target.into(),
-        schema: schema.clone(),
-        uniques: Rc::new(Vec::new()),
-        op,
-        before: before.map(|v| ints(&v)),
-        after: after.map(|v| ints(&v)),
-        safe: false,
+              after: Option<Vec<i64>>| {
+        let t = targets
+            .iter()
+            .find(|t| t.name == target && Rc::ptr_eq(&t.schema, schema))
+            .unwrap();
+        change_of(
+            t,
+            op,
+            before.map(|v| ints(&v)),
+            after.map(|v| ints(&v)),
+            false,
+        )
     };
     let group = vec![txn(
         1,
@@ -395,15 +426,16 @@ fn wide_tables_get_fewer_rows_per_statement() {
             .collect(),
         ..(*schema()).clone()
     });
+    let target = Rc::new(Target::plain("`s`.`w`".into(), wide, Vec::new()));
     let changes = (0..200)
-        .map(|i| Change {
-            target: "`s`.`w`".into(),
-            schema: wide.clone(),
-            uniques: Rc::new(Vec::new()),
-            op: Op::Insert,
-            before: None,
-            after: Some(vec![SqlValue::Int(i); 1000]),
-            safe: false,
+        .map(|i| {
+            change_of(
+                &target,
+                Op::Insert,
+                None,
+                Some(vec![SqlValue::Int(i); 1000]),
+                false,
+            )
         })
         .collect();
     let out = statements::<Q>(vec![txn(1, changes)], 256, true);
@@ -420,4 +452,400 @@ fn datetimes_are_text_both_databases_read() {
     );
     assert_eq!(datetime_text(-1_000_000), "1969-12-31 23:59:59");
     assert_eq!(date_text(0), "1970-01-01");
+}
+
+/// A parent table `p (id, u)` referenced by `c (id, pid)` through `pid`, with
+/// `cascade` as both rules; `u` is generated downstream in `p`.
+fn family(cascade: bool) -> (Rc<Target>, Rc<Target>) {
+    let text = |s: &str| SqlValue::Text(s.into());
+    let rule = if cascade { "CASCADE" } else { "RESTRICT" };
+    let p_schema = Rc::new(TableSchema {
+        table_id: 1,
+        table_name: "p".into(),
+        columns: vec![col("id", true), col("u", false)],
+        ..(*schema()).clone()
+    });
+    let c_schema = Rc::new(TableSchema {
+        table_id: 2,
+        table_name: "c".into(),
+        columns: vec![col("id", true), col("pid", false)],
+        ..(*schema()).clone()
+    });
+    let parent = target_of(
+        "`s`.`p`".into(),
+        p_schema,
+        Facts {
+            columns: vec![
+                vec![text("id"), SqlValue::Int(0)],
+                vec![text("u"), SqlValue::Int(1)],
+            ],
+            uniques: Vec::new(),
+            parents: Vec::new(),
+            children: vec![vec![text("s.c.fk"), text("id"), text(rule), text(rule)]],
+            kind: vec![vec![text("BASE TABLE")]],
+        },
+        Q::table_name,
+    );
+    let child = target_of(
+        "`s`.`c`".into(),
+        c_schema,
+        Facts {
+            columns: vec![
+                vec![text("id"), SqlValue::Int(0)],
+                vec![text("pid"), SqlValue::Int(0)],
+            ],
+            uniques: Vec::new(),
+            parents: vec![vec![
+                text("fk"),
+                text("pid"),
+                text("s"),
+                text("p"),
+                text("id"),
+            ]],
+            children: Vec::new(),
+            kind: vec![vec![text("BASE TABLE")]],
+        },
+        Q::table_name,
+    );
+    (Rc::new(parent), Rc::new(child))
+}
+
+fn at(
+    target: &Rc<Target>,
+    seq: u32,
+    op: Op,
+    before: Option<(i64, i64)>,
+    after: Option<(i64, i64)>,
+) -> Change {
+    let image = |(a, b): (i64, i64)| vec![SqlValue::Int(a), SqlValue::Int(b)];
+    Change {
+        seq,
+        ..change_of(target, op, before.map(image), after.map(image), false)
+    }
+}
+
+#[test]
+fn facts_of_the_target_name_generated_columns_and_both_ends_of_foreign_keys() {
+    let (parent, child) = family(true);
+    assert_eq!(parent.written, vec![0], "u is generated: never written");
+    assert_eq!(parent.present, vec![0, 1], "but it may be read");
+    assert_eq!(parent.referenced.len(), 1);
+    assert!(parent.referenced[0].cascades_delete && parent.referenced[0].cascades_update);
+    assert_eq!(child.parents.len(), 1);
+    assert_eq!(child.parents[0].parent, "`s`.`p`");
+    assert_eq!(child.parents[0].columns, vec![1]);
+    assert!(parent.fk_linked() && child.fk_linked());
+    let (parent, _) = family(false);
+    assert!(!parent.referenced[0].cascades_delete);
+    assert!(!target_with(Vec::new()).fk_linked());
+}
+
+#[test]
+fn a_child_row_and_its_parent_row_are_in_one_group_in_commit_order() {
+    let (parent, child) = family(false);
+    let txns = vec![
+        txn(1, vec![at(&parent, 0, Op::Insert, None, Some((7, 0)))]),
+        // References parent 7: after it, in its group.
+        txn(2, vec![at(&child, 0, Op::Insert, None, Some((1, 7)))]),
+        // Another parent and a child of it: a set of their own.
+        txn(3, vec![at(&parent, 0, Op::Insert, None, Some((8, 0)))]),
+        txn(4, vec![at(&child, 0, Op::Insert, None, Some((2, 8)))]),
+        // A child of parent 7 deleted, then parent 7.
+        txn(5, vec![at(&child, 0, Op::Delete, Some((1, 7)), None)]),
+        txn(6, vec![at(&parent, 0, Op::Delete, Some((7, 0)), None)]),
+    ];
+    assert_eq!(shape(&groups(txns, 4)), vec![vec![1, 2, 5, 6], vec![3, 4]]);
+}
+
+#[test]
+fn a_transaction_that_cascades_applies_alone_between_the_others() {
+    let (parent, child) = family(true);
+    let txns = vec![
+        txn(1, vec![at(&child, 0, Op::Insert, None, Some((1, 7)))]),
+        txn(2, vec![at(&child, 0, Op::Insert, None, Some((2, 8)))]),
+        // Deleting parent 7 deletes its children downstream too.
+        txn(3, vec![at(&parent, 0, Op::Delete, Some((7, 0)), None)]),
+        // Row 1 of c was deleted by the cascade upstream; inserted again here
+        // with no parent: it must not overtake the cascade.
+        txn(4, vec![at(&child, 0, Op::Insert, None, Some((1, 0)))]),
+        // Changing a parent's other column cascades nothing.
+        txn(
+            5,
+            vec![at(&parent, 0, Op::Update, Some((8, 0)), Some((8, 1)))],
+        ),
+        // Changing its key does (ON UPDATE CASCADE).
+        txn(
+            6,
+            vec![at(&parent, 0, Op::Update, Some((8, 1)), Some((9, 1)))],
+        ),
+    ];
+    let cut: Vec<Vec<u64>> = phases(txns)
+        .iter()
+        .map(|p| p.iter().map(|t| t.commit_ts).collect())
+        .collect();
+    assert_eq!(cut, vec![vec![1, 2], vec![3], vec![4, 5], vec![6]]);
+    // Without cascading keys nothing is cut.
+    let (parent, child) = family(false);
+    let txns = vec![
+        txn(1, vec![at(&child, 0, Op::Delete, Some((1, 7)), None)]),
+        txn(2, vec![at(&parent, 0, Op::Delete, Some((7, 0)), None)]),
+    ];
+    assert_eq!(phases(txns).len(), 1);
+}
+
+#[test]
+fn tables_tied_by_foreign_keys_are_written_in_upstream_order_and_updates_stay_updates() {
+    let (parent, child) = family(true);
+    // One transaction: parent 7 inserted, its child, a new parent 8, the child
+    // moved to it, then parent 7's key changed (cascading), as written
+    // upstream (seq order), though the host sends them per table.
+    let group = vec![txn(
+        1,
+        vec![
+            at(&parent, 0, Op::Insert, None, Some((7, 0))),
+            at(&parent, 2, Op::Insert, None, Some((8, 0))),
+            at(&parent, 4, Op::Update, Some((7, 0)), Some((6, 0))),
+            at(&child, 1, Op::Insert, None, Some((1, 7))),
+            at(&child, 3, Op::Update, Some((1, 7)), Some((1, 8))),
+        ],
+    )];
+    let sql: Vec<(String, Vec<SqlValue>)> = batched(group, 256);
+    assert_eq!(
+        sql,
+        [
+            // `u` is generated in p: not written.
+            (
+                "INSERT INTO `s`.`p` (`id`) VALUES (?)".to_string(),
+                ints(&[7])
+            ),
+            (
+                "INSERT INTO `s`.`c` (`id`, `pid`) VALUES (?, ?)".to_string(),
+                ints(&[1, 7])
+            ),
+            (
+                "INSERT INTO `s`.`p` (`id`) VALUES (?)".to_string(),
+                ints(&[8])
+            ),
+            (
+                "UPDATE `s`.`c` SET `id` = ?, `pid` = ? WHERE `id` = ? LIMIT 1".to_string(),
+                ints(&[1, 8, 1])
+            ),
+            (
+                "UPDATE `s`.`p` SET `id` = ? WHERE `id` = ? LIMIT 1".to_string(),
+                ints(&[6, 7])
+            ),
+        ]
+    );
+    // Delivered again without a record: upserts, never a delete-and-insert.
+    let replayed = |mut c: Change| {
+        c.safe = true;
+        c
+    };
+    let group = vec![txn(
+        1,
+        vec![
+            replayed(at(&parent, 0, Op::Insert, None, Some((7, 0)))),
+            replayed(at(&parent, 1, Op::Update, Some((7, 0)), Some((7, 5)))),
+        ],
+    )];
+    let sql: Vec<String> = batched(group, 256).into_iter().map(|(s, _)| s).collect();
+    assert_eq!(
+        sql,
+        [
+            "INSERT INTO `s`.`p` (`id`) VALUES (?) ON DUPLICATE KEY UPDATE `id` = `id`",
+            "UPDATE `s`.`p` SET `id` = ? WHERE `id` = ? LIMIT 1",
+            "INSERT INTO `s`.`p` (`id`) VALUES (?) ON DUPLICATE KEY UPDATE `id` = `id`",
+        ]
+    );
+}
+
+#[test]
+fn rows_made_without_foreign_key_checks_upstream_run_so_downstream() {
+    let (parent, child) = family(false);
+    let mut orphan = at(&child, 0, Op::Insert, None, Some((1, 99)));
+    orphan.no_fk_checks = true;
+    let group = vec![
+        txn(1, vec![orphan]),
+        txn(2, vec![at(&parent, 0, Op::Insert, None, Some((99, 0)))]),
+    ];
+    let sql: Vec<String> = batched(group, 256).into_iter().map(|(s, _)| s).collect();
+    assert_eq!(
+        sql,
+        [
+            "SET SESSION foreign_key_checks = 0",
+            "INSERT INTO `s`.`c` (`id`, `pid`) VALUES (?, ?)",
+            "SET SESSION foreign_key_checks = 1",
+            "INSERT INTO `s`.`p` (`id`) VALUES (?)",
+        ]
+    );
+}
+
+#[test]
+fn a_group_records_the_rows_it_applied_by_transaction_id() {
+    let progress = progress::Progress::new("sluice.apply_progress", "t/feed".into());
+    let applied = [
+        progress::Applied {
+            txn: 77,
+            lo: 0,
+            hi: 2,
+        },
+        progress::Applied {
+            txn: 78,
+            lo: 1,
+            hi: 1,
+        },
+    ];
+    let record = progress.record::<Q>(5, 9, &applied).unwrap();
+    assert_eq!(
+        record.sql,
+        "INSERT INTO `sluice`.`apply_progress` (changefeed, first_txn, first_seq, first_ts, last_ts, txns) \
+         VALUES (?, ?, ?, ?, ?, ?)"
+    );
+    assert_eq!(
+        record.params[..5],
+        [
+            SqlValue::Text("t/feed".into()),
+            SqlValue::Int(77),
+            SqlValue::Int(0),
+            SqlValue::Int(5),
+            SqlValue::Int(9),
+        ]
+    );
+    assert_eq!(
+        record.params[5],
+        SqlValue::Bytes(progress::encode(&applied))
+    );
+    assert!(progress.record::<Q>(5, 9, &[]).is_none());
+    // A transaction's id and seq range, for its record.
+    let t = txn(
+        3,
+        vec![
+            Change {
+                seq: 4,
+                txn_id: 41,
+                ..change(Op::Insert, None, Some((1, 1)), false)
+            },
+            Change {
+                seq: 2,
+                txn_id: 41,
+                ..change(Op::Insert, None, Some((2, 1)), false)
+            },
+        ],
+    );
+    assert_eq!(
+        t.applied(),
+        Some(progress::Applied {
+            txn: 41,
+            lo: 2,
+            hi: 4
+        })
+    );
+}
+
+#[test]
+fn conflict_keys_fold_case_and_trailing_spaces_of_text() {
+    let text_schema = Rc::new(TableSchema {
+        columns: vec![
+            Column {
+                ty: sluice_sdk::ColumnType::Text,
+                sql_type: "varchar(8)".into(),
+                ..col("id", true)
+            },
+            col("v", false),
+        ],
+        ..(*schema()).clone()
+    });
+    let target = Rc::new(Target::plain("`s`.`t`".into(), text_schema, Vec::new()));
+    let row = |k: &str| Some(vec![SqlValue::Text(k.into()), SqlValue::Int(0)]);
+    let txns = vec![
+        txn(
+            1,
+            vec![change_of(&target, Op::Insert, None, row("Ab "), false)],
+        ),
+        txn(
+            2,
+            vec![change_of(&target, Op::Delete, row("ab"), None, false)],
+        ),
+        txn(
+            3,
+            vec![change_of(&target, Op::Insert, None, row("abc"), false)],
+        ),
+    ];
+    assert_eq!(shape(&groups(txns, 4)), vec![vec![1, 2], vec![3]]);
+}
+
+#[test]
+fn a_system_versioned_table_gets_current_rows_only() {
+    let text = |s: &str| SqlValue::Text(s.into());
+    let schema = Rc::new(TableSchema {
+        columns: vec![
+            col("id", true),
+            col("v", false),
+            Column {
+                ty: sluice_sdk::ColumnType::Datetime,
+                sql_type: "timestamp(6)".into(),
+                ..col("row_start", false)
+            },
+            Column {
+                ty: sluice_sdk::ColumnType::Datetime,
+                sql_type: "timestamp(6)".into(),
+                key: true,
+                ..col("row_end", false)
+            },
+        ],
+        ..(*schema()).clone()
+    });
+    let target = target_of(
+        "`s`.`sv`".into(),
+        schema,
+        Facts {
+            columns: vec![
+                vec![text("id"), SqlValue::Int(0)],
+                vec![text("v"), SqlValue::Int(0)],
+            ],
+            uniques: Vec::new(),
+            parents: Vec::new(),
+            children: Vec::new(),
+            kind: vec![vec![text("SYSTEM VERSIONED")]],
+        },
+        Q::table_name,
+    );
+    assert_eq!(target.history_end, Some(3));
+    assert_eq!(target.key(), vec![0], "row_end is not in the target");
+    let row = |v: i64, end: &str| {
+        Some(vec![
+            SqlValue::Int(1),
+            SqlValue::Int(v),
+            text("2026-01-01 00:00:00"),
+            text(end),
+        ])
+    };
+    let now = "2038-01-19 03:14:07.999999";
+    let past = "2026-06-01 10:00:00.000001";
+    // A history row written by an update: left out.
+    assert!(
+        target
+            .current_change(Op::Insert, None, row(1, past))
+            .is_none()
+    );
+    // A current row: kept.
+    assert!(matches!(
+        target.current_change(Op::Insert, None, row(1, now)),
+        Some((Op::Insert, None, Some(_)))
+    ));
+    // A delete upstream is a current row turned into history: a delete.
+    assert!(matches!(
+        target.current_change(Op::Update, row(1, now), row(1, past)),
+        Some((Op::Delete, Some(_), None))
+    ));
+    assert!(matches!(
+        target.current_change(Op::Update, row(1, now), row(2, now)),
+        Some((Op::Update, Some(_), Some(_)))
+    ));
+    // Deleting history (DELETE HISTORY): nothing downstream.
+    assert!(
+        target
+            .current_change(Op::Delete, row(1, past), None)
+            .is_none()
+    );
 }

@@ -22,6 +22,7 @@ impl TableBatchBuilder {
                 schema_version: schema.version,
                 ops: Vec::new(),
                 commit_ts: Vec::new(),
+                txn_id: Vec::new(),
                 row_flags: Vec::new(),
                 row_seq: Vec::new(),
                 before: empty(),
@@ -75,6 +76,26 @@ impl TableBatchBuilder {
         self.push_at(op, commit_ts, seq, flags, before, after)
     }
 
+    /// Like [`TableBatchBuilder::push_at`], with the transaction's id (by
+    /// default its commit ts).
+    #[expect(clippy::too_many_arguments, reason = "one argument per row field")]
+    pub fn push_with_id(
+        &mut self,
+        op: Op,
+        commit_ts: u64,
+        txn_id: u64,
+        seq: u32,
+        flags: u8,
+        before: Option<&[Value<'_>]>,
+        after: Option<&[Value<'_>]>,
+    ) -> &mut Self {
+        self.push_at(op, commit_ts, seq, flags, before, after);
+        if let Some(last) = self.batch.txn_id.last_mut() {
+            *last = txn_id;
+        }
+        self
+    }
+
     /// Append a row that was change `seq` (from 0, over every table) of its
     /// transaction, with explicit flags: to build transactions whose rows in
     /// several tables interleave.
@@ -102,6 +123,7 @@ impl TableBatchBuilder {
         );
         self.batch.ops.push(op.code());
         self.batch.commit_ts.push(commit_ts);
+        self.batch.txn_id.push(commit_ts);
         self.batch.row_flags.push(flags);
         self.batch.row_seq.push(seq);
         if let Some(values) = before {
@@ -241,6 +263,13 @@ impl TableBatch {
             ops: pick(&self.ops),
             commit_ts: self
                 .commit_ts
+                .iter()
+                .zip(keep)
+                .filter(|(_, k)| **k)
+                .map(|(x, _)| *x)
+                .collect(),
+            txn_id: self
+                .txn_id
                 .iter()
                 .zip(keep)
                 .filter(|(_, k)| **k)

@@ -1,4 +1,5 @@
-//! What the host offers a plugin: logging, metrics and a clock.
+//! What the host offers a plugin: logging, metrics, a clock, and what it
+//! runs for (the changefeed, its saved checkpoint).
 //!
 //! Inside the host these call the `sluice:plugin/host` imports. Natively (unit
 //! tests, the [`crate::testing`] harness) logs go to stderr, metrics are recorded in
@@ -85,6 +86,40 @@ pub fn now_millis() -> u64 {
     }
 }
 
+/// The changefeed this instance runs for (`tenant/name`): the same across
+/// restarts, retries and swaps. Natively: what [`set_native_context`] set
+/// (`test/changefeed` by default).
+pub fn changefeed() -> String {
+    #[cfg(target_arch = "wasm32")]
+    {
+        imports::changefeed()
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        native::CONTEXT.with(|c| c.borrow().0.clone())
+    }
+}
+
+/// The changefeed's checkpoint as last saved durably (0: none yet): after a
+/// restart nothing at or below it is delivered again. Natively: what
+/// [`set_native_context`] set (0 by default).
+pub fn saved_checkpoint() -> u64 {
+    #[cfg(target_arch = "wasm32")]
+    {
+        imports::saved_checkpoint()
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        native::CONTEXT.with(|c| c.borrow().1)
+    }
+}
+
+/// Sets what [`changefeed`] and [`saved_checkpoint`] return natively (tests).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn set_native_context(changefeed: &str, saved_checkpoint: u64) {
+    native::CONTEXT.with(|c| *c.borrow_mut() = (changefeed.to_string(), saved_checkpoint));
+}
+
 /// Counters recorded natively on this thread (not available inside the host).
 #[cfg(not(target_arch = "wasm32"))]
 pub fn native_counters() -> std::collections::BTreeMap<String, u64> {
@@ -98,5 +133,6 @@ mod native {
 
     thread_local! {
         pub static COUNTERS: RefCell<BTreeMap<String, u64>> = const { RefCell::new(BTreeMap::new()) };
+        pub static CONTEXT: RefCell<(String, u64)> = RefCell::new(("test/changefeed".to_string(), 0));
     }
 }

@@ -37,6 +37,7 @@ impl DdlEvent {
     pub fn new(commit_ts: u64, schema: &str, table: &str, query: &str) -> Self {
         DdlEvent {
             commit_ts,
+            txn_id: commit_ts,
             kind: String::new(),
             schema_name: schema.to_string(),
             table_name: table.to_string(),

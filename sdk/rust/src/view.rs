@@ -201,6 +201,7 @@ impl<'a> Iterator for Rows<'a> {
             commit_ts: self.batch.commit_ts.get(i).copied().unwrap_or(0),
             flags: self.batch.row_flags.get(i).copied().unwrap_or(0),
             seq: self.batch.row_seq.get(i).copied().unwrap_or(i as u32),
+            txn_id: self.batch.txn_id.get(i).copied().unwrap_or(0),
             before,
             after,
         })
@@ -222,6 +223,7 @@ pub struct Row<'a> {
     commit_ts: u64,
     flags: u8,
     seq: u32,
+    txn_id: u64,
     before: Option<Image<'a>>,
     after: Option<Image<'a>>,
 }
@@ -256,6 +258,11 @@ impl<'a> Row<'a> {
     /// 0): rows of one transaction in several tables were made in this order.
     pub fn seq(&self) -> u32 {
         self.seq
+    }
+    /// Its transaction's identity: the same each time the transaction is
+    /// delivered (its commit ts may differ), different for different ones.
+    pub fn txn_id(&self) -> u64 {
+        self.txn_id
     }
     /// The raw flag bits.
     pub fn flags(&self) -> u8 {

@@ -165,6 +165,14 @@ impl Server {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// SIGKILL, without waiting for the process to be gone: a new server may
+    /// be started on the same data dir at once, as an operator's script
+    /// would. Call [`Server::kill`] on the result to reap it and read its log.
+    pub fn kill_now(mut self) -> Server {
+        self.child.kill().unwrap();
+        self
+    }
+
     pub fn kill(mut self) -> String {
         self.child.kill().unwrap();
         self.child.wait().unwrap();

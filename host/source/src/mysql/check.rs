@@ -196,7 +196,58 @@ async fn collations(conn: &mut Conn) -> Result<Collations, MysqlError> {
         Err(mysql_async::Error::Server(e)) if e.code == 1054 || e.code == 1109 => {}
         Err(e) => return Err(MysqlError::query(e)),
     }
+    // Single-byte charsets this source has no converter for (dec8, swe7, hp8,
+    // armscii8, keybcs2, cp850, cp852, macce, geostd8, ...): each byte as the
+    // server converts it.
+    let mut missing: Vec<String> = map
+        .0
+        .values()
+        .filter(|c| c.maxlen == 1 && super::decode::charset(&c.charset).is_err())
+        .map(|c| c.charset.clone())
+        .collect();
+    missing.sort();
+    missing.dedup();
+    for name in missing {
+        if let Some(table) = charset_table(conn, &name).await? {
+            map.1.insert(name, table);
+        }
+    }
     Ok(map)
+}
+
+/// Every byte of single-byte charset `name` as the server converts it to
+/// UTF-8; kept once per process.
+async fn charset_table(
+    conn: &mut Conn,
+    name: &str,
+) -> Result<Option<&'static [char; 256]>, MysqlError> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static TABLES: OnceLock<Mutex<HashMap<String, &'static [char; 256]>>> = OnceLock::new();
+    let tables = TABLES.get_or_init(Mutex::default);
+    if let Some(t) = tables.lock().ok().and_then(|t| t.get(name).copied()) {
+        return Ok(Some(t));
+    }
+    // A charset name is a plain word (it came from information_schema).
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Ok(None);
+    }
+    let all: String = (0..=0xFFu32).map(|b| format!("{b:02X}")).collect();
+    let text: Option<String> = conn
+        .query_first(format!(
+            "SELECT CONVERT(CONVERT(UNHEX('{all}') USING {name}) USING utf8mb4)"
+        ))
+        .await
+        .map_err(MysqlError::query)?;
+    let chars: Vec<char> = text.unwrap_or_default().chars().collect();
+    let Ok(table) = <[char; 256]>::try_from(chars) else {
+        return Ok(None);
+    };
+    let table: &'static [char; 256] = Box::leak(Box::new(table));
+    if let Ok(mut t) = tables.lock() {
+        t.insert(name.to_string(), table);
+    }
+    Ok(Some(table))
 }
 
 /// Server settings a replayed DDL needs that the binlog does not carry: the

@@ -43,6 +43,11 @@ pub(crate) enum Text {
     Utf8,
     /// Converted to UTF-8.
     Other(&'static encoding_rs::Encoding),
+    /// UTF-32 (big-endian code points).
+    Utf32,
+    /// A single-byte charset with no converter here: each byte as the server
+    /// itself converts it (read at connect).
+    Table(&'static [char; 256]),
 }
 
 /// One collation of the server.
@@ -56,9 +61,13 @@ pub(crate) struct Collation {
     pub maxlen: u8,
 }
 
-/// What the server calls its collations, by id.
+/// What the server calls its collations, by id, and the conversion tables
+/// of its single-byte charsets that have no converter here.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Collations(pub HashMap<u16, Collation>);
+pub(crate) struct Collations(
+    pub HashMap<u16, Collation>,
+    pub HashMap<String, &'static [char; 256]>,
+);
 
 impl Collations {
     fn text(&self, id: u16) -> Result<(Text, u8), String> {
@@ -70,7 +79,13 @@ impl Collations {
                 "unknown collation id {id} (the server's information_schema lists no such collation)"
             ));
         };
-        Ok((charset(&c.charset)?, c.maxlen))
+        match charset(&c.charset) {
+            Ok(text) => Ok((text, c.maxlen)),
+            Err(e) => match self.1.get(&c.charset) {
+                Some(table) => Ok((Text::Table(table), c.maxlen)),
+                None => Err(e),
+            },
+        }
     }
 
     /// The collation with `id`, if the server has it.
@@ -106,6 +121,10 @@ pub(crate) fn charset(name: &str) -> Result<Text, String> {
         "euckr" => Text::Other(e::EUC_KR),
         "ucs2" | "utf16" => Text::Other(e::UTF_16BE),
         "utf16le" => Text::Other(e::UTF_16LE),
+        "utf32" => Text::Utf32,
+        "cp866" => Text::Other(e::IBM866),
+        "tis620" => Text::Other(e::WINDOWS_874),
+        "macroman" => Text::Other(e::MACINTOSH),
         other => return Err(format!("charset `{other}` is not supported")),
     })
 }
@@ -664,6 +683,21 @@ fn push_text(buf: &mut Vec<u8>, bytes: &[u8], text: Text) {
         Text::Other(enc) => {
             let (s, _) = enc.decode_without_bom_handling(bytes);
             buf.extend_from_slice(s.as_bytes());
+        }
+        Text::Utf32 => {
+            let mut tmp = [0u8; 4];
+            for c in bytes.chunks(4) {
+                let code = c.iter().fold(0u32, |acc, b| acc << 8 | u32::from(*b));
+                let ch = char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER);
+                buf.extend_from_slice(ch.encode_utf8(&mut tmp).as_bytes());
+            }
+        }
+        Text::Table(table) => {
+            let mut tmp = [0u8; 4];
+            for &b in bytes {
+                let ch = table[usize::from(b)];
+                buf.extend_from_slice(ch.encode_utf8(&mut tmp).as_bytes());
+            }
         }
     }
 }

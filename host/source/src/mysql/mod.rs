@@ -582,13 +582,20 @@ impl MysqlSource {
                     .map_err(MysqlError::Decode)?;
                 self.end_ddl_group();
                 let commit_ts = self.next_ts(header.timestamp());
+                let mut txn = Transaction::new(commit_ts);
+                txn.id = txn_id(&[
+                    b"mariadb-gtid",
+                    &g.gtid.domain.to_le_bytes(),
+                    &g.gtid.server.to_le_bytes(),
+                    &g.gtid.seq.to_le_bytes(),
+                ]);
                 self.open = Some(Open {
                     commit_ts,
                     gtid: Some(g.gtid),
                     mysql_gtid: None,
                     standalone: g.standalone,
                     ignored: self.filter.ignores_txn(commit_ts),
-                    txn: Transaction::new(commit_ts),
+                    txn,
                     parts: false,
                     rows: 0,
                     ddl: false,
@@ -611,13 +618,21 @@ impl MysqlSource {
                 };
                 self.end_ddl_group();
                 let commit_ts = self.next_ts(header.timestamp());
+                let mut txn = Transaction::new(commit_ts);
+                txn.id = match &mysql_gtid {
+                    Some((uuid, gno)) => {
+                        txn_id(&[b"mysql-gtid", uuid.as_bytes(), &gno.to_le_bytes()])
+                    }
+                    // An anonymous group: where it starts.
+                    None => txn_id(&[b"at", self.file.as_bytes(), &self.pos.to_le_bytes()]),
+                };
                 self.open = Some(Open {
                     commit_ts,
                     gtid: None,
                     mysql_gtid,
                     standalone: false,
                     ignored: self.filter.ignores_txn(commit_ts),
-                    txn: Transaction::new(commit_ts),
+                    txn,
                     parts: false,
                     rows: 0,
                     ddl: false,
@@ -751,8 +766,13 @@ impl MysqlSource {
                     } else {
                         String::new()
                     };
+                    let txn_id = match &self.open {
+                        Some(o) => o.txn.id,
+                        None => txn_id(&[b"at", self.file.as_bytes(), &log_pos.to_le_bytes()]),
+                    };
                     self.pending.push_back(SourceEvent::Ddl(DdlEvent {
                         commit_ts,
+                        txn_id,
                         kind: ddl.kind.name().to_string(),
                         schema_name: ddl.schema.clone(),
                         table_name,
@@ -1003,7 +1023,9 @@ impl MysqlSource {
         }
         if open.txn.wire_bytes() as u64 >= self.config.txn_part_bytes.0 {
             let commit_ts = open.commit_ts;
-            let mut part = std::mem::replace(&mut open.txn, Transaction::new(commit_ts));
+            let mut next = Transaction::new(commit_ts);
+            next.id = open.txn.id;
+            let mut part = std::mem::replace(&mut open.txn, next);
             part.more = true;
             open.parts = true;
             self.pending.push_back(SourceEvent::Transaction(part));
@@ -1021,7 +1043,9 @@ impl MysqlSource {
             Some(o) => (o.commit_ts, o.txn, o.gtid, o.mysql_gtid),
             None => {
                 let ts = self.last_ts;
-                (ts, Transaction::new(ts), None, None)
+                let mut txn = Transaction::new(ts);
+                txn.id = txn_id(&[b"at", self.file.as_bytes(), &self.pos.to_le_bytes()]);
+                (ts, txn, None, None)
             }
         };
         if let (Some(pos), Some(g)) = (&mut self.gtid, gtid) {
@@ -1042,6 +1066,19 @@ impl MysqlSource {
             self.ended = true;
         }
     }
+}
+
+/// A transaction's id from what identifies it in the binlog (its GTID, or
+/// where it is): FNV-1a over the parts, the same in every build.
+fn txn_id(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for &b in part.iter().chain(&[0xff]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
 }
 
 /// The number of a binlog file (`base.000012` → 12), for ordering positions.
