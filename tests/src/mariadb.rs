@@ -150,6 +150,37 @@ impl PrivateMariaDb {
         }
     }
 
+    /// The server's binary log as `mariadb-binlog -v` prints it (rows as
+    /// pseudo-SQL), for a failing test's report.
+    pub fn binlog_text(&self) -> String {
+        let data = self.dir.path().join("data");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&data)
+            .map(|dir| {
+                dir.filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| {
+                        p.file_name()
+                            .and_then(|n| n.to_str())
+                            .and_then(|n| n.strip_prefix("binlog."))
+                            .is_some_and(|e| e.bytes().all(|b| b.is_ascii_digit()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        files.sort();
+        match Command::new(binary(&["mariadb-binlog", "mysqlbinlog"]))
+            .args(["-v", "--base64-output=DECODE-ROWS"])
+            .args(&files)
+            .output()
+        {
+            Ok(out) => format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&out.stdout)
+            ),
+            Err(e) => format!("mariadb-binlog failed: {e}"),
+        }
+    }
+
     /// The server's error log.
     pub fn error_log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
@@ -199,9 +230,30 @@ impl PrivateMariaDb {
     }
 
     fn try_exec_once(&self, sql: &str) -> Result<String, String> {
+        let out = self.feed(self.client(), sql);
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// Runs a script as root to its end, going on past statements that fail
+    /// (`--force`): what it printed, and the errors.
+    pub fn script(&self, sql: &str) -> (String, String) {
+        let mut client = self.client();
+        client.arg("--force");
+        let out = self.feed(client, sql);
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Runs `client` with `sql` on its stdin.
+    fn feed(&self, mut client: Command, sql: &str) -> std::process::Output {
         use std::io::Write;
-        let mut child = self
-            .client()
+        let mut child = client
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -214,11 +266,7 @@ impl PrivateMariaDb {
         });
         let out = child.wait_with_output().expect("the mariadb client ends");
         let _ = writer.join();
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).into_owned())
-        }
+        out
     }
 
     /// `mysql://root@127.0.0.1:<port>`.

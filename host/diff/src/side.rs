@@ -423,6 +423,8 @@ impl Side {
         match (self.engine(), c.kind) {
             (Engine::Mysql, Kind::Binary) => format!("LOWER(HEX({id}))"),
             (Engine::Mysql, Kind::Bit) => format!("CAST({id} AS UNSIGNED)"),
+            // `+ 0`: a YEAR reads as `0000` (and PostgreSQL's smallint as `0`).
+            (Engine::Mysql, Kind::Integer) => format!("CAST({id} + 0 AS CHAR)"),
             (Engine::Mysql, _) => format!("CAST({id} AS CHAR)"),
             (Engine::Postgres, Kind::Binary) => format!("encode({id}, 'hex')"),
             (Engine::Postgres, Kind::Bool) => format!("{id}::int::text"),
@@ -639,7 +641,8 @@ fn kind_of(data_type: &str) -> Kind {
         }
         "float" | "double" | "real" | "double precision" => Kind::Float,
         "binary" | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" | "bytea"
-        | "geometry" => Kind::Binary,
+        | "geometry" | "point" | "linestring" | "polygon" | "multipoint" | "multilinestring"
+        | "multipolygon" | "geometrycollection" => Kind::Binary,
         "bit" => Kind::Bit,
         "boolean" => Kind::Bool,
         _ => Kind::Text,

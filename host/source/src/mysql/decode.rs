@@ -211,10 +211,13 @@ pub(crate) fn layout(
             .ok_or_else(|| format!("column {}: unknown column type", i + 1))?;
         types.push(ty);
     }
-    let numeric = |t: MyType| match flavor {
-        // MySQL counts YEAR among the numeric columns for signedness; MariaDB does not.
-        Flavor::MySql => t.is_numeric_type(),
-        Flavor::MariaDb => t.is_numeric_type() && t != MyType::MYSQL_TYPE_YEAR,
+    // Both count YEAR among the numeric columns for signedness (MariaDB's
+    // YEAR is an unsigned tiny integer there).
+    let numeric = |t: MyType| t.is_numeric_type();
+    // MariaDB gives geometry columns a character set (binary) in the
+    // table map's charset list; MySQL does not.
+    let character_type = |t: MyType| {
+        t.is_character_type() || (flavor == Flavor::MariaDb && t == MyType::MYSQL_TYPE_GEOMETRY)
     };
     let mut names: Vec<Option<String>> = vec![None; n];
     let mut unsigned = vec![false; n];
@@ -223,7 +226,7 @@ pub(crate) fn layout(
     let mut enum_names: Vec<Vec<Box<str>>> = Vec::new();
     let mut set_names: Vec<Vec<Box<str>>> = Vec::new();
     let mut key = vec![false; n];
-    let character: Vec<usize> = (0..n).filter(|&i| types[i].is_character_type()).collect();
+    let character: Vec<usize> = (0..n).filter(|&i| character_type(types[i])).collect();
     let enum_or_set: Vec<usize> = (0..n).filter(|&i| types[i].is_enum_or_set_type()).collect();
     for field in tme.iter_optional_meta() {
         let field = field.map_err(|e| format!("optional metadata: {e}"))?;
