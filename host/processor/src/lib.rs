@@ -7,8 +7,8 @@
 //! their table's batch, run the filter chain on full batches and write them to
 //! the one sink instance. The checkpoint only ever passes a ts after `flush(ts)`
 //! returned `Ok`, and is the minimum over the tables of what each has written.
-//! A DDL is a barrier for the tables it affects only: their rows above it wait
-//! until it is applied, other tables keep flowing. Batches written since the
+//! A DDL is a barrier for every table: rows above it wait until it is applied
+//! (a row of another table may need it). Batches written since the
 //! last flush are kept so that a failed sink can be replayed into a fresh
 //! instance (flagged as replay).
 

@@ -509,11 +509,8 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
                         let d = &self.dispatchers[at];
                         d.held.is_empty() && d.blocked_by.is_none()
                     }
-                    // A new table is blocked from the start by a pending DDL of its schema.
-                    None => !self
-                        .barriers
-                        .iter()
-                        .any(|b| b.affects(&schema.schema_name, &schema.table_name)),
+                    // A new table is blocked from the start by a pending DDL.
+                    None => self.barriers.is_empty(),
                 };
                 fits && free
             });
@@ -724,11 +721,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         if let Some(&at) = self.by_table.get(&schema.table_id) {
             return at;
         }
-        let blocked_by = self
-            .barriers
-            .iter()
-            .find(|d| d.affects(&schema.schema_name, &schema.table_name))
-            .map(|d| d.commit_ts);
+        let blocked_by = self.barriers.front().map(|d| d.commit_ts);
         self.dispatchers
             .push(Dispatcher::new(schema.clone(), blocked_by));
         let at = self.dispatchers.len() - 1;
@@ -861,13 +854,13 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
     }
 
     /// The DDL a transaction touching `tables` must wait for, if any: the
-    /// latest pending DDL of one of its tables, or what the held rows of one
-    /// of them wait for (a table's rows stay in order).
+    /// latest pending DDL, or what the held rows of one of its tables wait
+    /// for (a table's rows stay in order).
     fn waits_for(&self, tables: &[TableChanges]) -> Option<CommitTs> {
         if self.barriers.is_empty() && self.held_parts == 0 {
             return None;
         }
-        let mut waits: Option<CommitTs> = None;
+        let mut waits: Option<CommitTs> = self.barriers.back().map(|b| b.commit_ts);
         for changes in tables {
             let schema = changes.schema();
             let held = self
@@ -875,23 +868,21 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
                 .get(&schema.table_id)
                 .and_then(|&at| self.dispatchers[at].held.back())
                 .map(|h| h.waits_for);
-            let ddl = self
-                .barriers
-                .iter()
-                .rev()
-                .find(|b| b.affects(&schema.schema_name, &schema.table_name))
-                .map(|b| b.commit_ts);
-            waits = waits.max(held).max(ddl);
+            waits = waits.max(held);
         }
         waits
     }
 
-    /// A DDL is a barrier for the tables it affects only: their rows above it are
-    /// held until it is applied; it is applied at the next flush point, after
-    /// their rows below it were written and flushed. Other tables keep flowing.
+    /// A DDL is a barrier for every table: rows above it are held until it is
+    /// applied; it is applied at the next flush point, after the rows below it
+    /// were written and flushed. Holding only the tables it names is not
+    /// enough: a row of another table written after it may need it (a child
+    /// row whose parent row waits behind the parent table's `ALTER`), so the
+    /// sink sees every DDL where upstream ran it among the rows, as a
+    /// replica applying the binlog in order does.
     fn on_ddl(&mut self, ddl: DdlEvent) {
         for d in &mut self.dispatchers {
-            if d.blocked_by.is_none() && ddl.affects(&d.schema.schema_name, &d.schema.table_name) {
+            if d.blocked_by.is_none() {
                 d.blocked_by = Some(ddl.commit_ts);
             }
         }
@@ -923,11 +914,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         for at in 0..self.dispatchers.len() {
             let d = &mut self.dispatchers[at];
             if d.blocked_by == Some(ddl.commit_ts) {
-                d.blocked_by = self
-                    .barriers
-                    .iter()
-                    .find(|b| b.affects(&d.schema.schema_name, &d.schema.table_name))
-                    .map(|b| b.commit_ts);
+                d.blocked_by = self.barriers.front().map(|b| b.commit_ts);
             }
             loop {
                 let d = &mut self.dispatchers[at];
