@@ -8,7 +8,6 @@
 //! a clear error that never shows the password.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -262,31 +261,12 @@ fn changefeed(dir: &Path, name: &str, plugin: &str, source: &str, target: &str) 
     common::write_file(
         dir,
         name,
-        &format!(
-            r#"
-[source]
-type = "mysql"
-url = "{source}"
-heartbeat-ms = 200
-
-[sink]
-plugin = "{plugin}@0.1.0"
-[sink.config]
-database = "target"
-worker-count = 4
-max-txn-row = 256
-[sink.capabilities.sql]
-target = "{target}"
-[sink.limits]
-sql-connections = 4
-host-call-timeout-ms = 120000
-
-[pipeline]
-flush-interval-ms = 200
-
-[validator]
-mode = "full"
-"#
+        &common::sql_changefeed(
+            plugin,
+            source,
+            target,
+            "max-txn-row = 256",
+            "[pipeline]\nflush-interval-ms = 200\n\n[validator]\nmode = \"full\"",
         ),
     )
 }
@@ -307,31 +287,7 @@ fn running(server: &Server, name: &str) {
 
 /// `sluice diff` of [`TABLES`]: (equal, output).
 fn diff(source: &str, target: &str) -> (bool, String) {
-    let mut args = vec![
-        "diff".to_string(),
-        "--quiet".into(),
-        "--source".into(),
-        source.into(),
-        "--target".into(),
-        target.into(),
-        "--chunk-rows".into(),
-        "20000".into(),
-    ];
-    for t in TABLES {
-        args.extend(["--table".to_string(), t.to_string()]);
-    }
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(&args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    common::sluice_diff(source, target, &TABLES)
 }
 
 #[test]

@@ -33,6 +33,8 @@ pub struct Plan {
     pub foreign_keys: Vec<KeySpec>,
     /// Foreign keys it drops: (child, name).
     pub dropped_keys: Vec<(String, String)>,
+    /// Tables it renames, in order: (from, to), quoted.
+    pub renamed: Vec<(String, String)>,
     /// Why the statement cannot be replayed (the changefeed fails with it).
     pub refusal: Option<String>,
 }
@@ -351,27 +353,16 @@ pub fn plan(event: &DdlEvent, config: &Config) -> Plan {
     }
     c.at = 0;
     if c.keywords(&["RENAME", "TABLE"]) {
-        let mut all_same_schema = true;
-        let mut renames = Vec::new();
+        // In order, as MySQL renames them (`a TO tmp, b TO a, tmp TO b`
+        // swaps two tables).
         while let (Some(from), true, Some(to)) =
             (c.table(default), c.keyword("TO"), c.table(default))
         {
-            let (fs, ft) = config.target(&from.0, &from.1);
-            let (ts, tt) = config.target(&to.0, &to.1);
-            all_same_schema &= fs == ts;
-            renames.push((Postgres::table_name(&fs, &ft), tt));
+            let from = config.target(&from.0, &from.1);
+            let to = config.target(&to.0, &to.1);
+            plan.rename(&from, &to);
             if !c.punct(',') {
                 break;
-            }
-        }
-        if renames.is_empty() || !all_same_schema {
-            skip(&mut plan, "a rename into another schema");
-        } else {
-            for (from, to) in renames {
-                plan.statements.push(statement(format!(
-                    "ALTER TABLE IF EXISTS {from} RENAME TO {}",
-                    Postgres::ident(&to)
-                )));
             }
         }
         return plan;
@@ -384,6 +375,7 @@ pub fn plan(event: &DdlEvent, config: &Config) -> Plan {
             && let Some(table) = c.table(default)
         {
             let child_name = config.target(&table.0, &table.1).1;
+            let from_table = table.clone();
             let table = target(table);
             let rest = &c.tokens[c.at..];
             for key in added_keys(rest, &table, &child_name, default, &target) {
@@ -392,24 +384,72 @@ pub fn plan(event: &DdlEvent, config: &Config) -> Plan {
             for name in dropped_keys(rest) {
                 plan.dropped_keys.push((table.clone(), name));
             }
+            let renamed_to = clauses(rest).into_iter().find_map(|mut c| {
+                if !c.keyword("RENAME") {
+                    return None;
+                }
+                if !c.keyword("TO") {
+                    c.keyword("AS");
+                }
+                let to = c.table(default)?;
+                // `RENAME COLUMN|INDEX|KEY a TO b` names no table.
+                (c.at == c.tokens.len()).then_some(to)
+            });
             for change in column_changes(rest) {
-                plan.statements.push(statement(match change {
+                let sql = match change {
                     ColumnChange::Add {
                         column,
                         ty,
                         default,
-                    } => format!(
-                        "ALTER TABLE IF EXISTS {table} ADD COLUMN IF NOT EXISTS {} {ty}{}",
-                        Postgres::ident(&column),
-                        default.map(|d| format!(" DEFAULT {d}")).unwrap_or_default()
-                    ),
+                        computed,
+                    } => {
+                        plan.statements.push(statement(format!(
+                            "ALTER TABLE IF EXISTS {table} ADD COLUMN IF NOT EXISTS {} {ty}{}",
+                            Postgres::ident(&column),
+                            default.map(|d| format!(" DEFAULT {d}")).unwrap_or_default()
+                        )));
+                        let Some(expr) = computed else { continue };
+                        // The column stays plain (rows bring their values);
+                        // the rows already there get theirs computed.
+                        format!(
+                            "UPDATE {table} SET {} = ({expr})::{ty}",
+                            Postgres::ident(&column)
+                        )
+                    }
                     ColumnChange::Drop { column } => format!(
                         "ALTER TABLE IF EXISTS {table} DROP COLUMN IF EXISTS {}",
                         Postgres::ident(&column)
                     ),
-                }));
+                    ColumnChange::Rename { column, to } => format!(
+                        "ALTER TABLE IF EXISTS {table} RENAME COLUMN {} TO {}",
+                        Postgres::ident(&column),
+                        Postgres::ident(&to)
+                    ),
+                    ColumnChange::Retype {
+                        column,
+                        renamed,
+                        ty,
+                    } => {
+                        let name = Postgres::ident(renamed.as_deref().unwrap_or(&column));
+                        if renamed.is_some() {
+                            plan.statements.push(statement(format!(
+                                "ALTER TABLE IF EXISTS {table} RENAME COLUMN {} TO {name}",
+                                Postgres::ident(&column)
+                            )));
+                        }
+                        // Every cast to a shorter varchar cuts the value.
+                        format!(
+                            "ALTER TABLE IF EXISTS {table} ALTER COLUMN {name} TYPE {ty} USING {name}::{ty}"
+                        )
+                    }
+                };
+                plan.statements.push(statement(sql));
             }
             plan.altered.push(table);
+            if let Some(to) = renamed_to {
+                let from = config.target(&from_table.0, &from_table.1);
+                plan.rename(&from, &config.target(&to.0, &to.1));
+            }
             plan.notes.push(format!(
                 "DDL at {}: the table's next rows reshape it",
                 event.commit_ts
@@ -459,15 +499,89 @@ pub fn plan(event: &DdlEvent, config: &Config) -> Plan {
 enum ColumnChange {
     /// Added (nullable: the table may hold rows), with its PostgreSQL type
     /// and default (a literal or `CURRENT_TIMESTAMP`), which the rows
-    /// already in the table take, as upstream.
+    /// already in the table take, as upstream; a generated column's
+    /// expression in PostgreSQL's spelling, which computes it for them.
     Add {
         column: String,
         ty: String,
         default: Option<String>,
+        computed: Option<String>,
     },
     Drop {
         column: String,
     },
+    /// `RENAME COLUMN a TO b`: the column keeps its values.
+    Rename {
+        column: String,
+        to: String,
+    },
+    /// A column's type changed (`MODIFY`, `CHANGE`): `ALTER COLUMN ... TYPE
+    /// ... USING` a cast, which cuts text to a shorter length as MySQL's
+    /// non-strict `sql_mode` did upstream; renamed first when `CHANGE` gives
+    /// it another name.
+    Retype {
+        column: String,
+        renamed: Option<String>,
+        ty: String,
+    },
+}
+
+impl Plan {
+    /// Renames table `from` to `to` (target schema and name each).
+    fn rename(&mut self, from: &(String, String), to: &(String, String)) {
+        let quoted = |t: &(String, String)| Postgres::table_name(&t.0, &t.1);
+        self.altered.push(quoted(to));
+        self.renamed.push((quoted(from), quoted(to)));
+        self.statements.extend(
+            rename(from, to)
+                .into_iter()
+                .map(|sql| Statement::new(sql, Vec::new())),
+        );
+    }
+}
+
+/// The statements that rename table `from` to `to` (target schema and
+/// name each), its rows, keys and indexes with it: into another schema
+/// through a name no table has (the target schema may hold a table with the
+/// old name), each step a no-op if the table was never created downstream.
+fn rename(from: &(String, String), to: &(String, String)) -> Vec<String> {
+    let table = |s: &str, t: &str| Postgres::table_name(s, t);
+    if from.0 == to.0 {
+        if from.1 == to.1 {
+            return Vec::new();
+        }
+        return vec![format!(
+            "ALTER TABLE IF EXISTS {} RENAME TO {}",
+            table(&from.0, &from.1),
+            Postgres::ident(&to.1)
+        )];
+    }
+    let moving = format!("sluice_moving_{:016x}", fnv(&format!("{from:?}{to:?}")));
+    vec![
+        format!("CREATE SCHEMA IF NOT EXISTS {}", Postgres::ident(&to.0)),
+        format!(
+            "ALTER TABLE IF EXISTS {} RENAME TO {}",
+            table(&from.0, &from.1),
+            Postgres::ident(&moving)
+        ),
+        format!(
+            "ALTER TABLE IF EXISTS {} SET SCHEMA {}",
+            table(&from.0, &moving),
+            Postgres::ident(&to.0)
+        ),
+        format!(
+            "ALTER TABLE IF EXISTS {} RENAME TO {}",
+            table(&to.0, &moving),
+            Postgres::ident(&to.1)
+        ),
+    ]
+}
+
+/// FNV-1a of `text`: a name that no upstream table is likely to have.
+fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// The `ADD [COLUMN] name type ...` and `DROP [COLUMN] name` clauses of an
@@ -475,6 +589,27 @@ enum ColumnChange {
 fn column_changes(tokens: &[Token]) -> Vec<ColumnChange> {
     let mut out = Vec::new();
     for mut c in clauses(tokens) {
+        if c.keyword("MODIFY") || c.keyword("CHANGE") {
+            let change = matches!(c.tokens.get(c.at - 1), Some(Token::Word(w)) if w.eq_ignore_ascii_case("CHANGE"));
+            c.keyword("COLUMN");
+            c.keywords(&["IF", "EXISTS"]);
+            let Some(column) = c.name() else { continue };
+            let renamed = if change { c.name() } else { None };
+            if let Some(ty) = mapped_type(&mut c, renamed.as_deref().unwrap_or(&column)) {
+                out.push(ColumnChange::Retype {
+                    renamed: renamed.filter(|r| *r != column),
+                    column,
+                    ty,
+                });
+            }
+            continue;
+        }
+        if c.keywords(&["RENAME", "COLUMN"]) {
+            if let (Some(column), true, Some(to)) = (c.name(), c.keyword("TO"), c.name()) {
+                out.push(ColumnChange::Rename { column, to });
+            }
+            continue;
+        }
         let add = c.keyword("ADD");
         if !add && !c.keyword("DROP") {
             continue;
@@ -508,65 +643,289 @@ fn column_changes(tokens: &[Token]) -> Vec<ColumnChange> {
         }
         c.keywords(&["IF", "NOT", "EXISTS"]);
         let Some(column) = c.name() else { continue };
-        // The MySQL type as the source spells it: `name(args) unsigned`.
-        let Some(Token::Word(name)) = c.tokens.get(c.at).cloned() else {
-            continue;
-        };
-        c.at += 1;
-        let mut sql_type = name.to_ascii_lowercase();
-        if c.punct('(') {
-            let mut args = Vec::new();
-            while let Some(t) = c.tokens.get(c.at).cloned() {
-                c.at += 1;
-                match t {
-                    Token::Punct(')') => break,
-                    Token::Word(w) => args.push(w),
-                    Token::Str(s) => args.push(format!("'{s}'")),
-                    _ => {}
-                }
-            }
-            sql_type = format!("{sql_type}({})", args.join(","));
-        }
-        if c.keyword("UNSIGNED") {
-            sql_type.push_str(" unsigned");
-        }
-        let ty = crate::types::pg_type(&sluice_sdk::Column {
-            name: column.clone(),
-            ty: sluice_sdk::ColumnType::Text,
-            sql_type,
-            nullable: true,
-            key: false,
-        });
-        let at = c
-            .tokens
-            .iter()
-            .position(|t| matches!(t, Token::Word(w) if w.eq_ignore_ascii_case("DEFAULT")));
-        let value = at.and_then(|at| match (c.tokens.get(at + 1), c.tokens.get(at + 2)) {
-            (Some(Token::Str(s)), _) => Some(format!("'{}'", s.replace('\'', "''"))),
-            (Some(Token::Punct('-')), Some(Token::Word(n))) if is_number(n) => {
-                Some(format!("-{n}"))
-            }
-            (Some(Token::Word(n)), _) if is_number(n) => Some(n.clone()),
-            (Some(Token::Word(w)), _)
-                if ["CURRENT_TIMESTAMP", "NOW", "TRUE", "FALSE"]
-                    .iter()
-                    .any(|k| w.eq_ignore_ascii_case(k)) =>
+        // An ENUM NOT NULL without a default gives the rows there its first value.
+        let first_enum = match &c.tokens[c.at..] {
+            [Token::Word(w), Token::Punct('('), Token::Str(first), ..]
+                if w.eq_ignore_ascii_case("ENUM") =>
             {
-                Some(if w.eq_ignore_ascii_case("NOW") {
-                    "CURRENT_TIMESTAMP".into()
-                } else {
-                    w.to_ascii_uppercase()
-                })
+                Some(first.clone())
             }
             _ => None,
-        });
+        };
+        // BINARY(n) pads its values (and defaults) with zero bytes to n.
+        let fixed = match &c.tokens[c.at..] {
+            [
+                Token::Word(w),
+                Token::Punct('('),
+                Token::Word(n),
+                Token::Punct(')'),
+                ..,
+            ] if w.eq_ignore_ascii_case("BINARY") => n.parse::<usize>().ok(),
+            _ => None,
+        };
+        let Some(ty) = mapped_type(&mut c, &column) else {
+            continue;
+        };
+        let (default, computed) = added_fill(&c.tokens[c.at..], &ty, first_enum, fixed);
         out.push(ColumnChange::Add {
             column,
             ty,
-            default: value,
+            default,
+            computed,
         });
     }
     out
+}
+
+/// What the rows already in a table get in a column an `ALTER TABLE ... ADD`
+/// adds, as MySQL gives it to them, from the tokens after the column's type
+/// (`ty` its PostgreSQL type): its default, or the implicit default of a `NOT
+/// NULL` column without one (`first_enum`: an ENUM's first value; `fixed`:
+/// a BINARY's length), as a PostgreSQL literal; or, for a generated column,
+/// its expression where PostgreSQL computes it the same (integer arithmetic
+/// over columns).
+fn added_fill(
+    tokens: &[Token],
+    ty: &str,
+    first_enum: Option<String>,
+    fixed: Option<usize>,
+) -> (Option<String>, Option<String>) {
+    let word_at = |w: &str| {
+        tokens
+            .iter()
+            .position(|t| matches!(t, Token::Word(x) if x.eq_ignore_ascii_case(w)))
+    };
+    if let Some(at) = word_at("AS") {
+        // `[GENERATED ALWAYS] AS (expr) [VIRTUAL | STORED | PERSISTENT]`.
+        return (None, generated_expression(&tokens[at + 1..]));
+    }
+    if let Some(at) = word_at("DEFAULT") {
+        return (default_literal(&tokens[at + 1..], ty, fixed), None);
+    }
+    let not_null = tokens.windows(2).any(|w| {
+        matches!(w, [Token::Word(a), Token::Word(b)]
+            if a.eq_ignore_ascii_case("NOT") && b.eq_ignore_ascii_case("NULL"))
+    });
+    if !not_null {
+        return (None, None);
+    }
+    // MySQL's implicit defaults; a zero date has no PostgreSQL value (NULL).
+    let implicit = if let Some(first) = first_enum {
+        Some(quoted(&first))
+    } else if is_numeric_type(ty) {
+        Some("0".into())
+    } else if ty == "bytea" {
+        Some(format!("'\\x{}'", "00".repeat(fixed.unwrap_or(0))))
+    } else if ty == "text" || ty.starts_with("varchar") || ty.starts_with("char") {
+        Some("''".into())
+    } else if ty == "interval" {
+        Some("'00:00:00'".into())
+    } else {
+        None
+    };
+    (implicit, None)
+}
+
+/// Whether PostgreSQL type `ty` (as [`crate::types::pg_type`] gives it) is a number.
+fn is_numeric_type(ty: &str) -> bool {
+    ["smallint", "integer", "bigint", "numeric", "real", "double"]
+        .iter()
+        .any(|n| ty.starts_with(n))
+}
+
+/// A string as a PostgreSQL literal.
+fn quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// A MySQL column default (the tokens after `DEFAULT`) as a PostgreSQL
+/// literal of type `ty`: strings, numbers (signed, with a fraction or an
+/// exponent), hex (`X'0a'`, `0x0a`) and bit (`b'101'`) literals,
+/// `TRUE`/`FALSE`, `CURRENT_TIMESTAMP` and its synonyms; `None` for `NULL`
+/// and expressions. A BINARY(`fixed`) default is padded with zero bytes.
+fn default_literal(tokens: &[Token], ty: &str, fixed: Option<usize>) -> Option<String> {
+    let numeric = is_numeric_type(ty);
+    let bytes_literal = |mut bytes: Vec<u8>| -> Option<String> {
+        if ty == "bytea" {
+            if let Some(n) = fixed {
+                bytes.resize(bytes.len().max(n), 0);
+            }
+            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            Some(format!("'\\x{hex}'"))
+        } else if numeric {
+            let mut n: u128 = 0;
+            for b in &bytes {
+                n = n.checked_mul(256)?.checked_add(u128::from(*b))?;
+            }
+            Some(n.to_string())
+        } else {
+            String::from_utf8(bytes).ok().map(|s| quoted(&s))
+        }
+    };
+    let hex = |h: &str| -> Option<Vec<u8>> {
+        let h = if h.len() % 2 == 1 {
+            format!("0{h}")
+        } else {
+            h.to_string()
+        };
+        (0..h.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(h.get(i..i + 2)?, 16).ok())
+            .collect()
+    };
+    let bits = |b: &str| -> Option<String> {
+        let n = u128::from_str_radix(b, 2).ok()?;
+        if numeric {
+            Some(n.to_string())
+        } else {
+            let len = b.len().div_ceil(8).max(1);
+            bytes_literal(n.to_be_bytes()[16 - len..].to_vec())
+        }
+    };
+    match tokens {
+        [Token::Word(x), Token::Str(h), ..] if x.eq_ignore_ascii_case("x") => {
+            bytes_literal(hex(h)?)
+        }
+        [Token::Word(b), Token::Str(v), ..] if b.eq_ignore_ascii_case("b") => bits(v),
+        [Token::Word(w), ..] if w.len() > 2 && w[..2].eq_ignore_ascii_case("0x") => {
+            bytes_literal(hex(&w[2..])?)
+        }
+        [Token::Word(w), ..]
+            if w.len() > 2 && w[..2].eq_ignore_ascii_case("0b") && !w[2..].contains(['e', 'E']) =>
+        {
+            bits(&w[2..])
+        }
+        [Token::Str(s), ..] if ty == "bytea" => bytes_literal(s.as_bytes().to_vec()),
+        [Token::Str(s), ..] => Some(quoted(s)),
+        [Token::Word(w), ..] if w.eq_ignore_ascii_case("NULL") => None,
+        [Token::Word(w), ..]
+            if w.eq_ignore_ascii_case("TRUE") || w.eq_ignore_ascii_case("FALSE") =>
+        {
+            let on = w.eq_ignore_ascii_case("TRUE");
+            Some(match (numeric, on) {
+                (true, true) => "1".into(),
+                (true, false) => "0".into(),
+                (false, _) => w.to_ascii_uppercase(),
+            })
+        }
+        [Token::Word(w), ..]
+            if ["CURRENT_TIMESTAMP", "NOW", "LOCALTIME", "LOCALTIMESTAMP"]
+                .iter()
+                .any(|k| w.eq_ignore_ascii_case(k)) =>
+        {
+            Some("CURRENT_TIMESTAMP".into())
+        }
+        _ => number_literal(tokens),
+    }
+}
+
+/// A signed number at the start of `tokens` (`-1.5`, `+2`, `1e3`,
+/// `1.5e-3`, `.5`), which the tokenizer cut at `.`, `+` and `-`.
+fn number_literal(tokens: &[Token]) -> Option<String> {
+    let mut text = String::new();
+    for t in tokens {
+        match t {
+            Token::Punct(c @ ('-' | '+')) if text.is_empty() || text.ends_with(['e', 'E']) => {
+                text.push(*c);
+            }
+            Token::Punct('.') => text.push('.'),
+            Token::Word(w)
+                if w.bytes()
+                    .all(|b| b.is_ascii_digit() || b == b'e' || b == b'E') =>
+            {
+                text.push_str(w);
+            }
+            _ => break,
+        }
+    }
+    let parsed: f64 = text.parse().ok()?;
+    parsed
+        .is_finite()
+        .then_some(text.trim_start_matches('+').to_string())
+}
+
+/// A generated column's expression (the tokens after `AS`) in PostgreSQL's
+/// spelling, when it means the same there: integer literals, columns,
+/// `+ - *` and parentheses. Anything else (functions, strings, `/` and
+/// `DIV`, whose results differ in type) gives `None`.
+fn generated_expression(tokens: &[Token]) -> Option<String> {
+    if !matches!(tokens.first(), Some(Token::Punct('('))) {
+        return None;
+    }
+    let mut depth = 0usize;
+    let mut out = String::new();
+    for (i, t) in tokens.iter().enumerate() {
+        match t {
+            Token::Punct('(') => {
+                depth += 1;
+                if depth > 1 {
+                    out.push('(');
+                }
+            }
+            Token::Punct(')') => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return (!out.trim().is_empty()).then(|| out.trim().to_string());
+                }
+                out.push(')');
+            }
+            Token::Punct(c @ ('+' | '-' | '*')) => {
+                let _ = std::fmt::Write::write_fmt(&mut out, format_args!(" {c} "));
+            }
+            Token::Word(w) if is_number(w) => out.push_str(w),
+            Token::Quoted(name) => out.push_str(&Postgres::ident(name)),
+            // A column; operators spelled as words (`DIV`, `MOD`, `AND` ...)
+            // and functions are not translated.
+            Token::Word(name)
+                if !matches!(tokens.get(i + 1), Some(Token::Punct('(')))
+                    && name.chars().all(|c| c.is_alphanumeric() || c == '_')
+                    && ![
+                        "DIV", "MOD", "AND", "OR", "XOR", "NOT", "IS", "NULL", "LIKE", "IN",
+                        "BETWEEN", "CASE", "WHEN", "THEN", "ELSE", "END", "TRUE", "FALSE",
+                        "BINARY", "COLLATE", "INTERVAL", "REGEXP", "RLIKE", "SOUNDS",
+                    ]
+                    .iter()
+                    .any(|k| name.eq_ignore_ascii_case(k)) =>
+            {
+                out.push_str(&Postgres::ident(name));
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// The MySQL type at `c` (`name(args) unsigned`, as the source spells it) as
+/// the PostgreSQL type of column `column`.
+fn mapped_type(c: &mut Cursor, column: &str) -> Option<String> {
+    let Some(Token::Word(name)) = c.tokens.get(c.at).cloned() else {
+        return None;
+    };
+    c.at += 1;
+    let mut sql_type = name.to_ascii_lowercase();
+    if c.punct('(') {
+        let mut args = Vec::new();
+        while let Some(t) = c.tokens.get(c.at).cloned() {
+            c.at += 1;
+            match t {
+                Token::Punct(')') => break,
+                Token::Word(w) => args.push(w),
+                Token::Str(s) => args.push(format!("'{s}'")),
+                _ => {}
+            }
+        }
+        sql_type = format!("{sql_type}({})", args.join(","));
+    }
+    if c.keyword("UNSIGNED") {
+        sql_type.push_str(" unsigned");
+    }
+    Some(crate::types::pg_type(&sluice_sdk::Column {
+        name: column.to_string(),
+        ty: sluice_sdk::ColumnType::Text,
+        sql_type,
+        nullable: true,
+        key: false,
+    }))
 }
 
 /// `[CONSTRAINT [name]] FOREIGN KEY [index] (cols) REFERENCES [s.]t (cols)
@@ -815,6 +1174,34 @@ mod tests {
             sql(&run("RENAME TABLE a TO b", "")),
             ["ALTER TABLE IF EXISTS \"shop\".\"a\" RENAME TO \"b\""]
         );
+        // Into another schema, in order, through a name no table has.
+        let moved = run("RENAME TABLE a TO other.b, other.b TO other.c", "");
+        let moved = sql(&moved);
+        assert_eq!(moved.len(), 5, "{moved:?}");
+        assert_eq!(moved[0], "CREATE SCHEMA IF NOT EXISTS \"other\"");
+        assert!(
+            moved[1].starts_with("ALTER TABLE IF EXISTS \"shop\".\"a\" RENAME TO \"sluice_moving_")
+                && moved[2].ends_with("SET SCHEMA \"other\"")
+                && moved[3].ends_with("RENAME TO \"b\""),
+            "{moved:?}"
+        );
+        assert_eq!(
+            moved[4],
+            "ALTER TABLE IF EXISTS \"other\".\"b\" RENAME TO \"c\""
+        );
+        // ALTER TABLE ... RENAME: the other clauses first, on the old name.
+        let p = run(
+            "ALTER TABLE a RENAME COLUMN x TO y, RENAME INDEX i TO j, RENAME TO b",
+            "",
+        );
+        assert_eq!(
+            sql(&p),
+            [
+                "ALTER TABLE IF EXISTS \"shop\".\"a\" RENAME COLUMN \"x\" TO \"y\"",
+                "ALTER TABLE IF EXISTS \"shop\".\"a\" RENAME TO \"b\"",
+            ]
+        );
+        assert_eq!(p.altered, ["\"shop\".\"a\"", "\"shop\".\"b\""]);
         assert_eq!(
             sql(&run("DROP DATABASE shop", "")),
             ["DROP SCHEMA IF EXISTS \"shop\" CASCADE"]
@@ -841,9 +1228,52 @@ mod tests {
                 ),
                 format!("{t} ADD COLUMN IF NOT EXISTS \"e\" text"),
                 format!("{t} DROP COLUMN IF EXISTS \"f\""),
+                format!("{t} ALTER COLUMN \"g\" TYPE bigint USING \"g\"::bigint"),
             ]
         );
         assert_eq!(p.altered, ["\"shop\".\"t\""]);
+    }
+
+    #[test]
+    fn rows_already_there_get_what_mysql_gives_them_in_an_added_column() {
+        let p = run(
+            "ALTER TABLE t ADD b VARBINARY(8) NOT NULL DEFAULT X'0102', ADD c BIT(3) DEFAULT b'101', \
+             ADD d DOUBLE DEFAULT 1e3, ADD e DECIMAL(8,2) DEFAULT -1.5, ADD f FLOAT DEFAULT 1.5e-3, \
+             ADD g INT NOT NULL, ADD h VARCHAR(4) NOT NULL, ADD i ENUM('x','y') NOT NULL, \
+             ADD j BLOB NOT NULL, ADD k TINYINT(1) DEFAULT TRUE, ADD l INT DEFAULT 0x10, \
+             ADD m DATE NOT NULL, ADD n INT NULL DEFAULT NULL, \
+             ADD COLUMN o BIGINT GENERATED ALWAYS AS (`id` * 3 + (`a` - 1)) STORED, \
+             ADD r BINARY(3) NOT NULL, ADD s BINARY(4) DEFAULT 'ab', \
+             ADD p VARCHAR(9) AS (CONCAT('g', `id`)) VIRTUAL, ADD q INT AS (a DIV 3)",
+            "",
+        );
+        let t = "ALTER TABLE IF EXISTS \"shop\".\"t\"";
+        let add =
+            |c: &str, ty: &str, d: &str| format!("{t} ADD COLUMN IF NOT EXISTS \"{c}\" {ty}{d}");
+        assert_eq!(
+            sql(&p),
+            [
+                add("b", "bytea", " DEFAULT '\\x0102'"),
+                add("c", "numeric(20,0)", " DEFAULT 5"),
+                add("d", "double precision", " DEFAULT 1e3"),
+                add("e", "numeric(8,2)", " DEFAULT -1.5"),
+                add("f", "real", " DEFAULT 1.5e-3"),
+                add("g", "integer", " DEFAULT 0"),
+                add("h", "varchar(4)", " DEFAULT ''"),
+                add("i", "text", " DEFAULT 'x'"),
+                add("j", "bytea", " DEFAULT '\\x'"),
+                add("k", "smallint", " DEFAULT 1"),
+                add("l", "integer", " DEFAULT 16"),
+                add("m", "date", ""),
+                add("n", "integer", ""),
+                add("o", "bigint", ""),
+                "UPDATE \"shop\".\"t\" SET \"o\" = (\"id\" * 3 + (\"a\" - 1))::bigint".to_string(),
+                add("r", "bytea", " DEFAULT '\\x000000'"),
+                add("s", "bytea", " DEFAULT '\\x61620000'"),
+                add("p", "varchar(9)", ""),
+                add("q", "integer", ""),
+            ]
+        );
     }
 
     #[test]
@@ -926,8 +1356,18 @@ mod tests {
 
     #[test]
     fn column_changes_reshape_and_the_rest_is_noted() {
-        let p = run("ALTER TABLE `orders` MODIFY note varchar(40)", "");
-        assert!(p.statements.is_empty());
+        let p = run(
+            "ALTER TABLE `orders` MODIFY note varchar(2), CHANGE COLUMN `n` `m` BIGINT",
+            "",
+        );
+        assert_eq!(
+            sql(&p),
+            [
+                "ALTER TABLE IF EXISTS \"shop\".\"orders\" ALTER COLUMN \"note\" TYPE varchar(2) USING \"note\"::varchar(2)",
+                "ALTER TABLE IF EXISTS \"shop\".\"orders\" RENAME COLUMN \"n\" TO \"m\"",
+                "ALTER TABLE IF EXISTS \"shop\".\"orders\" ALTER COLUMN \"m\" TYPE bigint USING \"m\"::bigint",
+            ]
+        );
         assert_eq!(p.altered, ["\"shop\".\"orders\""]);
         assert!(
             run("CREATE TABLE t (id int primary key)", "")

@@ -166,6 +166,38 @@ impl Registry {
             .map_err(sql::SqlError::into_error)
     }
 
+    /// Pending keys of table `from` (quoted) follow it to `to`, as MySQL's
+    /// keys follow a renamed table (created ones PostgreSQL moves itself).
+    pub fn rename(&mut self, database: &str, from: &str, to: &str) -> Result<(), Error> {
+        self.ensure(database)?;
+        for k in &mut self.memory {
+            if k.child == from {
+                k.child = to.to_string();
+            }
+            if k.parent == from {
+                k.parent = to.to_string();
+            }
+        }
+        let Some(table) = &self.table else {
+            return Ok(());
+        };
+        let group = ["child", "parent"]
+            .iter()
+            .map(|column| {
+                Statement::new(
+                    format!(
+                        "UPDATE {table} SET {column} = $2, definition = replace(definition, $1, $2) \
+                         WHERE {column} = $1"
+                    ),
+                    vec![SqlValue::Text(from.into()), SqlValue::Text(to.into())],
+                )
+            })
+            .collect();
+        sql::execute(database, vec![group])
+            .map(|_| ())
+            .map_err(sql::SqlError::into_error)
+    }
+
     /// The next InnoDB-style name of an unnamed key of `child`
     /// (`<table>_ibfk_<n>`).
     pub fn next_name(&mut self, database: &str, child: &str, table: &str) -> Result<String, Error> {

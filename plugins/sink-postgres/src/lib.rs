@@ -117,6 +117,9 @@ impl Sink for PostgresSink {
                 }
             })?;
         }
+        for (from, to) in &plan.renamed {
+            self.keys.rename(&database, from, to)?;
+        }
         for (child, name) in plan.dropped_keys {
             self.keys.drop(&database, &child, &name)?;
         }

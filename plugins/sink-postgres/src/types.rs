@@ -33,7 +33,10 @@ pub fn pg_type(column: &Column) -> String {
         }
     };
     match (name, unsigned) {
-        ("tinyint" | "smallint", false) | ("tinyint", true) | ("year", _) => "smallint".into(),
+        // BOOL is MySQL's TINYINT(1) (a DDL may spell it so).
+        ("tinyint" | "smallint" | "bool" | "boolean", false) | ("tinyint", true) | ("year", _) => {
+            "smallint".into()
+        }
         ("smallint" | "mediumint", true) | ("mediumint" | "int" | "integer", false) => {
             "integer".into()
         }
@@ -42,15 +45,19 @@ pub fn pg_type(column: &Column) -> String {
         ("bit", _) => "numeric(20,0)".into(),
         ("float", _) => "real".into(),
         ("double" | "real", _) => "double precision".into(),
-        ("decimal" | "numeric", _) if args.is_empty() => "numeric".into(),
-        ("decimal" | "numeric", _) => format!("numeric({args})"),
+        ("decimal" | "numeric" | "dec" | "fixed", _) if args.is_empty() => "numeric".into(),
+        ("decimal" | "numeric" | "dec" | "fixed", _) => format!("numeric({args})"),
         ("char", _) if !args.is_empty() => format!("char({args})"),
         ("varchar", _) if !args.is_empty() => format!("varchar({args})"),
         ("tinytext" | "text" | "mediumtext" | "longtext" | "enum" | "set", _) => "text".into(),
         ("binary" | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob", _) => {
             "bytea".into()
         }
-        ("geometry", _) => "bytea".into(),
+        (
+            "geometry" | "point" | "linestring" | "polygon" | "multipoint" | "multilinestring"
+            | "multipolygon" | "geometrycollection",
+            _,
+        ) => "bytea".into(),
         ("json", _) => "jsonb".into(),
         ("date", _) => "date".into(),
         ("datetime", _) => with_fsp("timestamp"),
@@ -121,6 +128,9 @@ mod tests {
             ("timestamp(3)", ColumnType::Datetime, "timestamptz(3)"),
             ("time(2)", ColumnType::Text, "interval"),
             ("something new", ColumnType::Boolean, "boolean"),
+            ("point", ColumnType::Text, "bytea"),
+            ("bool", ColumnType::Text, "smallint"),
+            ("dec(6,2)", ColumnType::Text, "numeric(6,2)"),
             // Not numbers: no arguments reach PostgreSQL.
             ("varchar(1); drop table x", ColumnType::Text, "text"),
             ("decimal(5,2,1)", ColumnType::Decimal, "numeric"),

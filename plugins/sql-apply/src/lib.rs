@@ -84,6 +84,12 @@ pub trait Dialect {
 
     /// `a = b` that is true when both are NULL.
     fn null_safe_eq(column: &str, placeholder: &str) -> String;
+    /// [`Dialect::null_safe_eq`] for a single-precision `FLOAT` column, whose
+    /// value arrives as a double: the target compares it at its own
+    /// precision.
+    fn null_safe_float_eq(column: &str, placeholder: &str) -> String {
+        Self::null_safe_eq(column, placeholder)
+    }
 
     /// The `WHERE` clause picking one row by `condition` (a key condition
     /// when `keyed`, every column otherwise).
@@ -111,9 +117,16 @@ pub trait Dialect {
     /// table `table` (quoted) to `bound`.
     fn upsert_pruned(table: &str, changefeed: &str, bound: i64) -> Statement;
 
-    /// The statement that turns the session's foreign key checks off (or on
-    /// again), if the database has one a sink may run.
+    /// The statement that turns foreign key checks off (or on again) for
+    /// the rest of the downstream transaction, if the database has one.
     fn foreign_key_checks(on: bool) -> Option<Statement>;
+
+    /// Queries that tell whether the sink's user may run
+    /// [`Dialect::foreign_key_checks`], tried in order until one runs: its
+    /// first value true or 1 says it may. None: anyone may.
+    fn foreign_key_checks_probes() -> Vec<Statement> {
+        Vec::new()
+    }
 }
 
 /// The text and number forms both MySQL and PostgreSQL read: dates as
@@ -194,6 +207,9 @@ pub struct Applier<D> {
     targets: HashMap<(String, u32, u32), Rc<Target>>,
     /// Where applied transactions are recorded.
     progress: Progress,
+    /// Whether rows written upstream with foreign key checks off can be
+    /// applied so (asked the first time there is one).
+    checks_toggle: Option<bool>,
     dialect: PhantomData<D>,
 }
 
@@ -208,6 +224,7 @@ impl<D: Dialect> Applier<D> {
             replay: false,
             targets: HashMap::new(),
             progress,
+            checks_toggle: None,
             dialect: PhantomData,
         }
     }
@@ -269,14 +286,53 @@ impl<D: Dialect> Applier<D> {
                 by_ts.entry(row.commit_ts()).or_default().push(change);
             }
         }
+        // Batches of different tables come in any order (each table's in
+        // commit-ts order): keep the transactions in commit-ts order, a
+        // transaction written in several batches (a table each, or split)
+        // one.
         for (commit_ts, changes) in by_ts {
-            match self.pending.last_mut() {
-                // A transaction split over batches continues.
-                Some(last) if last.commit_ts == commit_ts => last.changes.extend(changes),
-                _ => self.pending.push(Txn { commit_ts, changes }),
+            let at = self.pending.partition_point(|t| t.commit_ts < commit_ts);
+            match self.pending.get_mut(at) {
+                Some(txn) if txn.commit_ts == commit_ts => txn.changes.extend(changes),
+                _ => self.pending.insert(at, Txn { commit_ts, changes }),
             }
         }
         Ok(())
+    }
+
+    /// Whether the sink may turn foreign key checks off (asked once; a
+    /// warning when it may not).
+    fn checks_toggle(&mut self) -> Result<bool, Error> {
+        if let Some(known) = self.checks_toggle {
+            return Ok(known);
+        }
+        let probes = D::foreign_key_checks_probes();
+        let mut allowed = probes.is_empty();
+        for probe in probes {
+            match sql::query(&self.config.database, probe, 1) {
+                Ok(rows) => {
+                    allowed = match rows.first().and_then(|r| r.first()) {
+                        Some(SqlValue::Int(1) | SqlValue::Uint(1)) => true,
+                        Some(SqlValue::Text(t)) => ["t", "true", "1"].contains(&t.as_str()),
+                        _ => false,
+                    };
+                    break;
+                }
+                Err(e) if e.kind == sql::ErrorKind::Retryable => return Err(e.into_error()),
+                Err(_) => {}
+            }
+        }
+        if !allowed {
+            sluice_sdk::host::log(
+                sluice_sdk::host::Level::Warn,
+                "rows written upstream with foreign key checks off are applied with them on: \
+                 the sink's user may not turn them off (PostgreSQL: a superuser, or \
+                 GRANT SET ON PARAMETER session_replication_role TO the user); \
+                 one whose parent is missing stops the changefeed",
+            );
+        }
+        self.checks_toggle = Some(allowed);
+        Ok(allowed)
     }
 
     /// What the target holds of `schema`'s table, read once per version.
@@ -304,7 +360,8 @@ impl<D: Dialect> Applier<D> {
             .filter(|i| !target.present.contains(i))
             .map(|i| target.schema.columns[i].name.as_str())
             .collect();
-        if !missing.is_empty() && target.present.len() < target.schema.columns.len() {
+        // A sequence's columns are its state, not columns of the target.
+        if !missing.is_empty() && target.kind != TargetKind::Sequence {
             sluice_sdk::host::warn(&format!(
                 "{} has no column {}: its values are not written",
                 target.name,
@@ -390,6 +447,14 @@ impl<D: Dialect> Applier<D> {
         }
         let max_rows = self.config.max_txn_row;
         let batch = self.config.batch_dml;
+        let toggle = if pending
+            .iter()
+            .any(|t| t.changes.iter().any(|c| c.no_fk_checks))
+        {
+            self.checks_toggle()?
+        } else {
+            false
+        };
         // What is replayed applies on one connection: a flush that failed
         // (a deadlock between groups, say) is not tried the same way again,
         // so a replay always gets through.
@@ -409,7 +474,7 @@ impl<D: Dialect> Applier<D> {
                     let applied: Vec<Applied> = group.iter().filter_map(Txn::applied).collect();
                     let first = group.iter().map(|t| t.commit_ts).min().unwrap_or(0);
                     let last = group.iter().map(|t| t.commit_ts).max().unwrap_or(0);
-                    let mut statements = statements::<D>(group, max_rows, batch);
+                    let mut statements = statements::<D>(group, max_rows, batch, toggle);
                     if recorded
                         && let Some(record) = self.progress.record::<D>(first, last, &applied)
                     {
@@ -423,7 +488,7 @@ impl<D: Dialect> Applier<D> {
             if !housekeeping.is_empty() {
                 groups.push(std::mem::take(&mut housekeeping));
             }
-            for call in calls(groups, MAX_CALL_STATEMENTS) {
+            for call in calls::<D>(groups, MAX_CALL_STATEMENTS) {
                 sql::execute(&database, call).map_err(|e| {
                     let retryable = e.kind == sql::ErrorKind::Retryable;
                     let message = format!(
@@ -445,16 +510,31 @@ impl<D: Dialect> Applier<D> {
 /// Groups packed into calls of at most `max` statements in all. The groups
 /// share no key, so calls may follow one another in any order; a group
 /// longer than `max` is cut into pieces applied one after another (each its
-/// own downstream transaction).
-fn calls(groups: Vec<Vec<Statement>>, max: usize) -> Vec<Vec<Vec<Statement>>> {
+/// own downstream transaction, which starts with foreign key checks off if
+/// the piece before it ended so).
+fn calls<D: Dialect>(groups: Vec<Vec<Statement>>, max: usize) -> Vec<Vec<Vec<Statement>>> {
+    let off = D::foreign_key_checks(false).map(|s| s.sql);
     let mut out: Vec<Vec<Vec<Statement>>> = Vec::new();
     let mut size = 0;
     for group in groups {
         if group.len() > max {
             let mut rest = group;
+            let mut checks_off = false;
             while !rest.is_empty() {
-                let tail = rest.split_off(rest.len().min(max));
-                out.push(vec![rest]);
+                let mut piece = Vec::with_capacity(max);
+                if checks_off && let Some(toggle) = D::foreign_key_checks(false) {
+                    piece.push(toggle);
+                }
+                let tail = rest.split_off(rest.len().min((max - piece.len()).max(1)));
+                for s in &rest {
+                    if D::foreign_key_checks(true).is_some_and(|on| on.sql == s.sql) {
+                        checks_off = false;
+                    } else if off.as_deref() == Some(s.sql.as_str()) {
+                        checks_off = true;
+                    }
+                }
+                piece.extend(rest);
+                out.push(vec![piece]);
                 rest = tail;
             }
             continue;
@@ -523,6 +603,11 @@ fn conflict_keys(change: &Change, image: &[SqlValue], out: &mut Vec<String>) {
         }
         out.push(text);
     };
+    if target.kind == TargetKind::Sequence {
+        // Its one row is its state: every change of it in commit order.
+        key(&target.name, "", &[]);
+        return;
+    }
     let primary = target.schema.key_indexes();
     if primary.is_empty() {
         key(&target.name, "", &(0..image.len()).collect::<Vec<_>>());
@@ -628,7 +713,12 @@ fn groups(txns: Vec<Txn>, workers: usize) -> Vec<Vec<Txn>> {
 /// net effect ([`write::net_statements`]); tables without a key, and every
 /// table without `batch`, get a statement per row change
 /// ([`write::row_statements`]).
-fn statements<D: Dialect>(group: Vec<Txn>, max_rows: usize, batch: bool) -> Vec<Statement> {
+fn statements<D: Dialect>(
+    group: Vec<Txn>,
+    max_rows: usize,
+    batch: bool,
+    toggle: bool,
+) -> Vec<Statement> {
     let mut linked: Vec<Change> = Vec::new();
     let mut others: Vec<Change> = Vec::new();
     for txn in group {
@@ -646,7 +736,7 @@ fn statements<D: Dialect>(group: Vec<Txn>, max_rows: usize, batch: bool) -> Vec<
             }
         }
     }
-    let mut out = write::faithful_statements::<D>(linked, max_rows);
+    let mut out = write::faithful_statements::<D>(linked, max_rows, toggle);
     if !batch {
         out.extend(write::row_statements::<D>(others.into_iter(), max_rows));
         return out;

@@ -32,6 +32,12 @@ impl Dialect for Mysql {
         format!("{column} <=> {placeholder}")
     }
 
+    /// `3.14` read from a `FLOAT` is not equal to the column's value (a
+    /// double comparison): cast it to the column's precision first.
+    fn null_safe_float_eq(column: &str, placeholder: &str) -> String {
+        format!("{column} <=> CAST({placeholder} AS FLOAT)")
+    }
+
     fn one_row(_target: &str, condition: &str, _keyed: bool) -> String {
         format!("WHERE {condition} LIMIT 1")
     }

@@ -232,10 +232,32 @@ impl Dialect for Postgres {
         )
     }
 
-    /// Turning off foreign key checks takes a superuser in PostgreSQL
-    /// (`session_replication_role`): rows flagged so are applied with them on.
-    fn foreign_key_checks(_on: bool) -> Option<Statement> {
-        None
+    /// `session_replication_role = replica` skips the triggers that check
+    /// foreign keys and run their actions, as MySQL's `foreign_key_checks =
+    /// 0` does; to the end of the transaction.
+    fn foreign_key_checks(on: bool) -> Option<Statement> {
+        Some(Statement::new(
+            format!(
+                "SET LOCAL session_replication_role = {}",
+                if on { "origin" } else { "replica" }
+            ),
+            Vec::new(),
+        ))
+    }
+
+    /// It takes a superuser, or (PostgreSQL 15 and later) a grant of `SET`
+    /// on the parameter.
+    fn foreign_key_checks_probes() -> Vec<Statement> {
+        vec![
+            Statement::new(
+                "SELECT has_parameter_privilege('session_replication_role', 'SET')",
+                Vec::new(),
+            ),
+            Statement::new(
+                "SELECT rolsuper FROM pg_roles WHERE rolname = current_user",
+                Vec::new(),
+            ),
+        ]
     }
 }
 

@@ -110,7 +110,7 @@ fn inserts_batch_updates_split_on_key_change_and_safe_rows_replace() {
         ),
         txn(5, vec![change(Op::Delete, Some((9, 20)), None, false)]),
     ];
-    let sql: Vec<String> = statements::<Q>(group, 2, false)
+    let sql: Vec<String> = statements::<Q>(group, 2, false, true)
         .into_iter()
         .map(|s| s.sql)
         .collect();
@@ -131,7 +131,7 @@ fn inserts_batch_updates_split_on_key_change_and_safe_rows_replace() {
 
 /// `(sql, params)` of `statements` in batch mode.
 fn batched(group: Vec<Txn>, max_rows: usize) -> Vec<(String, Vec<SqlValue>)> {
-    statements::<Q>(group, max_rows, true)
+    statements::<Q>(group, max_rows, true, true)
         .into_iter()
         .map(|s| (s.sql, s.params))
         .collect()
@@ -358,8 +358,33 @@ fn calls_hold_whole_groups_up_to_the_bound_and_cut_longer_ones() {
             .collect()
     };
     assert_eq!(
-        sizes(calls(vec![group(3), group(2), group(4), group(9)], 5)),
+        sizes(calls::<Mysql>(
+            vec![group(3), group(2), group(4), group(9)],
+            5
+        )),
         vec![vec![3, 2], vec![4], vec![5], vec![4]]
+    );
+    // A piece cut while foreign key checks are off starts with them off.
+    let off = Postgres::foreign_key_checks(false).unwrap();
+    let on = Postgres::foreign_key_checks(true).unwrap();
+    let mut long = group(2);
+    long.push(off.clone());
+    long.extend(group(3));
+    long.push(on.clone());
+    long.extend(group(3));
+    let cut = calls::<Postgres>(vec![long], 4);
+    let text: Vec<Vec<&str>> = cut
+        .iter()
+        .map(|c| c[0].iter().map(|s| s.sql.as_str()).collect())
+        .collect();
+    let (off, on) = (off.sql.as_str(), on.sql.as_str());
+    assert_eq!(
+        text,
+        vec![
+            vec!["SELECT 1", "SELECT 1", off, "SELECT 1"],
+            vec![off, "SELECT 1", "SELECT 1", on],
+            vec!["SELECT 1", "SELECT 1", "SELECT 1"],
+        ]
     );
 }
 
@@ -438,7 +463,7 @@ fn wide_tables_get_fewer_rows_per_statement() {
             )
         })
         .collect();
-    let out = statements::<Q>(vec![txn(1, changes)], 256, true);
+    let out = statements::<Q>(vec![txn(1, changes)], 256, true, true);
     // 65,535 parameters hold 65 rows of 1000 columns.
     let rows: Vec<usize> = out.iter().map(|s| s.params.len() / 1000).collect();
     assert_eq!(rows, [65, 65, 65, 5]);

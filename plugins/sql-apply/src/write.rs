@@ -76,10 +76,13 @@ fn by_key<D: Dialect>(
         .iter()
         .enumerate()
         .map(|(n, &i)| {
-            let column = D::ident(&target.schema.columns[i].name);
+            let c = &target.schema.columns[i];
+            let column = D::ident(&c.name);
             let p = D::placeholder(first + n);
             if keyed {
                 format!("{column} = {p}")
+            } else if c.sql_type.starts_with("float") {
+                D::null_safe_float_eq(&column, &p)
             } else {
                 D::null_safe_eq(&column, &p)
             }
@@ -271,10 +274,12 @@ pub(crate) fn row_statements<D: Dialect>(
 /// statements; an update is an `UPDATE`, even when it changes the key (so
 /// that `ON UPDATE CASCADE` runs as upstream); idempotent rows upsert (never
 /// delete-and-insert, which would cascade to child rows). Rows that ran
-/// upstream with foreign key checks off run so downstream too.
+/// upstream with foreign key checks off run so downstream too, with
+/// `toggle` (the sink may turn them off).
 pub(crate) fn faithful_statements<D: Dialect>(
     changes: Vec<Change>,
     max_rows: usize,
+    toggle: bool,
 ) -> Vec<Statement> {
     let mut out = Vec::new();
     let mut inserts = Inserts {
@@ -284,7 +289,8 @@ pub(crate) fn faithful_statements<D: Dialect>(
     };
     let mut checks_off = false;
     for change in changes {
-        if change.no_fk_checks != checks_off
+        if toggle
+            && change.no_fk_checks != checks_off
             && let Some(toggle) = D::foreign_key_checks(!change.no_fk_checks)
         {
             inserts.statement::<D>(toggle);

@@ -98,3 +98,68 @@ pub fn fingerprint(text: &str) -> u128 {
     let digest = Sha256::digest(text.as_bytes());
     u128::from_le_bytes(digest[..16].try_into().expect("16 bytes"))
 }
+
+/// `sluice diff --quiet` of `tables` between `source` and `target`: (equal,
+/// what it printed).
+pub fn sluice_diff(source: &str, target: &str, tables: &[&str]) -> (bool, String) {
+    let mut args = vec![
+        "diff".to_string(),
+        "--quiet".into(),
+        "--source".into(),
+        source.into(),
+        "--target".into(),
+        target.into(),
+        "--chunk-rows".into(),
+        "20000".into(),
+    ];
+    for t in tables {
+        args.extend(["--table".to_string(), t.to_string()]);
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(&args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// A changefeed's config from MySQL/MariaDB `source` through SQL sink
+/// `plugin` to the granted `target` (database `target` in the sink's
+/// config): `sink_extra` goes in `[sink.config]`, `rest` (its own sections)
+/// after the sink's.
+pub fn sql_changefeed(
+    plugin: &str,
+    source: &str,
+    target: &str,
+    sink_extra: &str,
+    rest: &str,
+) -> String {
+    format!(
+        r#"
+[source]
+type = "mysql"
+url = "{source}"
+heartbeat-ms = 200
+
+[sink]
+plugin = "{plugin}@0.1.0"
+[sink.config]
+database = "target"
+worker-count = 4
+{sink_extra}
+[sink.capabilities.sql]
+target = "{target}"
+[sink.limits]
+sql-connections = 4
+host-call-timeout-ms = 120000
+
+{rest}
+"#
+    )
+}
