@@ -375,9 +375,19 @@ impl Side {
         chunk: &Chunk,
     ) -> Result<(u64, u64), DiffError> {
         let (condition, params) = self.condition(key, key_kinds, chunk);
+        let mysql = matches!(self.conn, Conn::Mysql(_));
         let list = columns
             .iter()
-            .map(|c| self.ident(&c.name))
+            .map(|c| {
+                let id = self.ident(&c.name);
+                // Text of different collations in one CONCAT_WS is an
+                // "illegal mix": each as UTF-8 with one binary collation.
+                if mysql && c.kind == Kind::Text {
+                    format!("CONVERT({id} USING utf8mb4) COLLATE utf8mb4_bin")
+                } else {
+                    id
+                }
+            })
             .collect::<Vec<_>>()
             .join(", ");
         let name = self.name;

@@ -410,9 +410,12 @@ pub fn plan(event: &DdlEvent, config: &Config) -> Plan {
                         )));
                         let Some(expr) = computed else { continue };
                         // The column stays plain (rows bring their values);
-                        // the rows already there get theirs computed.
+                        // the rows already there get theirs computed (a
+                        // table not created yet has none).
                         format!(
-                            "UPDATE {table} SET {} = ({expr})::{ty}",
+                            "DO $sluice$ BEGIN IF to_regclass('{}') IS NOT NULL THEN \
+                             UPDATE {table} SET {} = ({expr})::{ty}; END IF; END $sluice$",
+                            table.replace('\'', "''"),
                             Postgres::ident(&column)
                         )
                     }
@@ -1267,7 +1270,9 @@ mod tests {
                 add("m", "date", ""),
                 add("n", "integer", ""),
                 add("o", "bigint", ""),
-                "UPDATE \"shop\".\"t\" SET \"o\" = (\"id\" * 3 + (\"a\" - 1))::bigint".to_string(),
+                "DO $sluice$ BEGIN IF to_regclass('\"shop\".\"t\"') IS NOT NULL THEN \
+                 UPDATE \"shop\".\"t\" SET \"o\" = (\"id\" * 3 + (\"a\" - 1))::bigint; END IF; END $sluice$"
+                    .to_string(),
                 add("r", "bytea", " DEFAULT '\\x000000'"),
                 add("s", "bytea", " DEFAULT '\\x61620000'"),
                 add("p", "varchar(9)", ""),

@@ -121,6 +121,12 @@ pub trait Dialect {
     /// the rest of the downstream transaction, if the database has one.
     fn foreign_key_checks(on: bool) -> Option<Statement>;
 
+    /// A statement every group of row changes starts with (the session's
+    /// settings for applying rows), if any.
+    fn row_session() -> Option<Statement> {
+        None
+    }
+
     /// Queries that tell whether the sink's user may run
     /// [`Dialect::foreign_key_checks`], tried in order until one runs: its
     /// first value true or 1 says it may. None: anyone may.
@@ -475,6 +481,11 @@ impl<D: Dialect> Applier<D> {
                     let first = group.iter().map(|t| t.commit_ts).min().unwrap_or(0);
                     let last = group.iter().map(|t| t.commit_ts).max().unwrap_or(0);
                     let mut statements = statements::<D>(group, max_rows, batch, toggle);
+                    if !statements.is_empty()
+                        && let Some(session) = D::row_session()
+                    {
+                        statements.insert(0, session);
+                    }
                     if recorded
                         && let Some(record) = self.progress.record::<D>(first, last, &applied)
                     {
@@ -520,8 +531,13 @@ fn calls<D: Dialect>(groups: Vec<Vec<Statement>>, max: usize) -> Vec<Vec<Vec<Sta
         if group.len() > max {
             let mut rest = group;
             let mut checks_off = false;
+            let mut first = true;
             while !rest.is_empty() {
                 let mut piece = Vec::with_capacity(max);
+                if !first && let Some(session) = D::row_session() {
+                    piece.push(session);
+                }
+                first = false;
                 if checks_off && let Some(toggle) = D::foreign_key_checks(false) {
                     piece.push(toggle);
                 }

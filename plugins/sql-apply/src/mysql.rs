@@ -32,6 +32,19 @@ impl Dialect for Mysql {
         format!("{column} <=> {placeholder}")
     }
 
+    /// Rows carry the values upstream stored, so they are written as they
+    /// are: not strict (what the target computes itself, a generated
+    /// column, is then what a non-strict upstream session made of it, and
+    /// a strict one would have failed upstream), and a 0 in an
+    /// `AUTO_INCREMENT` column stays 0. A replica applies row events under
+    /// the upstream transaction's `sql_mode`, which row events do not carry.
+    fn row_session() -> Option<Statement> {
+        Some(Statement::new(
+            "SET SESSION sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION'",
+            Vec::new(),
+        ))
+    }
+
     /// `3.14` read from a `FLOAT` is not equal to the column's value (a
     /// double comparison): cast it to the column's precision first.
     fn null_safe_float_eq(column: &str, placeholder: &str) -> String {

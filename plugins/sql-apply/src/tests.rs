@@ -362,7 +362,16 @@ fn calls_hold_whole_groups_up_to_the_bound_and_cut_longer_ones() {
             vec![group(3), group(2), group(4), group(9)],
             5
         )),
-        vec![vec![3, 2], vec![4], vec![5], vec![4]]
+        vec![vec![3, 2], vec![4], vec![5], vec![5]]
+    );
+    // The piece after a cut starts a session of its own (MySQL: its
+    // sql_mode for rows).
+    let cut = calls::<Mysql>(vec![group(9)], 5);
+    assert_eq!(
+        cut[1][0][0].sql,
+        Mysql::row_session().unwrap().sql,
+        "{:?}",
+        cut[1][0]
     );
     // A piece cut while foreign key checks are off starts with them off.
     let off = Postgres::foreign_key_checks(false).unwrap();
