@@ -32,7 +32,6 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use sluice_tests::mariadb::PrivateMariaDb;
@@ -3815,23 +3814,9 @@ fn sluice_diff(
     unreadable: &mut BTreeMap<String, String>,
 ) -> (bool, String) {
     let run = |tables: &[String]| {
-        let mut args = vec![
-            "diff".to_string(),
-            "--quiet".into(),
-            "--source".into(),
-            source.into(),
-            "--target".into(),
-            target.into(),
-            "--chunk-rows".into(),
-            "1000".into(),
-        ];
-        for t in tables {
-            args.extend(["--table".to_string(), format!("{DB}.{t}")]);
-        }
-        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(&args)
-            .output()
-            .expect("sluice diff runs");
+        let names: Vec<String> = tables.iter().map(|t| format!("{DB}.{t}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let out = common::sluice_diff_run(source, target, &names, 1000);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         // It stops at a table it cannot read: no line for it.

@@ -344,9 +344,9 @@ pub fn plan(event: &DdlEvent, config: &Config) -> Plan {
             // No TRUNCATE IF EXISTS: the table may not have been created
             // downstream (it had no rows yet).
             let name = target(table);
-            plan.statements.push(statement(format!(
-                "DO $sluice$ BEGIN IF to_regclass('{}') IS NOT NULL THEN TRUNCATE TABLE {name}; END IF; END $sluice$",
-                name.replace('\'', "''")
+            plan.statements.push(statement(if_table_exists(
+                &name,
+                &format!("TRUNCATE TABLE {name}"),
             )));
         }
         return plan;
@@ -412,11 +412,12 @@ pub fn plan(event: &DdlEvent, config: &Config) -> Plan {
                         // The column stays plain (rows bring their values);
                         // the rows already there get theirs computed (a
                         // table not created yet has none).
-                        format!(
-                            "DO $sluice$ BEGIN IF to_regclass('{}') IS NOT NULL THEN \
-                             UPDATE {table} SET {} = ({expr})::{ty}; END IF; END $sluice$",
-                            table.replace('\'', "''"),
-                            Postgres::ident(&column)
+                        if_table_exists(
+                            &table,
+                            &format!(
+                                "UPDATE {table} SET {} = ({expr})::{ty}",
+                                Postgres::ident(&column)
+                            ),
                         )
                     }
                     ColumnChange::Drop { column } => format!(
@@ -678,6 +679,21 @@ fn column_changes(tokens: &[Token]) -> Vec<ColumnChange> {
         });
     }
     out
+}
+
+/// `statement` run only if `table` (quoted) exists: a `DO` block, quoted
+/// with a dollar tag the block does not contain (a table's name may hold
+/// `$sluice$`, which would end a fixed tag and run the rest as SQL).
+fn if_table_exists(table: &str, statement: &str) -> String {
+    let body = format!(
+        "BEGIN IF to_regclass('{}') IS NOT NULL THEN {statement}; END IF; END",
+        table.replace('\'', "''")
+    );
+    let mut tag = String::from("sluice");
+    while body.contains(&format!("${tag}$")) {
+        tag.push('_');
+    }
+    format!("DO ${tag}$ {body} ${tag}$")
 }
 
 /// What the rows already in a table get in a column an `ALTER TABLE ... ADD`
@@ -1235,6 +1251,18 @@ mod tests {
             ]
         );
         assert_eq!(p.altered, ["\"shop\".\"t\""]);
+    }
+
+    #[test]
+    fn a_table_name_cannot_end_the_dollar_quote_of_its_do_block() {
+        let p = run("TRUNCATE TABLE `x$sluice$; DROP TABLE y; --`", "");
+        assert_eq!(
+            sql(&p),
+            [
+                "DO $sluice_$ BEGIN IF to_regclass('\"shop\".\"x$sluice$; DROP TABLE y; --\"') IS NOT NULL \
+                 THEN TRUNCATE TABLE \"shop\".\"x$sluice$; DROP TABLE y; --\"; END IF; END $sluice_$"
+            ]
+        );
     }
 
     #[test]

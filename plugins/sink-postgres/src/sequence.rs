@@ -136,7 +136,10 @@ pub fn statements(event: &DdlEvent, default: &str, config: &Config) -> Vec<State
     let _ = default;
     match event.kind.as_str() {
         "create sequence" => {
-            let schema = first.split('.').next().unwrap_or_default();
+            // The target schema, quoted (a name may hold a dot).
+            let schema = event.tables.first().map_or_else(String::new, |q| {
+                Postgres::ident(&config.target(&q.schema_name, &q.table_name).0)
+            });
             let mut sql = format!("CREATE SEQUENCE IF NOT EXISTS {first}");
             for o in options(rest) {
                 sql.push(' ');

@@ -102,23 +102,7 @@ pub fn fingerprint(text: &str) -> u128 {
 /// `sluice diff --quiet` of `tables` between `source` and `target`: (equal,
 /// what it printed).
 pub fn sluice_diff(source: &str, target: &str, tables: &[&str]) -> (bool, String) {
-    let mut args = vec![
-        "diff".to_string(),
-        "--quiet".into(),
-        "--source".into(),
-        source.into(),
-        "--target".into(),
-        target.into(),
-        "--chunk-rows".into(),
-        "20000".into(),
-    ];
-    for t in tables {
-        args.extend(["--table".to_string(), t.to_string()]);
-    }
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(&args)
-        .output()
-        .unwrap();
+    let out = sluice_diff_run(source, target, tables, 20_000);
     (
         out.status.success(),
         format!(
@@ -127,6 +111,24 @@ pub fn sluice_diff(source: &str, target: &str, tables: &[&str]) -> (bool, String
             String::from_utf8_lossy(&out.stderr)
         ),
     )
+}
+
+/// Runs `sluice diff --quiet` of `tables` (`db.table`) between `source` and
+/// `target` in chunks of `chunk_rows`.
+pub fn sluice_diff_run(
+    source: &str,
+    target: &str,
+    tables: &[&str],
+    chunk_rows: usize,
+) -> std::process::Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command
+        .args(["diff", "--quiet", "--source", source, "--target", target])
+        .args(["--chunk-rows", &chunk_rows.to_string()]);
+    for t in tables {
+        command.args(["--table", t]);
+    }
+    command.output().expect("sluice diff runs")
 }
 
 /// A changefeed's config from MySQL/MariaDB `source` through SQL sink
