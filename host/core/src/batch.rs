@@ -1,6 +1,7 @@
 //! Column-oriented batches: the shape the plugin contract carries (see
 //! `wit/plugin.wit`), built here from row changes.
 
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 use crate::error::BatchError;
@@ -17,7 +18,7 @@ pub const FLAG_SPLIT: u8 = 2;
 pub const FLAG_NO_FK_CHECKS: u8 = 4;
 
 /// Logical column type; mirrors `types.column-type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ColumnType {
     /// Signed integer, carried as `i64`.
     Int,
@@ -69,7 +70,7 @@ impl ColumnType {
 }
 
 /// One column of a table.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Column {
     /// The column's name upstream.
     pub name: String,
@@ -84,7 +85,7 @@ pub struct Column {
 }
 
 /// A table's schema at one version.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableSchema {
     /// The id batches refer to the table by, stable for the changefeed.
     pub table_id: u32,
@@ -108,7 +109,7 @@ impl TableSchema {
 /// Offsets plus one data buffer; value `i` is `data[offsets[i]..offsets[i+1]]`.
 /// `offsets` is empty (no values yet: nothing allocated) or holds one entry more
 /// than there are values, the first being 0.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ByteValues {
     /// Where each value starts, and the end of the last.
     pub offsets: Vec<u32>,
@@ -117,7 +118,7 @@ pub struct ByteValues {
 }
 
 /// The values of one column.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ColumnValues {
     /// Int, datetime, date and boolean columns.
     Int64(Vec<i64>),
@@ -131,7 +132,7 @@ pub enum ColumnValues {
 
 /// One column of an image with its NULL bitmap (empty, or shorter than the
 /// values, when the rest is not NULL).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ColumnData {
     /// The values (a NULL holds a zero or an empty value).
     pub values: ColumnValues,

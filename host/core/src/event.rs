@@ -271,6 +271,12 @@ impl TableChanges {
         &self.seq
     }
 
+    /// The flag bits the source set, per row; rows past its end have none
+    /// (empty while no row has any).
+    pub fn flags(&self) -> &[u8] {
+        &self.flags
+    }
+
     /// The flag bits the source set on row `i` (0 for most rows).
     pub fn flag(&self, i: usize) -> u8 {
         self.flags.get(i).copied().unwrap_or(0)
@@ -626,7 +632,7 @@ impl Transaction {
 }
 
 /// A schema change.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct DdlEvent {
     /// Its commit ts.
     pub commit_ts: CommitTs,
