@@ -7,6 +7,7 @@
 //! aborts it when the assignment says so or goes.
 
 mod agent;
+mod builder;
 mod processor;
 pub mod progress;
 mod settings;
@@ -23,6 +24,7 @@ use sluice_meta::{Compare, MetaStore};
 use sluice_registry::PluginRegistry;
 
 pub use agent::Agent;
+pub use builder::{Changefeed, ChangefeedBuilder, UpTo};
 pub use processor::{Live, PluginCounters, Processor, SwapStats, plugin_roles};
 pub use progress::{Claim, Counters, MetaProgressStore, Reporter, TaskPosition};
 pub use settings::{plugin_data_dir, plugin_settings};

@@ -8,18 +8,14 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use sluice_core::{
-    Checkpoint, CheckpointTs, CommitTs, ResolvedTs, ResumeError, Source, SourceEvent,
-    TransactionRun,
-};
+use sluice_core::{CheckpointTs, CommitTs};
 use sluice_owner::{ChangefeedId, ChangefeedInfo, Epoch, ErrorKind, Outcome, TaskState};
 use sluice_owner::{
     LatencyReport, PluginRole, ShadowDifference, ShadowReport, SwapReport, SwapState,
 };
 use sluice_processor::{
-    FilterSwapRequest, Pipeline, PipelineError, Probation, Progress, ProgressStoreError,
-    ShadowCandidate, ShadowCommand, ShadowLimits, ShadowSnapshot, ShadowStatus, SwapRequest,
-    Verdict,
+    FilterSwapRequest, PipelineError, Probation, Progress, ProgressStoreError, ShadowCandidate,
+    ShadowCommand, ShadowLimits, ShadowSnapshot, ShadowStatus, SwapRequest, Verdict,
 };
 use sluice_runtime::{LatencyHistogram, PluginKind, PluginStats, WasmFilter, WasmSink};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +24,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::Ctx;
+use crate::builder::{Changefeed, ChangefeedBuilder};
 use crate::progress::{Claim, Counters, MetaProgressStore, Reporter};
 use crate::settings::{plugin_data_dir, plugin_settings};
 use sluice_registry::RegistryError;
@@ -393,44 +390,34 @@ async fn run(
         Ok(s) => s,
         Err(o) => return o,
     };
-    // Generated time starts after the changefeed's start ts (fixed at create,
-    // so a resume regenerates the same workload).
-    let source = match sluice_source::build(&info.config.source, &info.config.filter, info.start_ts)
-    {
-        Ok(s) => s,
-        Err(e) => return failed(ErrorKind::Config, format!("source: {e}")),
-    };
-    let mut config = sluice_processor::PipelineConfig::from(&info.config.pipeline);
-    // Batches must fit every plugin's bound, with half in reserve for filters that
-    // grow values.
-    let bound = filters
-        .iter()
-        .map(WasmFilter::max_batch_bytes)
-        .chain([sink.max_batch_bytes()])
-        .min()
-        .unwrap_or(u64::MAX);
-    config.max_batch_bytes = config.max_batch_bytes.min((bound / 2) as usize);
-    config.replay_until = CommitTs::new(previous.fence_ts);
     tracing::info!(
         checkpoint = checkpoint.get(),
         replay_until = previous.fence_ts,
         "Processor starting."
     );
-
-    let source = UpTo {
-        inner: source,
-        target: info.target_ts,
-        reached: false,
-    };
-    let start = previous.resume_point(checkpoint);
     let reporter = store.reporter();
-    let mut pipeline =
-        Pipeline::new(config, filters, sink, start).with_progress_store(Box::new(store));
-    // The continuous validator, if `[validator]` asks for one; it ends with
-    // this run.
-    let _validator = crate::validate::settings(&info.config).map(|settings| {
-        let (listener, running) = crate::validate::start(settings);
-        pipeline.set_ack_listener(listener);
+    // Generated time starts after the changefeed's start ts (fixed at create,
+    // so a resume regenerates the same workload).
+    let built = ChangefeedBuilder::new(&info.config, filters, sink)
+        .start_ts(info.start_ts)
+        .target_ts(info.target_ts)
+        .resume(
+            previous.resume_point(checkpoint),
+            CommitTs::new(previous.fence_ts),
+        )
+        .progress_store(Box::new(store))
+        .build();
+    let Changefeed {
+        mut pipeline,
+        source,
+        validator,
+    } = match built {
+        Ok(built) => built,
+        Err(e) => return failed(ErrorKind::Config, format!("source: {e}")),
+    };
+    // The continuous validator, if `[validator]` asks for one, publishes its
+    // findings; it ends with this run.
+    let _validator = validator.map(|running| {
         let publish = crate::validate::publish(&running, reporter.clone());
         (running, publish)
     });
@@ -545,61 +532,6 @@ async fn run(
             };
             failed(kind, crate::error_chain(&e))
         }
-    }
-}
-
-/// A source that ends at the target ts: nothing above it is replicated, and the
-/// target itself is resolved first, so that the checkpoint reaches it.
-struct UpTo<S> {
-    inner: S,
-    target: Option<CommitTs>,
-    reached: bool,
-}
-
-impl<S: Source> Source for UpTo<S> {
-    type Error = S::Error;
-
-    async fn next_event(&mut self) -> Result<SourceEvent, S::Error> {
-        if self.reached {
-            return Ok(SourceEvent::End);
-        }
-        let event = self.inner.next_event().await?;
-        let Some(target) = self.target else {
-            return Ok(event);
-        };
-        let past = match &event {
-            SourceEvent::Transaction(t) => t.commit_ts > target,
-            SourceEvent::Ddl(d) => d.commit_ts > target,
-            SourceEvent::Resolved(r) => r.get() >= target.get(),
-            SourceEvent::End => false,
-        };
-        if past {
-            // Everything up to the target has been produced.
-            self.reached = true;
-            return Ok(SourceEvent::Resolved(ResolvedTs::from(target)));
-        }
-        Ok(event)
-    }
-
-    /// Runs pass through when there is no target; with one, transactions come
-    /// one by one, so that the first past the target is seen and not produced.
-    async fn next_run(
-        &mut self,
-        max_transactions: usize,
-        max_bytes: usize,
-    ) -> Result<Option<TransactionRun>, S::Error> {
-        if self.reached || self.target.is_some() {
-            return Ok(None);
-        }
-        self.inner.next_run(max_transactions, max_bytes).await
-    }
-
-    fn stats(&self) -> Option<Arc<sluice_core::SourceStats>> {
-        self.inner.stats()
-    }
-
-    fn resume(&mut self, from: &Checkpoint) -> Result<(), ResumeError> {
-        self.inner.resume(from)
     }
 }
 

@@ -21,6 +21,10 @@ pub struct PipelineConfig {
     /// How often the sink is flushed and the checkpoint moves, in milliseconds.
     #[serde(default = "default_flush_ms")]
     pub flush_interval_ms: u64,
+    /// Flush as soon as the source has nothing more ready (else only by
+    /// interval and bytes): the lag then follows the downstream's speed.
+    #[serde(default = "default_true")]
+    pub flush_when_idle: bool,
     /// Decoded transactions that may wait between source and pipeline.
     #[serde(default = "default_cache")]
     pub event_cache_count: usize,
@@ -51,6 +55,9 @@ fn default_batch_bytes() -> ByteSize {
 fn default_flush_ms() -> u64 {
     1000
 }
+fn default_true() -> bool {
+    true
+}
 fn default_cache() -> usize {
     10_240
 }
@@ -73,6 +80,7 @@ impl Default for PipelineConfig {
             max_batch_rows: default_batch_rows(),
             max_batch_bytes: default_batch_bytes(),
             flush_interval_ms: default_flush_ms(),
+            flush_when_idle: true,
             event_cache_count: default_cache(),
             event_cache_bytes: default_cache_bytes(),
             max_retries: default_retries(),

@@ -12,6 +12,9 @@ pub struct PipelineConfig {
     pub max_batch_bytes: usize,
     /// How often the sink is asked to flush (and the checkpoint can move).
     pub flush_interval: Duration,
+    /// Flush as soon as the source has nothing more ready, besides every
+    /// `flush_interval` and after `max_pending_bytes`.
+    pub flush_when_idle: bool,
     /// Source events (transactions, resolved marks, DDL) that may wait between the
     /// source task and the pipeline.
     pub event_cache_count: usize,
@@ -51,6 +54,7 @@ impl From<&sluice_config::PipelineConfig> for PipelineConfig {
             max_batch_rows: p.max_batch_rows,
             max_batch_bytes: usize::try_from(p.max_batch_bytes.0).unwrap_or(usize::MAX),
             flush_interval: Duration::from_millis(p.flush_interval_ms),
+            flush_when_idle: p.flush_when_idle,
             event_cache_count: p.event_cache_count,
             event_cache_bytes: usize::try_from(p.event_cache_bytes.0).unwrap_or(usize::MAX),
             max_pending_bytes: 64 << 20,
@@ -60,6 +64,36 @@ impl From<&sluice_config::PipelineConfig> for PipelineConfig {
             checkpoint_interval: Duration::from_millis(p.checkpoint_interval_ms),
             fence_ahead: Duration::from_millis(p.fence_ahead_ms),
             replay_until: sluice_core::CommitTs::ZERO,
+        }
+    }
+}
+
+/// How a failed plugin call is retried.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Retry {
+    /// Retries of one failure before the pipeline gives up.
+    pub(crate) max_retries: u32,
+    initial_backoff: Duration,
+    max_backoff: Duration,
+}
+
+impl Retry {
+    /// The wait before retry number `attempt` (from 1): doubled per retry up
+    /// to the longest backoff.
+    pub(crate) fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 1u32 << attempt.saturating_sub(1).min(16);
+        self.initial_backoff
+            .saturating_mul(factor)
+            .min(self.max_backoff)
+    }
+}
+
+impl From<&PipelineConfig> for Retry {
+    fn from(c: &PipelineConfig) -> Self {
+        Self {
+            max_retries: c.max_retries,
+            initial_backoff: c.initial_backoff,
+            max_backoff: c.max_backoff,
         }
     }
 }

@@ -1,22 +1,46 @@
-//! Per-table state: the batch being built, rows held behind a DDL barrier, and
-//! what bounds the table's checkpoint.
+//! One table of the changefeed: its dispatcher appends the table's rows to the
+//! batch it builds, writes full batches to its [`Output`], holds rows behind a
+//! [`Barrier`], and tells the ts up to which it has written everything.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use sluice_core::{CommitTs, TableBatch, TableChanges, TableSchema};
+use sluice_core::{
+    Batch, ColumnData, CommitTs, FLAG_REPLAY, FLAG_SPLIT, RunPart, RunTransaction, TableBatch,
+    TableChanges, TableSchema,
+};
 
+use crate::barrier::Barrier;
 use crate::cache::CachePermit;
+use crate::error::PipelineError;
 
-/// One transaction's rows of a table that wait for a DDL barrier, with the cache
+/// Where a dispatcher's batches go (the sink writer).
+pub(crate) trait Output {
+    /// Write `batch` (of one or more tables; `schemas` are theirs) downstream.
+    async fn write(
+        &mut self,
+        schemas: Vec<Arc<TableSchema>>,
+        batch: Batch,
+    ) -> Result<(), PipelineError>;
+}
+
+/// How big a batch may grow.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bounds {
+    pub(crate) rows: usize,
+    pub(crate) bytes: usize,
+    /// Rows with commit ts <= this are flagged replay.
+    pub(crate) replay_until: CommitTs,
+}
+
+/// One transaction's rows of a table that wait for a barrier, with the cache
 /// bytes they hold.
 pub(crate) struct Held {
     pub(crate) commit_ts: CommitTs,
     /// Its transaction's id.
     pub(crate) id: u64,
-    /// They go on once the DDL at this ts (and every one before it) is applied:
-    /// the latest pending DDL of any table their transaction touches.
-    pub(crate) waits_for: CommitTs,
+    /// They go on once this barrier (and every one before it) has passed.
+    pub(crate) waits_for: Barrier,
     pub(crate) changes: TableChanges,
     /// Part of a transaction that came in parts.
     pub(crate) split: bool,
@@ -26,26 +50,26 @@ pub(crate) struct Held {
 /// One table of the changefeed.
 pub(crate) struct Dispatcher {
     /// The schema of the rows in `batch` (and of the last rows seen).
-    pub(crate) schema: Arc<TableSchema>,
+    schema: Arc<TableSchema>,
     /// `schema.table`, for the report.
     pub(crate) name: String,
     /// The batch being built.
-    pub(crate) batch: Option<TableBatch>,
-    pub(crate) batch_bytes: usize,
+    batch: Option<TableBatch>,
+    batch_bytes: usize,
     /// Commit ts of the first row in `batch`.
-    pub(crate) first_unwritten: Option<CommitTs>,
-    /// Rows above a pending DDL of this table, in order.
-    pub(crate) held: VecDeque<Held>,
-    /// The earliest pending DDL affecting this table.
-    pub(crate) blocked_by: Option<CommitTs>,
+    first_unwritten: Option<CommitTs>,
+    /// Rows above a barrier that has not passed, in order.
+    held: VecDeque<Held>,
+    /// The earliest barrier this table waits for.
+    blocked_by: Option<Barrier>,
     /// Rows received.
     pub(crate) rows_in: u64,
     /// An empty batch sized like the last full one, to build the next in.
-    pub(crate) spare: Option<TableBatch>,
+    spare: Option<TableBatch>,
 }
 
 impl Dispatcher {
-    pub(crate) fn new(schema: Arc<TableSchema>, blocked_by: Option<CommitTs>) -> Self {
+    pub(crate) fn new(schema: Arc<TableSchema>, blocked_by: Option<Barrier>) -> Self {
         Self {
             name: schema.qualified_name(),
             schema,
@@ -59,41 +83,350 @@ impl Dispatcher {
         }
     }
 
-    pub(crate) fn rows(&self) -> usize {
+    fn rows(&self) -> usize {
         self.batch.as_ref().map_or(0, TableBatch::len)
     }
 
+    /// Nothing of this table waits for a barrier.
+    pub(crate) fn is_free(&self) -> bool {
+        self.held.is_empty() && self.blocked_by.is_none()
+    }
+
+    /// What the last rows held wait for.
+    pub(crate) fn last_held(&self) -> Option<Barrier> {
+        self.held.back().map(|h| h.waits_for)
+    }
+
+    /// A barrier came in: the table's later rows wait for it (unless they
+    /// already wait for an earlier one).
+    pub(crate) fn block(&mut self, barrier: Barrier) {
+        self.blocked_by.get_or_insert(barrier);
+    }
+
+    /// Keep `held` until its barrier passes.
+    pub(crate) fn hold(&mut self, held: Held) {
+        self.held.push_back(held);
+    }
+
     /// Every row of this table with commit ts <= the result has been written to
-    /// the sink, given that every event <= `read_through` has been received: the
-    /// table's checkpoint after the next successful flush.
+    /// the output, given that every event <= `read_through` has been received:
+    /// the table's checkpoint after the next successful flush.
     pub(crate) fn written_through(&self, read_through: CommitTs) -> CommitTs {
         let before = |ts: CommitTs| CommitTs::new(ts.get().saturating_sub(1));
         [
             Some(read_through),
             self.first_unwritten.map(before),
             self.held.front().map(|h| before(h.commit_ts)),
-            self.blocked_by.map(before),
+            self.blocked_by.map(|b| before(b.ts())),
         ]
         .into_iter()
         .flatten()
         .min()
         .expect("read_through is there")
     }
+
+    /// `passed` has passed: the table waits for `next` (the next barrier, if
+    /// any), and the held rows that waited for `passed` (or an earlier one) go
+    /// on, in order. Returns the held parts and their wire bytes released.
+    pub(crate) async fn release(
+        &mut self,
+        passed: Barrier,
+        next: Option<Barrier>,
+        bounds: Bounds,
+        out: &mut impl Output,
+    ) -> Result<(usize, usize), PipelineError> {
+        if self.blocked_by == Some(passed) {
+            self.blocked_by = next;
+        }
+        let (mut parts, mut bytes) = (0, 0);
+        while self.held.front().is_some_and(|h| h.waits_for <= passed) {
+            let held = self.held.pop_front().expect("checked");
+            parts += 1;
+            bytes += held.changes.wire_bytes();
+            self.push(
+                held.commit_ts,
+                held.id,
+                held.changes,
+                held.split,
+                bounds,
+                out,
+            )
+            .await?;
+        }
+        Ok((parts, bytes))
+    }
+
+    /// Take the batch being built (with its wire bytes), to be written.
+    pub(crate) fn take_batch(&mut self) -> Option<(Arc<TableSchema>, TableBatch, usize)> {
+        let table = self.batch.take()?;
+        let bytes = std::mem::take(&mut self.batch_bytes);
+        self.first_unwritten = None;
+        Some((self.schema.clone(), table, bytes))
+    }
+
+    /// Write the batch being built, if any.
+    pub(crate) async fn emit(&mut self, out: &mut impl Output) -> Result<(), PipelineError> {
+        let Some((schema, table, _)) = self.take_batch() else {
+            return Ok(());
+        };
+        // The next batch of this table gets room for as much as this full one.
+        self.spare = Some(TableBatch::with_capacity_of(&schema, &table));
+        out.write(
+            vec![schema],
+            Batch {
+                tables: vec![table],
+            },
+        )
+        .await
+    }
+
+    /// Append one transaction's rows of this table to the batch: whole (moved,
+    /// when the batch is empty) if they fit a batch, else spread over several
+    /// batches, flagged split.
+    pub(crate) async fn push(
+        &mut self,
+        commit_ts: CommitTs,
+        id: u64,
+        changes: TableChanges,
+        split: bool,
+        bounds: Bounds,
+        out: &mut impl Output,
+    ) -> Result<(), PipelineError> {
+        let rows_bound = bounds.rows.max(1);
+        let bytes_bound = bounds.bytes;
+        let (rows, bytes) = (changes.len(), changes.wire_bytes());
+        if rows == 0 {
+            return Ok(());
+        }
+        let mut flags = if split { FLAG_SPLIT } else { 0 };
+        if commit_ts <= bounds.replay_until {
+            flags |= FLAG_REPLAY;
+        }
+        let new_version = self.batch.is_some() && self.schema.version != changes.schema().version;
+        if new_version || self.rows() + rows > rows_bound || self.batch_bytes + bytes > bytes_bound
+        {
+            self.emit(out).await?;
+        }
+        if !Arc::ptr_eq(&self.schema, changes.schema()) {
+            self.schema = changes.schema().clone();
+        }
+        if rows <= rows_bound && bytes <= bytes_bound {
+            self.append(changes, 0..rows, (commit_ts, id), flags, bytes);
+        } else {
+            // Bigger than a batch: split, one batch after another, flagged.
+            flags |= FLAG_SPLIT;
+            let sizes = row_bytes(&changes);
+            let mut start = 0;
+            while start < rows {
+                let (mut end, mut taken) = (start, 0);
+                while end < rows
+                    && end - start < rows_bound
+                    && (end == start || taken + sizes[end] <= bytes_bound)
+                {
+                    taken += sizes[end];
+                    end += 1;
+                }
+                self.append_range(&changes, start..end, (commit_ts, id), flags, taken);
+                if end < rows {
+                    self.emit(out).await?;
+                }
+                start = end;
+            }
+        }
+        if self.rows() >= rows_bound {
+            self.emit(out).await?;
+        }
+        Ok(())
+    }
+
+    /// Append a run's rows of this table to the batch, as many transactions at
+    /// once as fit; a transaction is never cut (each fits a batch: the caller
+    /// checks).
+    pub(crate) async fn push_part(
+        &mut self,
+        part: RunPart,
+        transactions: &[RunTransaction],
+        bounds: Bounds,
+        out: &mut impl Output,
+    ) -> Result<(), PipelineError> {
+        let rows_bound = bounds.rows.max(1);
+        let bytes_bound = bounds.bytes;
+        let stamp = |txn: u32| {
+            let t = &transactions[txn as usize];
+            let ts = t.commit_ts;
+            let flags = if ts <= bounds.replay_until {
+                FLAG_REPLAY
+            } else {
+                0
+            };
+            (ts, flags, t.id)
+        };
+        let rows = part.changes.len();
+        self.rows_in += rows as u64;
+        let mut part = Some(part);
+        let mut i = 0;
+        loop {
+            let p = part.as_ref().expect("kept until moved whole");
+            if i >= p.segments.len() {
+                break;
+            }
+            if self.batch.is_some() && self.schema.version != p.changes.schema().version {
+                self.emit(out).await?;
+                continue;
+            }
+            // The transactions that fit what is left of the batch.
+            let (r0, b0, a0, y0) = p.start_of(i);
+            let (room_rows, room_bytes) = (
+                rows_bound.saturating_sub(self.rows()),
+                bytes_bound.saturating_sub(self.batch_bytes),
+            );
+            let mut j = i;
+            while j < p.segments.len()
+                && p.segments[j].rows - r0 <= room_rows
+                && p.segments[j].bytes - y0 <= room_bytes
+            {
+                j += 1;
+            }
+            if j == i {
+                // The next transaction does not fit: write the batch first (it
+                // is not empty, as each transaction fits an empty batch).
+                self.emit(out).await?;
+                continue;
+            }
+            let end = p.segments[j - 1];
+            let first_ts = stamp(p.segments[i].txn).0;
+            let bytes = end.bytes - y0;
+            if !Arc::ptr_eq(&self.schema, p.changes.schema()) {
+                self.schema = p.changes.schema().clone();
+            }
+            if i == 0 && j == p.segments.len() && self.batch.is_none() && self.spare.is_none() {
+                // The whole part into an empty batch: moved, not copied.
+                let p = part.take().expect("checked");
+                let (mut commit_ts, mut ids, mut flags) = (
+                    Vec::with_capacity(rows),
+                    Vec::with_capacity(rows),
+                    Vec::with_capacity(rows),
+                );
+                let mut from = 0;
+                for s in &p.segments {
+                    let (ts, f, id) = stamp(s.txn);
+                    commit_ts.extend(std::iter::repeat_n(ts.get(), s.rows - from));
+                    ids.extend(std::iter::repeat_n(id, s.rows - from));
+                    flags.extend(std::iter::repeat_n(f, s.rows - from));
+                    from = s.rows;
+                }
+                self.batch = Some(TableBatch::from_rows(p.changes, commit_ts, ids, flags));
+                self.batch_bytes = bytes;
+                self.first_unwritten = Some(first_ts);
+                if self.rows() >= rows_bound {
+                    self.emit(out).await?;
+                }
+                return Ok(());
+            }
+            let batch = self.batch_to_extend();
+            let mut from = r0;
+            let stamps = p.segments[i..j].iter().map(|s| {
+                let (ts, f, id) = stamp(s.txn);
+                let n = s.rows - from;
+                from = s.rows;
+                (ts.get(), id, f, n)
+            });
+            batch.extend_rows(
+                &p.changes,
+                r0..end.rows,
+                b0..end.before,
+                a0..end.after,
+                stamps,
+            );
+            self.batch_bytes += bytes;
+            self.first_unwritten.get_or_insert(first_ts);
+            if self.rows() >= rows_bound {
+                self.emit(out).await?;
+            }
+            i = j;
+        }
+        Ok(())
+    }
+
+    /// The batch being built, or a new one (in the spare, if it fits the schema).
+    fn batch_to_extend(&mut self) -> &mut TableBatch {
+        let (schema, spare) = (&self.schema, &mut self.spare);
+        self.batch.get_or_insert_with(|| {
+            spare
+                .take()
+                .filter(|b| b.table_id == schema.table_id && b.schema_version == schema.version)
+                .unwrap_or_else(|| TableBatch::new(schema))
+        })
+    }
+
+    /// Append all of `changes`: moved whole when the batch is empty and no flag
+    /// must be set, copied per column otherwise.
+    fn append(
+        &mut self,
+        changes: TableChanges,
+        rows: std::ops::Range<usize>,
+        (commit_ts, id): (CommitTs, u64),
+        flags: u8,
+        bytes: usize,
+    ) {
+        if self.batch.is_none() && self.spare.is_none() {
+            self.batch = Some(TableBatch::from_changes(changes, commit_ts, id, flags));
+            self.batch_bytes = bytes;
+            self.first_unwritten = Some(commit_ts);
+            return;
+        }
+        self.append_range(&changes, rows, (commit_ts, id), flags, bytes);
+    }
+
+    fn append_range(
+        &mut self,
+        changes: &TableChanges,
+        rows: std::ops::Range<usize>,
+        (commit_ts, id): (CommitTs, u64),
+        flags: u8,
+        bytes: usize,
+    ) {
+        self.batch_to_extend()
+            .extend_from_changes(changes, rows, commit_ts, id, flags);
+        self.batch_bytes += bytes;
+        self.first_unwritten.get_or_insert(commit_ts);
+    }
+}
+
+/// The wire bytes of each row of `changes`, counted as `TableChanges` counts them
+/// (for splitting a transaction bigger than a batch).
+fn row_bytes(changes: &TableChanges) -> Vec<usize> {
+    let size = |columns: &[ColumnData], i: usize| -> usize {
+        columns
+            .iter()
+            .map(|c| match c.bytes_at(i) {
+                Some(b) if !c.is_null(i) => b.len() + 4,
+                _ => 8,
+            })
+            .sum()
+    };
+    changes
+        .rows()
+        .map(|r| {
+            10 + r.before_index().map_or(0, |i| size(changes.before(), i))
+                + r.after_index().map_or(0, |i| size(changes.after(), i))
+        })
+        .collect()
 }
 
 /// The changefeed checkpoint after a flush acknowledged `flushed`: the minimum
 /// over its tables of what each has written (a table with nothing pending follows
-/// `flushed`, which is where reading has got to), and never past a DDL that is not
-/// applied yet.
+/// `flushed`, which is where reading has got to), and never past a barrier that
+/// has not passed.
 pub(crate) fn changefeed_checkpoint(
     flushed: CommitTs,
     tables: impl IntoIterator<Item = CommitTs>,
-    pending_ddls: impl IntoIterator<Item = CommitTs>,
+    barriers: impl IntoIterator<Item = CommitTs>,
 ) -> CommitTs {
     let before = |ts: CommitTs| CommitTs::new(ts.get().saturating_sub(1));
     tables
         .into_iter()
-        .chain(pending_ddls.into_iter().map(before))
+        .chain(barriers.into_iter().map(before))
         .fold(flushed, CommitTs::min)
 }
 

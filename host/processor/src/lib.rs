@@ -1,28 +1,41 @@
 //! `sluice-processor`: runs one changefeed's pipeline on a capture.
 //!
-//! The stages: a source task feeds transactions (column-oriented, per table)
-//! through the event cache, bounded by count and bytes (the reader blocks, never
-//! drops); each event passes the stage seam where the redo log will sit
-//! ([`EventStage`], [`PassThrough`] today); per-table dispatchers append rows to
-//! their table's batch, run the filter chain on full batches and write them to
-//! the one sink instance. The checkpoint only ever passes a ts after `flush(ts)`
-//! returned `Ok`, and is the minimum over the tables of what each has written.
-//! A DDL is a barrier for every table: rows above it wait until it is applied
-//! (a row of another table may need it). Batches written since the
-//! last flush are kept so that a failed sink can be replayed into a fresh
-//! instance (flagged as replay).
+//! The parts, each in its module:
+//! - `cache`: a source task feeds transactions (column-oriented, per table)
+//!   through the event cache, bounded by count and bytes (the reader blocks,
+//!   never drops).
+//! - `pipeline`: the loop that takes the cache's items in source order and
+//!   routes each table's rows to its dispatcher; it decides the flush points
+//!   (the source has nothing more ready, the flush interval, the bytes written
+//!   since the last flush) and computes the checkpoint.
+//! - `dispatcher`: one per table; appends the table's rows to the batch it
+//!   builds, writes full batches to its output, holds rows behind a barrier
+//!   and tells the ts up to which it has written everything.
+//! - `barrier`: why rows wait. A DDL is a barrier for every table: rows above
+//!   it wait until it is applied (a row of another table may need it).
+//! - `writer`: the sink writer: the filter chain, the sink, the replay buffer
+//!   of every batch written since the last acknowledged flush (a failed sink
+//!   is replayed into a fresh instance, flagged as replay) and the saved
+//!   positions. The checkpoint only ever passes a ts after `flush(ts)`
+//!   returned `Ok`, and is the minimum over the tables of what each has
+//!   written.
+//! - `live`, `shadow`, `probation`: the live sink and filters, with what may
+//!   wrap them: a candidate in shadow, a trial after a swap (`swap`).
 
+mod barrier;
 mod cache;
 mod config;
 mod dispatcher;
 mod error;
+mod live;
 mod persist;
 mod pipeline;
+mod probation;
 mod shadow;
-mod stage;
 mod swap;
 #[cfg(test)]
 mod tests;
+mod writer;
 
 pub use config::PipelineConfig;
 pub use error::PipelineError;
@@ -32,5 +45,4 @@ pub use shadow::{
     CallLatency, Difference, MAX_DIFFERENCES, MAX_FAILURES_IN_A_ROW, ShadowCandidate,
     ShadowCommand, ShadowLimits, ShadowSnapshot, ShadowStatus,
 };
-pub use stage::{EventStage, PassThrough, StageError};
 pub use swap::{FilterSwapRequest, Probation, SwapRefused, SwapRequest, Swapped, Verdict};

@@ -549,15 +549,12 @@ pub(crate) struct FilterJob {
 
 /// A filter candidate on its own task.
 pub(crate) struct FilterShadow {
-    /// Beside the live filter at this position.
-    pub(crate) index: usize,
     queue: ShadowTask<FilterJob>,
 }
 
 impl FilterShadow {
-    /// Starts `filter` (opened on its task) beside the live filter at `index`.
+    /// Starts `filter` (opened on its task) beside a live filter.
     pub(crate) fn start<F: sluice_core::Filter + 'static>(
-        index: usize,
         filter: F,
         limits: ShadowLimits,
         status: Arc<ShadowStatus>,
@@ -565,7 +562,7 @@ impl FilterShadow {
         let queue = ShadowTask::start("filter", limits, status.clone(), |rx, done| {
             transform_candidate(filter, rx, done, status)
         });
-        Self { index, queue }
+        Self { queue }
     }
 
     /// Hands the candidate the live filter's input and output of one call;

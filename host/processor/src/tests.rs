@@ -2047,7 +2047,11 @@ async fn run_with_swap(
     };
     let txns = transactions(&source);
     // No periodic flush: the swap's flush is the old sink's first.
-    let mut pipeline = Pipeline::new(config(), no_filters(), old, CheckpointTs::ZERO);
+    let config = PipelineConfig {
+        flush_when_idle: false,
+        ..config()
+    };
+    let mut pipeline = Pipeline::new(config, no_filters(), old, CheckpointTs::ZERO);
     let swaps = pipeline.swaps();
     let swapper = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(120)).await;
@@ -2609,4 +2613,76 @@ async fn a_sink_in_shadow_gets_every_batch_and_cannot_hold_the_live_one_back() {
             assert_eq!(s.live.calls, s.candidate.calls);
         }
     }
+}
+
+/// The first `left` transactions of datagen, then nothing more: the source
+/// waits, as a binlog source does between upstream commits.
+struct ThenIdle {
+    inner: DatagenSource,
+    left: usize,
+}
+
+impl Source for ThenIdle {
+    type Error = <DatagenSource as Source>::Error;
+
+    async fn next_event(&mut self) -> Result<SourceEvent, Self::Error> {
+        if self.left == 0 {
+            std::future::pending::<()>().await;
+        }
+        let event = self.inner.next_event().await?;
+        if matches!(event, SourceEvent::Transaction(_)) {
+            self.left -= 1;
+        }
+        Ok(event)
+    }
+
+    fn resume(&mut self, from: &Checkpoint) -> Result<(), ResumeError> {
+        self.inner.resume(from)
+    }
+}
+
+#[tokio::test]
+async fn rows_are_flushed_as_soon_as_the_source_has_nothing_more_ready() {
+    let source = workload(400);
+    let txns = transactions(&source);
+    let n = 25;
+    let last = CheckpointTs::from(txns[n - 1].commit_ts);
+    // No periodic flush: only the source going idle can flush.
+    let mut pipeline = Pipeline::new(
+        config(),
+        no_filters(),
+        MemorySink::default(),
+        CheckpointTs::ZERO,
+    );
+    let mut progress = pipeline.progress();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let watcher = async move {
+        // A guard against a hang, not a measure of speed.
+        let reached = tokio::time::timeout(
+            Duration::from_secs(60),
+            progress.wait_for(|p| p.checkpoint_ts >= last),
+        )
+        .await
+        .is_ok();
+        let _ = stop.send(());
+        reached
+    };
+    let idle = ThenIdle {
+        inner: DatagenSource::new(source).unwrap(),
+        left: n,
+    };
+    let (result, reached) = tokio::join!(
+        pipeline.run(idle, async {
+            let _ = stopped.await;
+        }),
+        watcher
+    );
+    let report = result.expect("the pipeline succeeds");
+    assert!(
+        reached,
+        "the checkpoint passed the last transaction while the source waited"
+    );
+    assert!(report.interrupted);
+    let want = row_ids(&txns[..n]);
+    assert_eq!(per_table(pipeline.sink().durable_ids()), per_table(want));
 }

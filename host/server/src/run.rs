@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use sluice_meta::{EmbeddedMetaStore, MetaStore};
 
-use sluice_capture::plugin_settings;
 use sluice_capture::progress::MetaProgressStore;
+use sluice_capture::{Changefeed, ChangefeedBuilder, plugin_settings};
 use sluice_config::{DataDir, PluginConfig, RunConfig};
 
 pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyhow::Result<()> {
@@ -61,24 +61,9 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
         .await
         .with_context(|| format!("sink.config was rejected by `{}`", sink_section.plugin))?;
 
-    let source = sluice_source::build(&file.feed.source, &file.feed.filter, CommitTs::ZERO)?;
     let total = file.feed.source.total_rows().unwrap_or(0);
-
     let id = file.id.clone();
-    let mut pipeline_config = sluice_processor::PipelineConfig::from(&file.feed.pipeline);
-    // Batches must fit every plugin's bound; keep half of it in reserve for filters
-    // that grow values (hashing turns a short value into 64 hex characters).
-    let plugin_bound = filters
-        .iter()
-        .map(WasmFilter::max_batch_bytes)
-        .chain([sink.max_batch_bytes()])
-        .min()
-        .unwrap_or(u64::MAX);
-    pipeline_config.max_batch_bytes = pipeline_config
-        .max_batch_bytes
-        .min((plugin_bound / 2) as usize);
-    let mut start = sluice_core::Checkpoint::default();
-    let mut progress_store = None;
+    let mut builder = ChangefeedBuilder::new(&file.feed, filters, sink);
     if file.resume {
         std::fs::create_dir_all(&file.data_dir)
             .with_context(|| format!("cannot create the data dir {}", file.data_dir.display()))?;
@@ -92,8 +77,10 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
         )
         .await?;
         if previous.epoch > 0 {
-            start = previous.resume_point(CheckpointTs::new(previous.checkpoint_ts));
-            pipeline_config.replay_until = CommitTs::new(previous.fence_ts);
+            builder = builder.resume(
+                previous.resume_point(CheckpointTs::new(previous.checkpoint_ts)),
+                CommitTs::new(previous.fence_ts),
+            );
             eprintln!(
                 "[{}] resuming from checkpoint {} (run {}); rows up to {} are flagged replay",
                 file.id,
@@ -102,24 +89,25 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
                 previous.fence_ts
             );
         }
-        progress_store = Some(store);
+        builder = builder.progress_store(Box::new(store));
     }
-    let mut pipeline = Pipeline::new(pipeline_config, filters, sink, start);
-    if let Some(store) = progress_store {
-        pipeline = pipeline.with_progress_store(Box::new(store));
-    }
+    let Changefeed {
+        mut pipeline,
+        source,
+        validator,
+    } = builder.build()?;
     // The continuous validator, if `[validator]` asks for one: at the end
     // it checks what is still pending (each row up to its retries, bounded)
     // and its findings are printed with the summary.
-    let validator = sluice_capture::validate::settings(&file.feed).map(|settings| {
-        // Each row settles within retry-count rounds; a downstream that
-        // cannot be read keeps rows pending, so the wait is bounded.
-        let limit = (settings.interval * (settings.retries + 2) + Duration::from_secs(30))
-            .min(MAX_VALIDATOR_DRAIN);
-        let (listener, running) = sluice_capture::validate::start(settings);
-        pipeline.set_ack_listener(listener);
-        (running, limit)
-    });
+    let validator = validator
+        .zip(sluice_capture::validate::settings(&file.feed))
+        .map(|(running, settings)| {
+            // Each row settles within retry-count rounds; a downstream that
+            // cannot be read keeps rows pending, so the wait is bounded.
+            let limit = (settings.interval * (settings.retries + 2) + Duration::from_secs(30))
+                .min(MAX_VALIDATOR_DRAIN);
+            (running, limit)
+        });
     let reporter = (!quiet).then(|| {
         let mut progress = pipeline.progress();
         let id = id.clone();
