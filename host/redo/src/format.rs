@@ -1,0 +1,320 @@
+//! The record format of a redo log file.
+//!
+//! A file starts with a header: the magic `SLUICERD`, the format version
+//! (u16, little-endian), the log kind (0 rows, 1 DDL) and a reserved byte.
+//! Records follow back to back, each framed as
+//!
+//! ```text
+//! length: u32 LE   bytes of the payload
+//! crc:    u32 LE   CRC32C of the payload
+//! payload          a Record, postcard-encoded (the encoding of this format version)
+//! ```
+//!
+//! A reader checks every frame: a record whose frame runs past the end of the
+//! file is torn (a write that did not finish), one whose CRC does not match
+//! or whose payload does not decode is damaged; reading stops there and says
+//! at which offset and why. Nothing past a damaged record is trusted.
+
+use serde::{Deserialize, Serialize};
+use sluice_core::{ColumnData, DdlEvent, TableSchema};
+
+/// The first bytes of every redo log file.
+pub const MAGIC: &[u8; 8] = b"SLUICERD";
+/// The version of the encoding this build writes (and the only one it reads).
+pub const FORMAT_VERSION: u16 = 1;
+/// Bytes of the file header.
+pub const HEADER_LEN: usize = 12;
+/// Bytes of a record's frame besides its payload.
+pub const FRAME_LEN: usize = 8;
+/// The largest payload a record may have; a length above it is damage.
+pub const MAX_RECORD_BYTES: usize = 2 << 30;
+
+/// Which log a file belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LogKind {
+    /// Row changes (and the schemas they refer to).
+    Rows,
+    /// Schema changes.
+    Ddl,
+}
+
+impl LogKind {
+    fn code(self) -> u8 {
+        match self {
+            LogKind::Rows => 0,
+            LogKind::Ddl => 1,
+        }
+    }
+
+    /// How file names of this log start.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            LogKind::Rows => "rows",
+            LogKind::Ddl => "ddl",
+        }
+    }
+}
+
+/// The rows of one table in a [`Record::Rows`], column-oriented as
+/// `sluice_core::TableBatch` holds them; the commit ts and transaction id of
+/// each row are its transaction's (`txn` indexes the record's transactions).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TableRows {
+    /// The table's id ([`TableSchema::table_id`]).
+    pub table_id: u32,
+    /// Its schema version; a [`Record::Schema`] earlier in the same file has it.
+    pub schema_version: u32,
+    /// Per row: its op code.
+    pub ops: Vec<u8>,
+    /// Per row: the index of its transaction in the record.
+    pub txn: Vec<u32>,
+    /// Per row: its place among its transaction's row changes.
+    pub seq: Vec<u32>,
+    /// Per row: the source's flag bits (empty: none set).
+    pub flags: Vec<u8>,
+    /// One column per schema column: a value for every update and delete row.
+    pub before: Vec<ColumnData>,
+    /// One column per schema column: a value for every insert and update row.
+    pub after: Vec<ColumnData>,
+}
+
+/// One transaction of a [`Record::Rows`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnMark {
+    /// Its commit ts.
+    pub commit_ts: u64,
+    /// The source's id of it.
+    pub id: u64,
+    /// More parts of it follow (a transaction too large to hold whole).
+    pub more: bool,
+}
+
+/// What a redo log holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Record {
+    /// A table's schema at one version: rows of it later in the same file
+    /// refer to it (each file carries the schemas its rows need).
+    Schema(TableSchema),
+    /// Row changes of consecutive transactions, in commit-ts order.
+    Rows {
+        /// The transactions, in commit-ts order.
+        txns: Vec<TxnMark>,
+        /// Their rows, per table.
+        tables: Vec<TableRows>,
+    },
+    /// A schema change (in the DDL log).
+    Ddl(DdlEvent),
+}
+
+impl Record {
+    /// The highest commit ts the record carries, if any.
+    pub fn max_commit_ts(&self) -> Option<u64> {
+        match self {
+            Record::Schema(_) => None,
+            Record::Rows { txns, .. } => txns.iter().map(|t| t.commit_ts).max(),
+            Record::Ddl(ddl) => Some(ddl.commit_ts.get()),
+        }
+    }
+}
+
+/// Why a file, or a record in it, cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Damage {
+    /// The header is missing or is not a redo log header of this version.
+    #[error("bad header: {0}")]
+    Header(String),
+    /// The record's frame runs past the end of the file: its write did not
+    /// finish.
+    #[error("torn record at offset {offset}: {reason}")]
+    Torn {
+        /// Where the record starts.
+        offset: u64,
+        /// What is missing.
+        reason: String,
+    },
+    /// The record's payload does not match its CRC32C.
+    #[error("record at offset {offset} fails its CRC32C check")]
+    Crc {
+        /// Where the record starts.
+        offset: u64,
+    },
+    /// The payload matches its CRC but does not decode.
+    #[error("record at offset {offset} does not decode: {reason}")]
+    Decode {
+        /// Where the record starts.
+        offset: u64,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Damage {
+    /// Where the damage starts.
+    pub fn offset(&self) -> u64 {
+        match self {
+            Damage::Header(_) => 0,
+            Damage::Torn { offset, .. }
+            | Damage::Crc { offset }
+            | Damage::Decode { offset, .. } => *offset,
+        }
+    }
+
+    /// A record whose write did not finish (rather than one changed after it
+    /// was written).
+    pub fn is_torn(&self) -> bool {
+        matches!(self, Damage::Torn { .. })
+    }
+}
+
+/// The header of a file of `kind`.
+pub fn header(kind: LogKind) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    h[10] = kind.code();
+    h
+}
+
+/// A record too large for the format (it would be refused when read).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a redo record of {0} bytes is larger than the {MAX_RECORD_BYTES} a record may have")]
+pub struct TooLarge(pub usize);
+
+/// Appends `record`, framed, to `out`; returns the bytes appended.
+pub fn encode(record: &Record, out: &mut Vec<u8>) -> Result<usize, TooLarge> {
+    frame(record, out)
+}
+
+/// Appends `value` (which must encode as a [`Record`] does), framed, to
+/// `out`; returns the bytes appended.
+pub(crate) fn frame<T: Serialize>(value: &T, out: &mut Vec<u8>) -> Result<usize, TooLarge> {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; FRAME_LEN]);
+    postcard::to_io(value, &mut *out).expect("a record always encodes into a Vec");
+    let len = out.len() - start - FRAME_LEN;
+    if len > MAX_RECORD_BYTES {
+        out.truncate(start);
+        return Err(TooLarge(len));
+    }
+    let crc = crc32c::crc32c(&out[start + FRAME_LEN..]);
+    out[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    Ok(out.len() - start)
+}
+
+/// Reads the header of a file; `Ok` with its kind.
+pub fn read_header(bytes: &[u8]) -> Result<LogKind, Damage> {
+    if bytes.len() < HEADER_LEN {
+        return Err(Damage::Header(format!(
+            "the file has {} bytes, fewer than a header's {HEADER_LEN}",
+            bytes.len()
+        )));
+    }
+    if &bytes[..8] != MAGIC {
+        return Err(Damage::Header("not a Sluice redo log (wrong magic)".into()));
+    }
+    let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+    if version != FORMAT_VERSION {
+        return Err(Damage::Header(format!(
+            "format version {version}; this build reads version {FORMAT_VERSION}"
+        )));
+    }
+    match bytes[10] {
+        0 => Ok(LogKind::Rows),
+        1 => Ok(LogKind::Ddl),
+        other => Err(Damage::Header(format!("unknown log kind {other}"))),
+    }
+}
+
+/// The records of a file's bytes, in order, each with its offset; the first
+/// damage found ends the iteration (with it).
+pub struct Records<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    done: bool,
+}
+
+impl<'a> Records<'a> {
+    /// The records of a whole file (header included).
+    pub fn new(bytes: &'a [u8]) -> Result<(LogKind, Self), Damage> {
+        let kind = read_header(bytes)?;
+        Ok((
+            kind,
+            Self {
+                bytes,
+                at: HEADER_LEN,
+                done: false,
+            },
+        ))
+    }
+
+    /// Where the next record starts (the end of the last good one).
+    pub fn offset(&self) -> u64 {
+        self.at as u64
+    }
+}
+
+impl Iterator for Records<'_> {
+    type Item = Result<(u64, Record), Damage>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done || self.at == self.bytes.len() {
+            return None;
+        }
+        let offset = self.at as u64;
+        let left = &self.bytes[self.at..];
+        let fail = |this: &mut Self, damage| {
+            this.done = true;
+            Some(Err(damage))
+        };
+        if left.len() < FRAME_LEN {
+            return fail(
+                self,
+                Damage::Torn {
+                    offset,
+                    reason: format!("{} bytes left, a frame has {FRAME_LEN}", left.len()),
+                },
+            );
+        }
+        let len = u32::from_le_bytes(left[..4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_le_bytes(left[4..8].try_into().expect("4 bytes"));
+        if len > MAX_RECORD_BYTES {
+            return fail(
+                self,
+                Damage::Decode {
+                    offset,
+                    reason: format!("a length of {len} bytes is past the most a record has"),
+                },
+            );
+        }
+        if left.len() - FRAME_LEN < len {
+            return fail(
+                self,
+                Damage::Torn {
+                    offset,
+                    reason: format!(
+                        "the record has {len} bytes, {} are there",
+                        left.len() - FRAME_LEN
+                    ),
+                },
+            );
+        }
+        let payload = &left[FRAME_LEN..FRAME_LEN + len];
+        if crc32c::crc32c(payload) != crc {
+            return fail(self, Damage::Crc { offset });
+        }
+        match postcard::from_bytes::<Record>(payload) {
+            Ok(record) => {
+                self.at += FRAME_LEN + len;
+                Some(Ok((offset, record)))
+            }
+            Err(e) => fail(
+                self,
+                Damage::Decode {
+                    offset,
+                    reason: e.to_string(),
+                },
+            ),
+        }
+    }
+}

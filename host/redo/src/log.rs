@@ -1,0 +1,557 @@
+//! Writing and reading a changefeed's redo log.
+//!
+//! Each flush writes at most one new file per log (rows, DDL) and then the
+//! meta. A file is named `{rows|ddl}-{seq}-{cut}-{max}.log`: `seq` orders the
+//! files, `cut` is the ts through which every event was appended when the file
+//! was cut (the resolved ts the flush makes durable), `max` the highest commit
+//! ts of a record in it (a transaction that comes in parts may have parts
+//! above the cut). Because the meta is written only after the files of its
+//! flush are durable, a file whose cut is above the meta's resolved ts holds
+//! only events above it: nothing `redo apply` needs, so damage in it is
+//! skipped (and said); damage in any other file stops the reader.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::ser::SerializeSeq;
+use sluice_core::{
+    ColumnData, DdlEvent, RunPart, Segment, TableChanges, TableSchema, Transaction, TransactionRun,
+};
+
+use crate::format::{self, Damage, LogKind, Record, Records, TooLarge};
+use crate::meta::{META_FILE, Meta, MetaDamage};
+use crate::storage::{Entry, Storage, StorageError};
+
+/// A file's place in the log, from its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FileName {
+    /// Which log.
+    pub kind: LogKind,
+    /// Its order among the log's files.
+    pub seq: u64,
+    /// Every event at or below this was appended when it was cut.
+    pub cut: u64,
+    /// The highest commit ts of a record in it.
+    pub max: u64,
+}
+
+impl FileName {
+    /// The file's name.
+    pub fn name(&self) -> String {
+        format!(
+            "{}-{:010}-{:020}-{:020}.log",
+            self.kind.prefix(),
+            self.seq,
+            self.cut,
+            self.max
+        )
+    }
+
+    /// Parses a name written by [`FileName::name`]; `None` for other files.
+    pub fn parse(name: &str) -> Option<Self> {
+        let stem = name.strip_suffix(".log")?;
+        let mut parts = stem.split('-');
+        let kind = match parts.next()? {
+            "rows" => LogKind::Rows,
+            "ddl" => LogKind::Ddl,
+            _ => return None,
+        };
+        let mut number = || parts.next()?.parse::<u64>().ok();
+        let (seq, cut, max) = (number()?, number()?, number()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(Self {
+            kind,
+            seq,
+            cut,
+            max,
+        })
+    }
+}
+
+/// Why the log could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// The storage failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The meta is damaged.
+    #[error(transparent)]
+    Meta(#[from] MetaDamage),
+    /// A record is too large to write.
+    #[error(transparent)]
+    TooLarge(#[from] TooLarge),
+    /// A file the replay needs is damaged.
+    #[error("{file}: {damage}")]
+    Damaged {
+        /// The file's name.
+        file: String,
+        /// What is wrong, and where.
+        damage: Damage,
+    },
+    /// A record refers to what the file does not have.
+    #[error("{file}: {reason}")]
+    Inconsistent {
+        /// The file's name.
+        file: String,
+        /// What is missing.
+        reason: String,
+    },
+}
+
+/// The files of a log, parsed and in order, and the meta.
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    /// Where the log stands; none before the first flush.
+    pub meta: Option<Meta>,
+    /// Its files, by kind and seq, with sizes.
+    pub files: Vec<(FileName, u64)>,
+    /// Other files in the directory (not the log's).
+    pub others: Vec<Entry>,
+}
+
+impl Listing {
+    /// Lists `storage`.
+    pub async fn read(storage: &Storage) -> Result<Self, LogError> {
+        let mut out = Listing::default();
+        for entry in storage.list().await? {
+            if entry.name == META_FILE {
+                continue;
+            }
+            match FileName::parse(&entry.name) {
+                Some(f) => out.files.push((f, entry.size)),
+                None => out.others.push(entry),
+            }
+        }
+        out.files.sort();
+        out.meta = match storage.get_if_there(META_FILE).await? {
+            Some(bytes) => Some(Meta::decode(&bytes)?),
+            None => None,
+        };
+        Ok(out)
+    }
+
+    /// The next seq to write.
+    pub fn next_seq(&self) -> u64 {
+        self.files.iter().map(|(f, _)| f.seq + 1).max().unwrap_or(0)
+    }
+}
+
+/// Flush results.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Flushed {
+    /// Bytes written (files and meta).
+    pub bytes: u64,
+    /// Files written.
+    pub files: u32,
+}
+
+/// One log's records since the last flush.
+struct Pending {
+    kind: LogKind,
+    bytes: Vec<u8>,
+    max: u64,
+    /// Schemas written into the current file (each file carries its own).
+    schemas: HashSet<(u32, u32)>,
+}
+
+impl Pending {
+    fn new(kind: LogKind) -> Self {
+        Self {
+            kind,
+            bytes: Vec::new(),
+            max: 0,
+            schemas: HashSet::new(),
+        }
+    }
+
+    fn start_if_empty(&mut self) {
+        if self.bytes.is_empty() {
+            self.bytes.extend_from_slice(&format::header(self.kind));
+        }
+    }
+
+    fn has_records(&self) -> bool {
+        self.bytes.len() > format::HEADER_LEN
+    }
+
+    fn schema(&mut self, schema: &TableSchema) -> Result<(), TooLarge> {
+        self.start_if_empty();
+        if !self.schemas.contains(&(schema.table_id, schema.version)) {
+            format::encode(&Record::Schema(schema.clone()), &mut self.bytes)?;
+            self.schemas.insert((schema.table_id, schema.version));
+        }
+        Ok(())
+    }
+}
+
+/// Appends a changefeed's events to its redo log and flushes them.
+pub struct LogWriter {
+    storage: Storage,
+    rows: Pending,
+    ddl: Pending,
+    next_seq: u64,
+    meta: Meta,
+    /// Every event at or below this has been appended.
+    appended_through: u64,
+}
+
+impl LogWriter {
+    /// A writer of the log in `storage`, going on after what is there.
+    pub async fn open(storage: Storage) -> Result<Self, LogError> {
+        let listing = Listing::read(&storage).await?;
+        let meta = listing.meta.unwrap_or_default();
+        Ok(Self {
+            storage,
+            rows: Pending::new(LogKind::Rows),
+            ddl: Pending::new(LogKind::Ddl),
+            next_seq: listing.next_seq(),
+            appended_through: meta.resolved_ts,
+            meta,
+        })
+    }
+
+    /// Where the log stands (as last written).
+    pub fn meta(&self) -> Meta {
+        self.meta
+    }
+
+    /// The storage.
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    /// Bytes appended since the last flush.
+    pub fn pending_bytes(&self) -> usize {
+        self.rows.bytes.len() + self.ddl.bytes.len()
+    }
+
+    /// Appends one transaction (or one part of it).
+    pub fn append_transaction(&mut self, txn: &Transaction) -> Result<(), LogError> {
+        if txn.tables.iter().all(TableChanges::is_empty) {
+            if !txn.more {
+                self.appended_through = self.appended_through.max(txn.commit_ts.get());
+            }
+            return Ok(());
+        }
+        for t in &txn.tables {
+            self.rows.schema(t.schema())?;
+        }
+        let marks = [format::TxnMark {
+            commit_ts: txn.commit_ts.get(),
+            id: txn.id,
+            more: txn.more,
+        }];
+        let tables: Vec<TableRowsRef<'_>> = txn
+            .tables
+            .iter()
+            .filter(|t| !t.is_empty())
+            .map(|t| TableRowsRef::of(t, TxnIndex::One(t.len())))
+            .collect();
+        encode_rows(&mut self.rows.bytes, &marks, &tables)?;
+        self.rows.max = self.rows.max.max(txn.commit_ts.get());
+        if !txn.more {
+            self.appended_through = self.appended_through.max(txn.commit_ts.get());
+        }
+        Ok(())
+    }
+
+    /// Appends consecutive transactions gathered into a run.
+    pub fn append_run(&mut self, run: &TransactionRun) -> Result<(), LogError> {
+        let Some(last) = run.transactions.last() else {
+            return Ok(());
+        };
+        for part in &run.parts {
+            self.rows.schema(part.changes.schema())?;
+        }
+        let marks: Vec<format::TxnMark> = run
+            .transactions
+            .iter()
+            .map(|t| format::TxnMark {
+                commit_ts: t.commit_ts.get(),
+                id: t.id,
+                more: false,
+            })
+            .collect();
+        let tables: Vec<TableRowsRef<'_>> = run
+            .parts
+            .iter()
+            .filter(|p| !p.changes.is_empty())
+            .map(|p: &RunPart| TableRowsRef::of(&p.changes, TxnIndex::Segments(&p.segments)))
+            .collect();
+        if !tables.is_empty() {
+            self.rows.start_if_empty();
+            encode_rows(&mut self.rows.bytes, &marks, &tables)?;
+            self.rows.max = self.rows.max.max(last.commit_ts.get());
+        }
+        self.appended_through = self.appended_through.max(last.commit_ts.get());
+        Ok(())
+    }
+
+    /// Appends a DDL.
+    pub fn append_ddl(&mut self, ddl: &DdlEvent) -> Result<(), LogError> {
+        self.ddl.start_if_empty();
+        format::encode(&Record::Ddl(ddl.clone()), &mut self.ddl.bytes)?;
+        self.ddl.max = self.ddl.max.max(ddl.commit_ts.get());
+        self.appended_through = self.appended_through.max(ddl.commit_ts.get());
+        Ok(())
+    }
+
+    /// Every event at or below `ts` has been appended (a resolved ts of the
+    /// source).
+    pub fn resolved(&mut self, ts: u64) {
+        self.appended_through = self.appended_through.max(ts);
+    }
+
+    /// Every event at or below this has been appended.
+    pub fn appended_through(&self) -> u64 {
+        self.appended_through
+    }
+
+    /// Writes what was appended (one file per log that has records), then the
+    /// meta with the resolved ts moved to what was appended through and the
+    /// checkpoint to `checkpoint` (never past the resolved ts, never back).
+    pub async fn flush(&mut self, checkpoint: u64) -> Result<Flushed, LogError> {
+        let cut = self.appended_through;
+        let mut flushed = Flushed::default();
+        for pending in [&mut self.rows, &mut self.ddl] {
+            if !pending.has_records() {
+                continue;
+            }
+            let name = FileName {
+                kind: pending.kind,
+                seq: self.next_seq,
+                cut,
+                max: pending.max.max(cut),
+            };
+            let bytes = std::mem::take(&mut pending.bytes);
+            flushed.bytes += bytes.len() as u64;
+            flushed.files += 1;
+            self.storage.put(&name.name(), bytes).await?;
+            self.next_seq += 1;
+            pending.max = 0;
+            pending.schemas.clear();
+        }
+        let meta = Meta {
+            resolved_ts: self.meta.resolved_ts.max(cut),
+            checkpoint_ts: self
+                .meta
+                .checkpoint_ts
+                .max(checkpoint.min(self.meta.resolved_ts.max(cut))),
+        };
+        if meta != self.meta {
+            let bytes = meta.encode();
+            flushed.bytes += bytes.len() as u64;
+            self.storage.put(META_FILE, bytes).await?;
+            self.meta = meta;
+        }
+        Ok(flushed)
+    }
+
+    /// Removes the files wholly at or below the meta's checkpoint (every
+    /// record in them is downstream); returns how many.
+    pub async fn collect_garbage(&mut self) -> Result<usize, LogError> {
+        let listing = Listing::read(&self.storage).await?;
+        let checkpoint = self.meta.checkpoint_ts;
+        let mut removed = 0;
+        for (file, _) in listing.files {
+            if file.max <= checkpoint && file.cut <= checkpoint {
+                self.storage.delete(&file.name()).await?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// How the rows of a table map to the record's transactions.
+#[derive(Clone, Copy)]
+enum TxnIndex<'a> {
+    /// All `n` rows are the first transaction's.
+    One(usize),
+    /// A run part's segments: cumulative row counts per transaction.
+    Segments(&'a [Segment]),
+}
+
+impl Serialize for TxnIndex<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match *self {
+            TxnIndex::One(n) => {
+                let mut seq = s.serialize_seq(Some(n))?;
+                for _ in 0..n {
+                    seq.serialize_element(&0u32)?;
+                }
+                seq.end()
+            }
+            TxnIndex::Segments(segments) => {
+                let n = segments.last().map_or(0, |s| s.rows);
+                let mut seq = s.serialize_seq(Some(n))?;
+                let mut from = 0;
+                for s in segments {
+                    for _ in from..s.rows {
+                        seq.serialize_element(&s.txn)?;
+                    }
+                    from = s.rows;
+                }
+                seq.end()
+            }
+        }
+    }
+}
+
+/// [`format::TableRows`], borrowed from the changes it is written from: the
+/// same fields in the same order, so that it decodes as one.
+#[derive(Serialize)]
+struct TableRowsRef<'a> {
+    table_id: u32,
+    schema_version: u32,
+    ops: &'a [u8],
+    txn: TxnIndex<'a>,
+    seq: &'a [u32],
+    flags: &'a [u8],
+    before: &'a [ColumnData],
+    after: &'a [ColumnData],
+}
+
+impl<'a> TableRowsRef<'a> {
+    fn of(changes: &'a TableChanges, txn: TxnIndex<'a>) -> Self {
+        Self {
+            table_id: changes.schema().table_id,
+            schema_version: changes.schema().version,
+            ops: changes.ops(),
+            txn,
+            seq: changes.seq(),
+            flags: changes.flags(),
+            before: changes.before(),
+            after: changes.after(),
+        }
+    }
+}
+
+/// [`Record::Rows`], borrowed: encodes as one.
+#[derive(Serialize)]
+enum RecordRef<'a> {
+    #[allow(dead_code, reason = "the variant's place gives Rows its tag")]
+    Schema(()),
+    Rows {
+        txns: &'a [format::TxnMark],
+        tables: &'a [TableRowsRef<'a>],
+    },
+}
+
+fn encode_rows(
+    out: &mut Vec<u8>,
+    txns: &[format::TxnMark],
+    tables: &[TableRowsRef<'_>],
+) -> Result<(), TooLarge> {
+    format::frame(&RecordRef::Rows { txns, tables }, out).map(|_| ())
+}
+
+/// What a reader found in one file.
+#[derive(Debug)]
+pub struct FileRecords {
+    /// The file.
+    pub file: FileName,
+    /// Its records, in order (the schemas resolved).
+    pub records: Vec<Record>,
+    /// Damage past the resolved ts that was skipped, if any.
+    pub skipped: Option<Damage>,
+}
+
+/// Reads the files of a log for a replay up to the meta's resolved ts.
+pub struct LogReader {
+    storage: Storage,
+    listing: Listing,
+}
+
+impl LogReader {
+    /// A reader of the log in `storage`.
+    pub async fn open(storage: Storage) -> Result<Self, LogError> {
+        let listing = Listing::read(&storage).await?;
+        Ok(Self { storage, listing })
+    }
+
+    /// The log's files and meta.
+    pub fn listing(&self) -> &Listing {
+        &self.listing
+    }
+
+    /// The files a replay of (checkpoint, resolved] needs, in order: those
+    /// that may hold a record above the checkpoint and at or below the
+    /// resolved ts.
+    pub fn files_for(&self, kind: LogKind, meta: Meta) -> Vec<FileName> {
+        self.listing
+            .files
+            .iter()
+            .map(|(f, _)| *f)
+            .filter(|f| f.kind == kind && f.max > meta.checkpoint_ts)
+            .collect()
+    }
+
+    /// Reads `file` whole. Damage stops the read with an error, unless the
+    /// file's cut is above `resolved` (it holds only events past it): then
+    /// the records before the damage are returned and the damage is said in
+    /// `skipped`.
+    pub async fn read(&self, file: FileName, resolved: u64) -> Result<FileRecords, LogError> {
+        let name = file.name();
+        let bytes = self.storage.get(&name).await?;
+        let beyond = file.cut > resolved;
+        let damaged = |damage: Damage| LogError::Damaged {
+            file: name.clone(),
+            damage,
+        };
+        let (kind, records) = match Records::new(&bytes) {
+            Ok(r) => r,
+            Err(damage) if beyond => {
+                return Ok(FileRecords {
+                    file,
+                    records: Vec::new(),
+                    skipped: Some(damage),
+                });
+            }
+            Err(damage) => return Err(damaged(damage)),
+        };
+        if kind != file.kind {
+            return Err(LogError::Inconsistent {
+                file: name,
+                reason: format!("its header says {:?}, its name {:?}", kind, file.kind),
+            });
+        }
+        let mut out = Vec::new();
+        let mut skipped = None;
+        for record in records {
+            match record {
+                Ok((_, record)) => out.push(record),
+                Err(damage) if beyond => {
+                    skipped = Some(damage);
+                    break;
+                }
+                Err(damage) => return Err(damaged(damage)),
+            }
+        }
+        Ok(FileRecords {
+            file,
+            records: out,
+            skipped,
+        })
+    }
+}
+
+/// The schemas a file's rows refer to, gathered as its records are read.
+#[derive(Default)]
+pub struct Schemas(HashMap<(u32, u32), Arc<TableSchema>>);
+
+impl Schemas {
+    /// Keeps `schema`.
+    pub fn add(&mut self, schema: TableSchema) {
+        self.0
+            .insert((schema.table_id, schema.version), Arc::new(schema));
+    }
+
+    /// The schema of `table_id` at `version`, if seen.
+    pub fn get(&self, table_id: u32, version: u32) -> Option<&Arc<TableSchema>> {
+        self.0.get(&(table_id, version))
+    }
+}

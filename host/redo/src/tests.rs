@@ -1,0 +1,407 @@
+//! The record format and the log against random transactions: round trips,
+//! truncation at every byte, bit flips anywhere.
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use sluice_core::{
+    Column, ColumnType, CommitTs, DdlEvent, Op, TableBatch, TableSchema, Transaction, Value,
+};
+
+use crate::format::{Damage, Record, Records};
+use crate::log::{FileName, LogReader, LogWriter, Schemas};
+use crate::meta::Meta;
+use crate::replay::table_batch;
+use crate::storage::{Storage, StorageUri};
+
+fn schema(table_id: u32, version: u32) -> Arc<TableSchema> {
+    let column = |name: &str, ty: ColumnType, key: bool| Column {
+        name: name.into(),
+        ty,
+        sql_type: format!("{ty:?}"),
+        nullable: !key,
+        key,
+    };
+    Arc::new(TableSchema {
+        table_id,
+        version,
+        schema_name: "shop".into(),
+        table_name: format!("t{table_id}"),
+        columns: vec![
+            column("id", ColumnType::Int, true),
+            column("name", ColumnType::Text, false),
+            column("price", ColumnType::Float, false),
+            column("blob", ColumnType::Blob, false),
+            column("n", ColumnType::Uint, false),
+        ],
+    })
+}
+
+/// One row's values for `schema` (NULLs included).
+fn values() -> impl Strategy<Value = Vec<Value>> {
+    (
+        any::<i64>(),
+        proptest::option::of("[a-zé€😀 ]{0,12}"),
+        proptest::option::of(any::<f64>().prop_filter("not NaN", |f| !f.is_nan())),
+        proptest::option::of(proptest::collection::vec(any::<u8>(), 0..20)),
+        proptest::option::of(any::<u64>()),
+    )
+        .prop_map(|(id, name, price, blob, n)| {
+            vec![
+                Value::Int(id),
+                name.map_or(Value::Null, |n| Value::Bytes(n.into_bytes())),
+                price.map_or(Value::Null, Value::Float),
+                blob.map_or(Value::Null, Value::Bytes),
+                n.map_or(Value::Null, Value::UInt),
+            ]
+        })
+}
+
+/// A transaction of up to three tables and a few rows each.
+fn transaction(ts: u64) -> impl Strategy<Value = Transaction> {
+    proptest::collection::vec((1u32..4, 0u8..3, values(), values()), 1..8).prop_map(move |rows| {
+        let mut txn = Transaction::new(CommitTs::new(ts));
+        txn.id = ts * 7;
+        for (table, op, before, after) in rows {
+            let s = schema(table, 1);
+            let op = match op {
+                0 => Op::Insert,
+                1 => Op::Update,
+                _ => Op::Delete,
+            };
+            let (b, a) = match op {
+                Op::Insert => (None, Some(&after[..])),
+                Op::Update => (Some(&before[..]), Some(&after[..])),
+                Op::Delete => (Some(&before[..]), None),
+            };
+            txn.table(&s).push_values(op, b, a);
+        }
+        txn
+    })
+}
+
+fn transactions() -> impl Strategy<Value = Vec<Transaction>> {
+    proptest::collection::vec(transaction(0), 1..12).prop_map(|mut txns| {
+        for (i, t) in txns.iter_mut().enumerate() {
+            t.commit_ts = CommitTs::new(100 + i as u64 * 10);
+            t.id = i as u64;
+        }
+        txns
+    })
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// `txns` as the batches a sink would get, one per table per transaction.
+fn expected(txns: &[Transaction]) -> Vec<TableBatch> {
+    txns.iter()
+        .flat_map(|t| {
+            t.tables
+                .iter()
+                .map(|c| TableBatch::from_changes(c.clone(), t.commit_ts, t.id, 0))
+        })
+        .collect()
+}
+
+/// Every rows record of `records` as batches (schemas resolved in order).
+fn batches(records: Vec<Record>) -> Result<Vec<TableBatch>, String> {
+    let mut schemas = Schemas::default();
+    let mut out = Vec::new();
+    for r in records {
+        match r {
+            Record::Schema(s) => schemas.add(s),
+            Record::Rows { txns, tables } => {
+                for t in tables {
+                    out.push(table_batch(t, &txns, &schemas)?.1);
+                }
+            }
+            Record::Ddl(_) => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Writes `txns` in one flush (and a DDL after the first) and returns the
+/// directory, the rows file's name and its bytes.
+fn write_log(txns: &[Transaction]) -> (tempfile::TempDir, FileName, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = StorageUri::Local(dir.path().to_path_buf());
+    runtime().block_on(async {
+        let storage = Storage::open(&uri, "cf").await.unwrap();
+        let mut w = LogWriter::open(storage.clone()).await.unwrap();
+        for (i, t) in txns.iter().enumerate() {
+            w.append_transaction(t).unwrap();
+            if i == 0 {
+                w.append_ddl(&DdlEvent::of_table(
+                    CommitTs::new(t.commit_ts.get() + 1),
+                    "shop",
+                    "t1",
+                    "ALTER TABLE t1 ADD COLUMN x INT",
+                ))
+                .unwrap();
+            }
+        }
+        w.flush(0).await.unwrap();
+        let reader = LogReader::open(storage.clone()).await.unwrap();
+        let file = reader.listing().files[0].0;
+        let bytes = storage.get(&file.name()).await.unwrap();
+        (dir, file, bytes)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn transactions_come_back_as_written(txns in transactions()) {
+        let (dir, file, _) = write_log(&txns);
+        let uri = StorageUri::Local(dir.path().to_path_buf());
+        let (rows, ddls, meta) = runtime().block_on(async {
+            let storage = Storage::open(&uri, "cf").await.unwrap();
+            let reader = LogReader::open(storage).await.unwrap();
+            let meta = reader.listing().meta.unwrap();
+            let rows = reader.read(file, meta.resolved_ts).await.unwrap();
+            let ddl = reader.files_for(crate::LogKind::Ddl, meta);
+            let ddls = reader.read(ddl[0], meta.resolved_ts).await.unwrap();
+            (rows, ddls, meta)
+        });
+        prop_assert_eq!(meta.resolved_ts, txns.last().unwrap().commit_ts.get() + u64::from(txns.len() == 1));
+        prop_assert!(rows.skipped.is_none());
+        prop_assert_eq!(batches(rows.records).unwrap(), expected(&txns));
+        prop_assert_eq!(ddls.records.len(), 1);
+    }
+
+    #[test]
+    fn a_file_cut_at_any_byte_gives_a_prefix_of_its_records_and_says_where(txns in transactions()) {
+        let (_dir, _, bytes) = write_log(&txns);
+        let (_, all) = Records::new(&bytes).unwrap();
+        let all: Vec<(u64, Record)> = all.map(Result::unwrap).collect();
+        for cut in 0..bytes.len() {
+            let Ok((_, records)) = Records::new(&bytes[..cut]) else {
+                prop_assert!(cut < crate::format::HEADER_LEN);
+                continue;
+            };
+            let mut good = Vec::new();
+            let mut damage = None;
+            for r in records {
+                match r {
+                    Ok(r) => good.push(r),
+                    Err(d) => damage = Some(d),
+                }
+            }
+            prop_assert_eq!(&good[..], &all[..good.len()]);
+            let at_boundary = cut == crate::format::HEADER_LEN
+                || all.iter().any(|(offset, _)| *offset as usize == cut);
+            if at_boundary {
+                prop_assert!(damage.is_none());
+            } else {
+                let damage = damage.expect("a cut inside a record is found");
+                prop_assert!(damage.is_torn(), "{damage}");
+                prop_assert_eq!(damage.offset(), all[good.len()].0);
+            }
+        }
+    }
+
+    #[test]
+    fn a_flipped_bit_anywhere_in_a_file_is_caught(txns in transactions(), at in any::<prop::sample::Index>(), bit in 0u8..8) {
+        let (_dir, _, mut bytes) = write_log(&txns);
+        let at = at.index(bytes.len());
+        bytes[at] ^= 1 << bit;
+        let caught = match Records::new(&bytes) {
+            Err(Damage::Header(_)) => true,
+            Err(other) => panic!("unexpected {other}"),
+            Ok((_, records)) => records.into_iter().any(|r| r.is_err()),
+        };
+        prop_assert!(caught, "a flip at byte {at} bit {bit} went unseen");
+    }
+
+    #[test]
+    fn a_flipped_bit_anywhere_in_the_meta_is_caught(checkpoint in 0u64..1 << 40, ahead in 0u64..1 << 20, at in any::<prop::sample::Index>(), bit in 0u8..8) {
+        let meta = Meta { checkpoint_ts: checkpoint, resolved_ts: checkpoint + ahead };
+        let mut bytes = meta.encode();
+        prop_assert_eq!(Meta::decode(&bytes), Ok(meta));
+        let at = at.index(bytes.len());
+        bytes[at] ^= 1 << bit;
+        prop_assert!(Meta::decode(&bytes).is_err());
+    }
+}
+
+#[test]
+fn damage_in_a_file_past_the_resolved_ts_is_skipped_and_said_and_elsewhere_stops_the_read() {
+    let txns: Vec<Transaction> = (0..20u64)
+        .map(|i| {
+            let mut t = Transaction::new(CommitTs::new(1000 + i));
+            t.table(&schema(1, 1)).push_values(
+                Op::Insert,
+                None,
+                Some(&[
+                    Value::Int(i as i64),
+                    Value::Bytes(b"x".to_vec()),
+                    Value::Null,
+                    Value::Null,
+                    Value::UInt(i),
+                ]),
+            );
+            t
+        })
+        .collect();
+    let (dir, file, bytes) = write_log(&txns);
+    let uri = StorageUri::Local(dir.path().to_path_buf());
+    runtime().block_on(async {
+        let storage = Storage::open(&uri, "cf").await.unwrap();
+        // Torn in the middle.
+        storage
+            .put(&file.name(), bytes[..bytes.len() / 2].to_vec())
+            .await
+            .unwrap();
+        let reader = LogReader::open(storage.clone()).await.unwrap();
+        let meta = reader.listing().meta.unwrap();
+        assert_eq!(meta.resolved_ts, file.cut);
+        // The replay needs it: the read stops, naming the file and offset.
+        let err = reader.read(file, meta.resolved_ts).await.unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains(&file.name()) && text.contains("torn record at offset"),
+            "{text}"
+        );
+        // Had the meta not reached its cut, it would hold only later events.
+        let read = reader.read(file, file.cut - 1).await.unwrap();
+        assert!(read.skipped.as_ref().is_some_and(Damage::is_torn));
+        let prefix = batches(read.records).unwrap();
+        assert!(!prefix.is_empty() && prefix.len() < txns.len());
+        assert_eq!(prefix[..], expected(&txns)[..prefix.len()]);
+    });
+}
+
+#[test]
+fn file_names_round_trip_and_other_names_are_not_log_files() {
+    let f = FileName {
+        kind: crate::LogKind::Rows,
+        seq: 42,
+        cut: 7,
+        max: 9,
+    };
+    assert_eq!(FileName::parse(&f.name()), Some(f));
+    for other in [
+        "meta",
+        "rows-1-2.log",
+        "rows-a-2-3.log",
+        "x-1-2-3.log",
+        "rows-1-2-3-4.log",
+    ] {
+        assert_eq!(FileName::parse(other), None, "{other}");
+    }
+}
+
+#[test]
+fn the_writer_goes_on_after_the_files_there_and_gc_removes_what_the_checkpoint_passed() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = StorageUri::Local(dir.path().to_path_buf());
+    runtime().block_on(async {
+        let storage = Storage::open(&uri, "cf").await.unwrap();
+        let one = |ts: u64| {
+            let mut t = Transaction::new(CommitTs::new(ts));
+            t.table(&schema(1, 1)).push_values(
+                Op::Delete,
+                Some(&[
+                    Value::Int(1),
+                    Value::Null,
+                    Value::Float(1.5),
+                    Value::Null,
+                    Value::Null,
+                ]),
+                None,
+            );
+            t
+        };
+        let mut w = LogWriter::open(storage.clone()).await.unwrap();
+        w.append_transaction(&one(10)).unwrap();
+        w.flush(0).await.unwrap();
+        w.append_transaction(&one(20)).unwrap();
+        w.flush(10).await.unwrap();
+        drop(w);
+        let mut w = LogWriter::open(storage.clone()).await.unwrap();
+        assert_eq!(
+            w.meta(),
+            Meta {
+                checkpoint_ts: 10,
+                resolved_ts: 20
+            }
+        );
+        w.append_transaction(&one(30)).unwrap();
+        w.resolved(35);
+        w.flush(20).await.unwrap();
+        assert_eq!(
+            w.meta(),
+            Meta {
+                checkpoint_ts: 20,
+                resolved_ts: 35
+            }
+        );
+        let names: Vec<(u64, u64)> = crate::Listing::read(&storage)
+            .await
+            .unwrap()
+            .files
+            .iter()
+            .map(|(f, _)| (f.seq, f.cut))
+            .collect();
+        assert_eq!(names, [(0, 10), (1, 20), (2, 35)]);
+        assert_eq!(w.collect_garbage().await.unwrap(), 2);
+        let left = crate::Listing::read(&storage).await.unwrap();
+        assert_eq!(left.files.len(), 1);
+        assert_eq!(left.files[0].0.max, 35);
+    });
+}
+
+/// Per table: (commit ts, transaction id, op, before, after) of every row, in
+/// order.
+type TableRowsSeen =
+    std::collections::BTreeMap<u32, Vec<(u64, u64, u8, Option<Vec<Value>>, Option<Vec<Value>>)>>;
+
+fn rows_per_table(batches: &[TableBatch]) -> TableRowsSeen {
+    let mut out = TableRowsSeen::new();
+    for b in batches {
+        for (i, r) in b.rows().enumerate() {
+            out.entry(b.table_id).or_default().push((
+                b.commit_ts[i],
+                b.txn[i],
+                b.ops[i],
+                r.before(),
+                r.after(),
+            ));
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_run_comes_back_as_its_transactions(txns in transactions()) {
+        let mut run = sluice_core::TransactionRun::new();
+        for t in txns.clone() {
+            prop_assert!(run.push(t).is_ok());
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let uri = StorageUri::Local(dir.path().to_path_buf());
+        let records = runtime().block_on(async {
+            let storage = Storage::open(&uri, "cf").await.unwrap();
+            let mut w = LogWriter::open(storage.clone()).await.unwrap();
+            w.append_run(&run).unwrap();
+            w.flush(0).await.unwrap();
+            let reader = LogReader::open(storage).await.unwrap();
+            let meta = reader.listing().meta.unwrap();
+            prop_assert_eq!(meta.resolved_ts, txns.last().unwrap().commit_ts.get());
+            let file = reader.listing().files[0].0;
+            Ok(reader.read(file, meta.resolved_ts).await.unwrap().records)
+        })?;
+        let got = batches(records).unwrap();
+        prop_assert_eq!(rows_per_table(&got), rows_per_table(&expected(&txns)));
+    }
+}
