@@ -157,9 +157,8 @@ pub struct Pipeline<K: Sink, F: Filter> {
     held_parts: usize,
     held_bytes: usize,
     positions: Positions,
-    /// When the last flush point ended, and how long it took.
+    /// When the last flush point ended.
     last_flush: Instant,
-    last_flush_took: Duration,
     /// Something was read since the last flush point.
     unflushed: bool,
     commands: Commands<K, F>,
@@ -206,7 +205,6 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             held_parts: 0,
             held_bytes: 0,
             last_flush: Instant::now(),
-            last_flush_took: Duration::ZERO,
             unflushed: false,
             commands: Commands {
                 swaps: None,
@@ -353,11 +351,10 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         let result = loop {
             // Something was read since the last flush point, and the source
             // has nothing more ready: it goes downstream now rather than at
-            // the next tick, so that the lag follows the downstream's speed.
-            // Not sooner after the last flush than that flush took, so that
-            // at low rates flushing takes at most half the time.
+            // the next tick, so that the lag follows the downstream's speed
+            // (while a flush runs, what comes in waits in the cache and goes
+            // in the next one).
             let idle_flush = self.config.flush_when_idle && self.unflushed;
-            let idle_flush_at = self.last_flush + self.last_flush_took;
             tokio::select! {
                 biased;
                 _ = &mut shutdown => {
@@ -392,7 +389,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
                     }
                     self.unflushed = true;
                 },
-                _ = tokio::time::sleep_until(idle_flush_at.into()), if idle_flush => {
+                _ = std::future::ready(()), if idle_flush => {
                     if let Err(e) = self.flush_point().await { break Err(e); }
                 }
             }
@@ -652,11 +649,9 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
     /// (each one releases the rows held behind it, which may need another
     /// round).
     async fn flush_point(&mut self) -> Result<(), PipelineError> {
-        let started = Instant::now();
         self.flush_and_apply().await?;
         self.unflushed = false;
         self.last_flush = Instant::now();
-        self.last_flush_took = self.last_flush - started;
         Ok(())
     }
 
