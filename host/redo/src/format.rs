@@ -219,6 +219,12 @@ pub fn read_header(bytes: &[u8]) -> Result<LogKind, Damage> {
             "format version {version}; this build reads version {FORMAT_VERSION}"
         )));
     }
+    if bytes[11] != 0 {
+        return Err(Damage::Header(format!(
+            "the reserved header byte is {}, not 0",
+            bytes[11]
+        )));
+    }
     match bytes[10] {
         0 => Ok(LogKind::Rows),
         1 => Ok(LogKind::Ddl),

@@ -357,7 +357,8 @@ impl LogWriter {
         let checkpoint = self.meta.checkpoint_ts;
         let mut removed = 0;
         for (file, _) in listing.files {
-            if file.max <= checkpoint && file.cut <= checkpoint {
+            // `max` is never below `cut`.
+            if file.max <= checkpoint {
                 self.storage.delete(&file.name()).await?;
                 removed += 1;
             }
