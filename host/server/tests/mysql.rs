@@ -106,6 +106,41 @@ fn upstream(
     table: &str,
     columns: &[(String, bool)],
 ) -> BTreeMap<String, Vec<String>> {
+    table_rows(db, table, columns).unwrap_or_else(|e| panic!("reading shop.{table}: {e}"))
+}
+
+/// The downstream's tables as [`upstream`] reads them, or `None` while the
+/// server does not answer (a downstream busy applying a large backlog on a
+/// loaded machine can leave a connection waiting past the client's retries;
+/// the caller's wait bounds how long that may last).
+fn downstream(
+    db: &PrivateMariaDb,
+    tables: &[&str],
+    cols: &[Vec<(String, bool)>],
+) -> Option<Vec<BTreeMap<String, Vec<String>>>> {
+    let mut out = Vec::new();
+    for (t, c) in tables.iter().zip(cols) {
+        match table_rows(db, t, c) {
+            Ok(rows) => out.push(rows),
+            Err(e) => {
+                let log = db.error_log();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                eprintln!(
+                    "the downstream did not answer (tried again): {e}\nits error log ends:\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+                return None;
+            }
+        }
+    }
+    Some(out)
+}
+
+fn table_rows(
+    db: &PrivateMariaDb,
+    table: &str,
+    columns: &[(String, bool)],
+) -> Result<BTreeMap<String, Vec<String>>, String> {
     let exprs: Vec<String> = columns
         .iter()
         .map(|(c, blob)| {
@@ -116,16 +151,17 @@ fn upstream(
             }
         })
         .collect();
-    let text = db.exec(&format!(
+    let text = db.try_exec(&format!(
         "SELECT {} FROM shop.{table} ORDER BY 1",
         exprs.join(", ")
-    ));
-    text.lines()
+    ))?;
+    Ok(text
+        .lines()
         .map(|l| {
             let v: Vec<String> = l.split('\t').map(unescape).collect();
             (v[0].clone(), v)
         })
-        .collect()
+        .collect())
 }
 
 /// Undoes the mariadb client's batch escapes.
@@ -498,11 +534,10 @@ fn mariadb_to_mariadb_through_sink_mysql_matches_row_for_row_after_kills() {
         "the downstream to match the upstream",
         Duration::from_secs(120),
         || {
-            got = tables
-                .iter()
-                .zip(&cols)
-                .map(|(t, c)| upstream(&down, t, c))
-                .collect();
+            match downstream(&down, &tables, &cols) {
+                Some(rows) => got = rows,
+                None => return false,
+            }
             got == want
         },
     );
@@ -560,13 +595,10 @@ fn sink_mysql_applies_key_changes_unique_swaps_ddl_and_a_large_transaction() {
         "the downstream to match the upstream",
         Duration::from_secs(180),
         || {
-            columns(&down, "tokens") == cols[2]
-                && tables
-                    .iter()
-                    .zip(&cols)
-                    .map(|(t, c)| upstream(&down, t, c))
-                    .collect::<Vec<_>>()
-                    == want
+            // Rows first: once they match, the server has answered and the
+            // column check after them reads the same schema.
+            downstream(&down, &tables, &cols).is_some_and(|got| got == want)
+                && columns(&down, "tokens") == cols[2]
         },
     );
     let q = server.state("replica");
