@@ -523,6 +523,7 @@ mod tests {
                 sink: PluginRef::new("sink-file@0.1.0".parse().unwrap()),
                 pipeline: Default::default(),
                 validator: Default::default(),
+                consistent: Default::default(),
             },
             CommitTs::compose(1_700_000_000_250, 7),
         );

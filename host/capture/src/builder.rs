@@ -8,7 +8,8 @@ use sluice_config::ChangefeedConfig;
 use sluice_core::{
     Checkpoint, CommitTs, ResolvedTs, ResumeError, Source, SourceEvent, TransactionRun,
 };
-use sluice_processor::{Pipeline, PipelineConfig, ProgressStore};
+use sluice_processor::{Pipeline, PipelineConfig, ProgressStore, RedoConfig, RedoLog};
+use sluice_redo::{LogWriter, Storage, StorageUri};
 use sluice_runtime::{WasmFilter, WasmSink};
 use sluice_source::{AnySource, SourceError};
 
@@ -24,6 +25,31 @@ pub struct ChangefeedBuilder<'a, P> {
     target: Option<CommitTs>,
     replay_until: CommitTs,
     store: Option<Box<dyn ProgressStore>>,
+    redo: Option<LogWriter>,
+}
+
+/// Opens changefeed `id`'s redo log in `root` (a folder named after the
+/// changefeed under it) for `[consistent]`; `None` when the changefeed has no
+/// redo log.
+pub async fn open_redo(
+    consistent: &sluice_config::ConsistentConfig,
+    root: &StorageUri,
+    id: &str,
+) -> anyhow::Result<Option<LogWriter>> {
+    if !consistent.enabled() {
+        return Ok(None);
+    }
+    // The id is a validated changefeed name (letters, digits, single
+    // hyphens): it names one folder under the root, never a path.
+    sluice_config::validate_name(sluice_config::NameKind::Changefeed, id)
+        .map_err(|e| anyhow::anyhow!("changefeed id {id:?}: {e}"))?;
+    let storage = Storage::open(root, id)
+        .await
+        .map_err(|e| anyhow::anyhow!("opening the redo log in {root}: {e}"))?;
+    let writer = LogWriter::open(storage)
+        .await
+        .map_err(|e| anyhow::anyhow!("opening the redo log in {root}: {e}"))?;
+    Ok(Some(writer))
 }
 
 /// A changefeed ready to run: `pipeline.run(source, shutdown)`.
@@ -50,7 +76,14 @@ impl<'a, P> ChangefeedBuilder<'a, P> {
             target: None,
             replay_until: CommitTs::ZERO,
             store: None,
+            redo: None,
         }
+    }
+
+    /// Write every event to `log` before the sink sees it (`[consistent]`).
+    pub fn redo(mut self, log: Option<LogWriter>) -> Self {
+        self.redo = log;
+        self
     }
 
     /// Resume from `start` (its ts, and the source position saved with it);
@@ -96,7 +129,20 @@ impl<'a, P> ChangefeedBuilder<'a, P> {
             .unwrap_or(u64::MAX);
         config.max_batch_bytes = config.max_batch_bytes.min((plugin_bound / 2) as usize);
         config.replay_until = self.replay_until;
+        // With redo, the event cache's bound is shared: the redo writer's
+        // share for copies not durable yet, the rest for events waiting to
+        // reach the sink.
+        let redo = self.redo.map(|writer| {
+            let mut redo = RedoConfig::from(&self.config.consistent);
+            let total = config.event_cache_bytes;
+            redo.memory_bytes = total / 100 * usize::from(self.config.consistent.memory_percent);
+            config.event_cache_bytes = total - redo.memory_bytes;
+            RedoLog::new(writer, redo)
+        });
         let mut pipeline = Pipeline::new(config, self.filters, self.sink, self.start);
+        if let Some(redo) = redo {
+            pipeline = pipeline.with_redo(redo);
+        }
         if let Some(store) = self.store {
             pipeline = pipeline.with_progress_store(store);
         }

@@ -24,7 +24,7 @@ use sluice_meta::{Compare, MetaStore};
 use sluice_registry::PluginRegistry;
 
 pub use agent::Agent;
-pub use builder::{Changefeed, ChangefeedBuilder, UpTo};
+pub use builder::{Changefeed, ChangefeedBuilder, UpTo, open_redo};
 pub use processor::{Live, PluginCounters, Processor, SwapStats, plugin_roles};
 pub use progress::{Claim, Counters, MetaProgressStore, Reporter, TaskPosition};
 pub use settings::{plugin_data_dir, plugin_settings};

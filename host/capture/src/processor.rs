@@ -26,6 +26,7 @@ use tracing::Instrument;
 use crate::Ctx;
 use crate::builder::{Changefeed, ChangefeedBuilder};
 use crate::progress::{Claim, Counters, MetaProgressStore, Reporter};
+use crate::builder::open_redo;
 use crate::settings::{plugin_data_dir, plugin_settings};
 use sluice_registry::RegistryError;
 
@@ -398,7 +399,20 @@ async fn run(
     let reporter = store.reporter();
     // Generated time starts after the changefeed's start ts (fixed at create,
     // so a resume regenerates the same workload).
+    // With `[consistent]`: the changefeed's redo log, in this server's data
+    // dir (`redo/<tenant>/<changefeed>`).
+    let redo = match open_redo(
+        &info.config.consistent,
+        &sluice_redo::StorageUri::Local(ctx.data_dir.join("redo").join(id.tenant())),
+        id.name(),
+    )
+    .await
+    {
+        Ok(redo) => redo,
+        Err(e) => return failed(ErrorKind::Retryable, format!("{e:#}")),
+    };
     let built = ChangefeedBuilder::new(&info.config, filters, sink)
+        .redo(redo)
         .start_ts(info.start_ts)
         .target_ts(info.target_ts)
         .resume(
@@ -528,7 +542,9 @@ async fn run(
                     // restarting cannot help.
                     ErrorKind::Fatal
                 }
-                PipelineError::Source(_) | PipelineError::Persist(_) => ErrorKind::Retryable,
+                PipelineError::Source(_) | PipelineError::Persist(_) | PipelineError::Redo(_) => {
+                    ErrorKind::Retryable
+                }
             };
             failed(kind, crate::error_chain(&e))
         }

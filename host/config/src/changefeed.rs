@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::bounds::{MAX_FILE_BYTES, MAX_FILTERS};
+use crate::consistent::ConsistentConfig;
 use crate::error::{ConfigError, invalid};
 use crate::filter::FilterConfig;
 use crate::name::{NameKind, PluginId, validate_name};
@@ -57,6 +58,9 @@ pub struct ChangefeedFile {
     /// `[validator]`.
     #[serde(default)]
     pub validator: ValidatorConfig,
+    /// `[consistent]`: the redo log.
+    #[serde(default)]
+    pub consistent: ConsistentConfig,
 }
 
 /// `[changefeed]` (`sluice run`).
@@ -98,6 +102,9 @@ pub struct ChangefeedConfig<P = PluginId> {
     /// The continuous validator (`[validator]`).
     #[serde(default, skip_serializing_if = "ValidatorConfig::is_default")]
     pub validator: ValidatorConfig,
+    /// Consistent replication (`[consistent]`).
+    #[serde(default, skip_serializing_if = "ConsistentConfig::is_default")]
+    pub consistent: ConsistentConfig,
 }
 
 /// What `sluice run` runs: a changefeed config and where the run keeps things.
@@ -178,7 +185,7 @@ impl ChangefeedFile {
             &self.filter,
             &self.filters,
             &self.sink,
-            (&self.pipeline, &self.validator),
+            (&self.pipeline, &self.validator, &self.consistent),
             mode,
         )
     }
@@ -209,6 +216,7 @@ impl ChangefeedFile {
             sink: id("sink".into(), self.sink)?,
             pipeline: self.pipeline,
             validator: self.validator,
+            consistent: self.consistent,
         })
     }
 
@@ -235,6 +243,7 @@ impl ChangefeedFile {
                 sink: self.sink,
                 pipeline: self.pipeline,
                 validator: self.validator,
+                consistent: self.consistent,
             },
         })
     }
@@ -274,7 +283,7 @@ impl<P> ChangefeedConfig<P> {
             &self.filter,
             &self.filters,
             &self.sink,
-            (&self.pipeline, &self.validator),
+            (&self.pipeline, &self.validator, &self.consistent),
             mode,
         )
     }
@@ -296,7 +305,7 @@ fn validate_parts<P>(
     filter: &FilterConfig,
     filters: &[PluginConfig<P>],
     sink: &PluginConfig<P>,
-    (pipeline, validator): (&PipelineConfig, &ValidatorConfig),
+    (pipeline, validator, consistent): (&PipelineConfig, &ValidatorConfig, &ConsistentConfig),
     mode: Mode,
 ) -> Result<(), ConfigError> {
     source.validate()?;
@@ -311,6 +320,7 @@ fn validate_parts<P>(
         plugin.validate(&at, mode)?;
     }
     pipeline.validate()?;
+    consistent.validate(mode)?;
     validator.validate(sink)
 }
 

@@ -13,6 +13,7 @@
 pub mod bounds;
 mod bytes;
 mod changefeed;
+mod consistent;
 mod error;
 pub mod filter;
 mod limits;
@@ -31,6 +32,7 @@ pub use changefeed::{
     ChangefeedConfig, ChangefeedFile, ChangefeedSection, DEFAULT_DATA_DIR, DEFAULT_PLUGIN_DIR,
     Mode, RunConfig,
 };
+pub use consistent::{ConsistentConfig, ConsistentLevel, RedoCompression};
 pub use error::ConfigError;
 pub use filter::{EventFilterRule, FilterConfig};
 pub use limits::ServerLimits;

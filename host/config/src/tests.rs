@@ -455,3 +455,87 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn consistent_replication_is_read_stored_and_range_checked_by_key() {
+    let run = RUN.to_string()
+        + "\n[consistent]\nlevel = \"eventual\"\nstorage = \"file:///var/lib/sluice/redo\"\nflush-interval = 500\nmax-log-size = \"8MiB\"\n";
+    let config = RunConfig::parse(&run).unwrap();
+    let c = &config.feed.consistent;
+    assert!(c.enabled());
+    assert_eq!(c.storage, "file:///var/lib/sluice/redo");
+    assert_eq!(
+        (
+            c.flush_interval,
+            c.meta_flush_interval,
+            c.max_log_size.0,
+            c.memory_percent
+        ),
+        (500, 200, 8 << 20, 50)
+    );
+    // Off by default, and then not written back out.
+    let plain = ChangefeedConfig::parse(SERVER).unwrap();
+    assert!(!plain.consistent.enabled());
+    assert!(
+        !serde_json::to_string(&plain)
+            .unwrap()
+            .contains("consistent")
+    );
+    // A server's changefeed keeps its log in the server's data dir.
+    let server = SERVER.to_string() + "\n[consistent]\nlevel = \"eventual\"\n";
+    let stored = ChangefeedConfig::parse(&server).unwrap();
+    assert!(stored.consistent.enabled());
+    let json = serde_json::to_string(&stored).unwrap();
+    let back: ChangefeedConfig = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, stored);
+
+    let with = |body: &str| format!("{RUN}\n[consistent]\n{body}\n");
+    let cases = [
+        (
+            with("level = \"eventual\""),
+            "consistent.level = \"eventual\" needs consistent.storage",
+        ),
+        (
+            with("level = \"eventual\"\nstorage = \"s3://bucket/redo\""),
+            "it must be file:///absolute/dir",
+        ),
+        (
+            with("level = \"eventual\"\nstorage = \"file://redo\""),
+            "a file:// storage needs an absolute path",
+        ),
+        (
+            with("level = \"eventual\"\nstorage = \"file:///a/../etc\""),
+            "it may not contain `..`",
+        ),
+        (
+            with("flush-interval = 49"),
+            "consistent.flush-interval is 49 ms; it must be between 50 and 600000",
+        ),
+        (
+            with("meta-flush-interval = 18446744073709551615"),
+            "consistent.meta-flush-interval is 18446744073709551615 ms",
+        ),
+        (
+            with("max-log-size = \"2GiB\""),
+            "consistent.max-log-size is 2147483648 bytes; it must be between 1MiB and 1GiB",
+        ),
+        (
+            with("memory-percent = 95"),
+            "consistent.memory-percent is 95; it must be between 10 and 90",
+        ),
+        (with("level = \"strong\""), "unknown variant `strong`"),
+        (with("compression = \"zstd\""), "is not supported yet"),
+        (
+            with("flush-interval-ms = 100"),
+            "unknown field `flush-interval-ms`",
+        ),
+    ];
+    for (text, want) in cases {
+        let err = run_err(&text);
+        assert!(err.contains(want), "{want:?} not in {err:?}");
+    }
+    let err = server_err(&format!(
+        "{SERVER}\n[consistent]\nlevel = \"eventual\"\nstorage = \"file:///etc\"\n"
+    ));
+    assert!(err.contains("remove consistent.storage"), "{err}");
+}

@@ -24,6 +24,7 @@ fn file_with(at: &str, extra: &str) -> String {
         ("sink.capabilities", String::new()),
         ("pipeline", String::new()),
         ("validator", String::new()),
+        ("consistent", String::new()),
     ];
     for (name, body) in &mut sections {
         if *name == at {
@@ -94,6 +95,7 @@ fn every_table_of_the_schema_is_documented_key_for_key() {
         ("sink.capabilities", "### `[sink.capabilities]`", ""),
         ("pipeline", "## `[pipeline]`", ""),
         ("validator", "## `[validator]`", ""),
+        ("consistent", "## `[consistent]`", ""),
     ];
     for (table, heading, prefix) in tables {
         let mut documented = doc_keys(heading, prefix);

@@ -679,6 +679,7 @@ pub(crate) mod tests {
             sink: PluginRef::new("sink-file@0.1.0".parse().unwrap()),
             pipeline: PipelineConfig::default(),
             validator: Default::default(),
+            consistent: Default::default(),
         }
     }
 

@@ -57,6 +57,15 @@ fn merge(into: &mut Option<OwnedSemaphorePermit>, permit: OwnedSemaphorePermit) 
 }
 
 impl CachePermit {
+    /// A permit that holds nothing (tests).
+    #[cfg(test)]
+    pub(crate) fn none() -> Self {
+        CachePermit {
+            bytes: None,
+            events: None,
+        }
+    }
+
     /// `bytes` of these bytes and `events` of these slots as a permit of their
     /// own (fewer if fewer are left).
     pub(crate) fn split(&mut self, bytes: usize, events: usize) -> CachePermit {

@@ -20,6 +20,9 @@ pub enum PipelineError {
     /// The sink failed in a way retrying does not fix (or retries ran out).
     #[error("sink failed")]
     Sink(#[source] PluginError),
+    /// The redo log could not be written.
+    #[error("redo log failed: {0}")]
+    Redo(String),
     /// Positions could not be saved, or a newer epoch fenced this one.
     #[error("progress could not be saved")]
     Persist(#[source] crate::persist::ProgressStoreError),

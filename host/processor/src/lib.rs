@@ -19,6 +19,9 @@
 //!   positions. The checkpoint only ever passes a ts after `flush(ts)`
 //!   returned `Ok`, and is the minimum over the tables of what each has
 //!   written.
+//! - `redo`: with consistent replication, the fence: every event goes to the
+//!   redo writer task first and waits until the log's durable resolved ts
+//!   has passed it before it is dispatched.
 //! - `live`, `shadow`, `probation`: the live sink and filters, with what may
 //!   wrap them: a candidate in shadow, a trial after a swap (`swap`).
 
@@ -31,6 +34,7 @@ mod live;
 mod persist;
 mod pipeline;
 mod probation;
+mod redo;
 mod shadow;
 mod swap;
 #[cfg(test)]
@@ -41,6 +45,7 @@ pub use config::PipelineConfig;
 pub use error::PipelineError;
 pub use persist::{ProgressStore, ProgressStoreError, StoreFuture};
 pub use pipeline::{AckListener, Pipeline, Progress, Report};
+pub use redo::{RedoConfig, RedoLog, RedoStatus};
 pub use shadow::{
     CallLatency, Difference, MAX_DIFFERENCES, MAX_FAILURES_IN_A_ROW, ShadowCandidate,
     ShadowCommand, ShadowLimits, ShadowSnapshot, ShadowStatus,

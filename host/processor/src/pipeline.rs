@@ -22,6 +22,7 @@ use crate::config::{PipelineConfig, Retry};
 use crate::dispatcher::{Bounds, Dispatcher, Held, Output, changefeed_checkpoint};
 use crate::error::PipelineError;
 use crate::persist::{ProgressStore, Saver};
+use crate::redo::{Fence, RedoLog, RedoStatus};
 use crate::shadow::ShadowCommand;
 use crate::swap::{FilterSwapRequest, Probation, SwapRefused, SwapRequest, Swapped};
 use crate::writer::{SinkSwap, SinkWriter};
@@ -55,6 +56,11 @@ pub struct Progress {
     /// Upstream time of the source's last event, ms since the Unix epoch (0:
     /// unknown).
     pub source_time_ms: u64,
+    /// The redo log's writer, with consistent replication.
+    pub redo: Option<RedoStatus>,
+    /// Events waiting at the redo fence (the log does not have them durably
+    /// yet).
+    pub redo_waiting: u64,
 }
 
 /// What a finished (or interrupted) run did.
@@ -162,6 +168,13 @@ pub struct Pipeline<K: Sink, F: Filter> {
     /// Something was read since the last flush point.
     unflushed: bool,
     commands: Commands<K, F>,
+    /// The redo log to start, with consistent replication.
+    redo: Option<RedoLog>,
+    /// Its fence, while running.
+    fence: Option<Fence>,
+    /// The source's End was read (it waits at the redo fence): nothing more
+    /// comes from the cache.
+    source_ended: bool,
     interrupted: bool,
 }
 
@@ -211,8 +224,19 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
                 filter_swaps: None,
                 shadows: None,
             },
+            redo: None,
+            fence: None,
+            source_ended: false,
             interrupted: false,
         }
+    }
+
+    /// Write every event to `redo` before the sink sees it: the sink gets an
+    /// event only once the log's durable resolved ts has passed it (see the
+    /// `redo` module).
+    pub fn with_redo(mut self, redo: RedoLog) -> Self {
+        self.redo = Some(redo);
+        self
     }
 
     /// Tell `listener` of every batch the sink acknowledges from now on.
@@ -335,6 +359,15 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         )?;
 
         self.writer.open(self.start.ts).await?;
+        let mut redo_status = match self.redo.take() {
+            Some(log) => {
+                let fence = Fence::start(log, CommitTs::from(self.start.ts));
+                let status = fence.subscribe();
+                self.fence = Some(fence);
+                Some(status)
+            }
+            None => None,
+        };
         let mut commands = std::mem::replace(
             &mut self.commands,
             Commands {
@@ -372,11 +405,22 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
                     };
                     if let Err(e) = result { break Err(e); }
                 }
+                changed = redo_advanced(&mut redo_status) => {
+                    if changed.is_err() || self.fence.as_ref().and_then(Fence::fatal).is_some() {
+                        let why = self.fence.as_ref().and_then(Fence::fatal).unwrap_or_else(|| "the redo writer stopped".into());
+                        break Err(PipelineError::Redo(why));
+                    }
+                    if let Some(end) = self.take_passed(&cache).await {
+                        break end;
+                    }
+                    self.unflushed = true;
+                    self.publish();
+                }
                 _ = ticker.tick() => {
                     if let Err(e) = self.flush_point().await { break Err(e); }
                     self.writer.judge_trials();
                 }
-                chunk = cache.rx.recv() => {
+                chunk = cache.rx.recv(), if !self.source_ended => {
                     let Some(chunk) = chunk else {
                         // The reader stopped without saying End: it panicked (or was cancelled).
                         break Err(PipelineError::Source("the source task stopped unexpectedly (it panicked); see the log".into()));
@@ -398,6 +442,10 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         result?;
         self.flush_point().await?;
         self.save_checkpoint().await?;
+        if let Some(fence) = self.fence.take() {
+            fence.checkpoint(CommitTs::from(self.progress.checkpoint_ts));
+            fence.close().await;
+        }
         self.writer.close().await;
         let mut report = Report {
             progress: self.progress.clone(),
@@ -420,17 +468,48 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         cache: &EventCache,
     ) -> Option<Result<(), PipelineError>> {
         for (item, permit) in chunk.into_items() {
-            let result = match item {
-                Item::Event(Ok(SourceEvent::End)) => return Some(Ok(())),
-                Item::Event(Err(e)) => return Some(Err(e)),
-                Item::Event(Ok(event)) => self.on_event(event, permit, cache).await,
-                Item::Run(run) => self.on_run(run, permit, cache).await,
+            if matches!(item, Item::Event(Ok(SourceEvent::End))) {
+                self.source_ended = true;
+            }
+            let end = match &mut self.fence {
+                // With redo: to the log, and on once the fence passes it.
+                Some(fence) => match fence.admit(item, permit).await {
+                    Ok(()) => None,
+                    Err(e) => Some(Err(e)),
+                },
+                None => self.take(item, permit, cache).await,
             };
-            if let Err(e) = result {
-                return Some(Err(e));
+            if end.is_some() {
+                return end;
+            }
+        }
+        self.take_passed(cache).await
+    }
+
+    /// Dispatch the events the redo fence has passed, in order.
+    async fn take_passed(&mut self, cache: &EventCache) -> Option<Result<(), PipelineError>> {
+        while let Some((item, permit)) = self.fence.as_mut().and_then(Fence::next_passed) {
+            if let Some(end) = self.take(item, permit, cache).await {
+                return Some(end);
             }
         }
         None
+    }
+
+    /// Dispatch one item; `Some` when the run ends with it.
+    async fn take(
+        &mut self,
+        item: Item,
+        permit: CachePermit,
+        cache: &EventCache,
+    ) -> Option<Result<(), PipelineError>> {
+        let result = match item {
+            Item::Event(Ok(SourceEvent::End)) => return Some(Ok(())),
+            Item::Event(Err(e)) => return Some(Err(e)),
+            Item::Event(Ok(event)) => self.on_event(event, permit, cache).await,
+            Item::Run(run) => self.on_run(run, permit, cache).await,
+        };
+        result.err().map(Err)
     }
 
     /// Transactions in a row: each table's rows are moved or copied into its
@@ -726,6 +805,9 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             self.progress.checkpoint_ts = CheckpointTs::from(checkpoint);
             self.writer.checkpoint = self.progress.checkpoint_ts;
             self.positions.advance(checkpoint);
+            if let Some(fence) = &self.fence {
+                fence.checkpoint(checkpoint);
+            }
         }
         self.publish();
         if self.writer.save_due() {
@@ -829,6 +911,10 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         self.progress.rows_written = w.rows_written;
         self.progress.bytes_written = w.bytes_written;
         self.progress.retries = w.retries;
+        if let Some(fence) = &self.fence {
+            self.progress.redo = Some(fence.subscribe().borrow().clone());
+            self.progress.redo_waiting = fence.waiting() as u64;
+        }
         self.progress_tx.send_replace(self.progress.clone());
     }
 }
@@ -843,6 +929,16 @@ async fn next_message<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
                 std::future::pending().await
             }
         },
+        None => std::future::pending().await,
+    }
+}
+
+/// The redo writer published a new status; never, without redo.
+async fn redo_advanced(
+    status: &mut Option<watch::Receiver<RedoStatus>>,
+) -> Result<(), watch::error::RecvError> {
+    match status {
+        Some(s) => s.changed().await,
         None => std::future::pending().await,
     }
 }

@@ -173,6 +173,12 @@ struct MemorySink {
     above_fence: Vec<u64>,
     /// Every `write` takes this long.
     write_delay: Option<Duration>,
+    /// The redo log's meta file: every call reads what is persisted there.
+    redo_meta: Option<std::path::PathBuf>,
+    /// Rows and DDLs the sink got above the redo resolved ts persisted then.
+    above_redo: Vec<u64>,
+    /// Redo metas read whose checkpoint was above their resolved ts.
+    bad_redo_metas: Vec<(u64, u64)>,
 }
 
 impl MemorySink {
@@ -191,6 +197,22 @@ impl MemorySink {
             .get()
             .map(|rx| rx.borrow().checkpoint_ts)
             .unwrap_or_default()
+    }
+
+    /// The redo resolved ts persisted now (0 before the first meta).
+    fn redo_resolved(&mut self) -> u64 {
+        let Some(path) = &self.redo_meta else {
+            return u64::MAX;
+        };
+        let Ok(bytes) = std::fs::read(path) else {
+            return 0;
+        };
+        let meta = sluice_redo::Meta::decode(&bytes).expect("the meta is whole");
+        if meta.checkpoint_ts > meta.resolved_ts {
+            self.bad_redo_metas
+                .push((meta.checkpoint_ts, meta.resolved_ts));
+        }
+        meta.resolved_ts
     }
 
     fn observe(&mut self) {
@@ -259,6 +281,11 @@ impl Sink for MemorySink {
             tokio::time::sleep(delay).await;
         }
         self.batch_rows.push(batch.row_count());
+        let redo = self.redo_resolved();
+        for t in &batch.tables {
+            self.above_redo
+                .extend(t.commit_ts.iter().filter(|&&ts| ts > redo));
+        }
         if let Some(log) = &self.store_log {
             let fence = log.lock().unwrap().fences.last().copied().unwrap_or(0);
             for t in &batch.tables {
@@ -316,6 +343,9 @@ impl Sink for MemorySink {
         }
         if let Some(delay) = self.ddl_delay {
             tokio::time::sleep(delay).await;
+        }
+        if ddl.commit_ts.get() > self.redo_resolved() {
+            self.above_redo.push(ddl.commit_ts.get());
         }
         self.ddls.push((
             ddl.commit_ts.get(),
@@ -2685,4 +2715,117 @@ async fn rows_are_flushed_as_soon_as_the_source_has_nothing_more_ready() {
     assert!(report.interrupted);
     let want = row_ids(&txns[..n]);
     assert_eq!(per_table(pipeline.sink().durable_ids()), per_table(want));
+}
+
+// ---------------------------------------------------------------------------
+// Consistent replication: the redo fence
+// ---------------------------------------------------------------------------
+
+/// A redo log in `dir` for changefeed `cf`, flushed as given.
+async fn redo_log(dir: &std::path::Path, config: crate::RedoConfig) -> crate::RedoLog {
+    let uri = sluice_redo::StorageUri::Local(dir.to_path_buf());
+    let storage = sluice_redo::Storage::open(&uri, "cf").await.unwrap();
+    crate::RedoLog::new(sluice_redo::LogWriter::open(storage).await.unwrap(), config)
+}
+
+/// Every row change in the redo log under `dir` up to its resolved ts:
+/// (commit ts, table id) per row, and the DDLs' commit ts.
+async fn redo_contents(dir: &std::path::Path) -> (Vec<(u64, u32)>, Vec<u64>, sluice_redo::Meta) {
+    let uri = sluice_redo::StorageUri::Local(dir.to_path_buf());
+    let storage = sluice_redo::Storage::open(&uri, "cf").await.unwrap();
+    let reader = sluice_redo::LogReader::open(storage).await.unwrap();
+    let meta = reader.listing().meta.unwrap();
+    let (mut rows, mut ddls) = (Vec::new(), Vec::new());
+    for kind in [sluice_redo::LogKind::Rows, sluice_redo::LogKind::Ddl] {
+        for file in reader.files_for(kind, sluice_redo::Meta::default()) {
+            for record in reader.read(file, meta.resolved_ts).await.unwrap().records {
+                match record {
+                    sluice_redo::Record::Rows { txns, tables } => {
+                        for t in tables {
+                            rows.extend(
+                                t.txn
+                                    .iter()
+                                    .map(|&i| (txns[i as usize].commit_ts, t.table_id)),
+                            );
+                        }
+                    }
+                    sluice_redo::Record::Ddl(d) => ddls.push(d.commit_ts.get()),
+                    _ => {}
+                }
+            }
+        }
+    }
+    (rows, ddls, meta)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Over random schedules (redo flushes by time or size at random
+    /// settings, a small redo share, a slow or fast sink, a DDL at a random
+    /// place, small batches): the sink never sees an event above the redo
+    /// resolved ts persisted at the time, the meta's checkpoint is never
+    /// above its resolved ts, and in the end both the sink and the log have
+    /// every row.
+    #[test]
+    fn the_sink_never_sees_an_event_above_the_persisted_redo_resolved_ts(
+        flush_ms in 1u64..30,
+        meta_flush_ms in 1u64..30,
+        max_log_size in 256usize..64_000,
+        memory_bytes in 1_000usize..200_000,
+        max_batch_rows in 1usize..128,
+        write_delay_ms in proptest::option::of(0u64..3),
+        ddl_after in 1u64..40,
+        total_rows in 50u64..400,
+        seed in any::<u64>(),
+    ) {
+        let source = DatagenConfig { seed, ..workload(total_rows) };
+        let txns = transactions(&source);
+        let expected = row_ids(&txns);
+        let dir = tempfile::tempdir().unwrap();
+        let sink = MemorySink {
+            redo_meta: Some(dir.path().join("cf").join("meta")),
+            write_delay: write_delay_ms.map(Duration::from_millis),
+            ..MemorySink::default()
+        };
+        let config = PipelineConfig { max_batch_rows, flush_interval: Duration::from_millis(5), ..config() };
+        let redo = crate::RedoConfig {
+            flush_interval: Duration::from_millis(flush_ms),
+            meta_flush_interval: Duration::from_millis(meta_flush_ms),
+            max_log_size,
+            memory_bytes,
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let (sink, logged) = runtime.block_on(async {
+            let log = redo_log(dir.path(), redo).await;
+            let probe = sink.probe.clone();
+            let mut pipeline = Pipeline::new(config, no_filters(), sink, CheckpointTs::ZERO).with_redo(log);
+            probe.set(pipeline.progress()).unwrap();
+            let report = pipeline.run(with_ddl(&source, ddl_after, "users"), std::future::pending()).await;
+            let report = report.map_err(|e| format!("pipeline failed: {e:?}"))?;
+            let redo = report.progress.redo.clone().expect("redo status is published");
+            if redo.flushes == 0 {
+                return Err("the redo writer never flushed".to_string());
+            }
+            let logged = redo_contents(dir.path()).await;
+            Ok::<_, String>((pipeline, logged))
+        }).map_err(TestCaseError::fail)?;
+        let sink = sink.sink();
+        prop_assert!(sink.above_redo.is_empty(), "the sink saw {:?} above the persisted redo resolved ts", &sink.above_redo[..sink.above_redo.len().min(10)]);
+        prop_assert!(sink.bad_redo_metas.is_empty(), "{:?}", sink.bad_redo_metas);
+        let first = first_durable_per_table(sink);
+        prop_assert_eq!(&first, &per_table(expected.clone()), "every row durable, in commit-ts order per table");
+        prop_assert_eq!(sink.ddls.len(), 1);
+        let (rows, ddls, meta) = logged;
+        prop_assert_eq!(rows.len(), expected.len(), "the log has every row once");
+        let mut logged_rows: Vec<(u64, u32)> = rows;
+        let mut want: Vec<(u64, u32)> = expected.iter().map(|r| (r.commit_ts, r.table_id)).collect();
+        logged_rows.sort_unstable();
+        want.sort_unstable();
+        prop_assert_eq!(logged_rows, want);
+        prop_assert_eq!(ddls, vec![sink.ddls[0].0]);
+        prop_assert!(meta.checkpoint_ts <= meta.resolved_ts);
+        prop_assert!(meta.resolved_ts >= txns.last().unwrap().commit_ts.get().max(sink.ddls[0].0));
+        prop_assert_eq!(meta.checkpoint_ts, sink.flushes.last().copied().unwrap());
+    }
 }

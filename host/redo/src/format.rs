@@ -104,6 +104,15 @@ pub enum Record {
     },
     /// A schema change (in the DDL log).
     Ddl(DdlEvent),
+    /// The writer was opened again on a log whose meta said `resolved_ts`
+    /// (first in each log's first file after that): records before this one
+    /// above that ts are discarded by a reader (the writer may have crashed
+    /// before their flush was made durable in the meta; they are appended
+    /// again after this record as the source reads them again).
+    Resumed {
+        /// The meta's resolved ts when the writer opened.
+        resolved_ts: u64,
+    },
 }
 
 impl Record {
@@ -113,6 +122,7 @@ impl Record {
             Record::Schema(_) => None,
             Record::Rows { txns, .. } => txns.iter().map(|t| t.commit_ts).max(),
             Record::Ddl(ddl) => Some(ddl.commit_ts.get()),
+            Record::Resumed { .. } => None,
         }
     }
 }

@@ -196,12 +196,20 @@ pub struct LogWriter {
     meta: Meta,
     /// Every event at or below this has been appended.
     appended_through: u64,
+    /// The meta's resolved ts when the writer opened on a log that had one:
+    /// events at or below it are durable already and not appended again.
+    resumed: Option<u64>,
+    /// Logs whose first file since opening has yet to start with
+    /// [`Record::Resumed`].
+    marker_due: [bool; 2],
 }
 
 impl LogWriter {
     /// A writer of the log in `storage`, going on after what is there.
     pub async fn open(storage: Storage) -> Result<Self, LogError> {
         let listing = Listing::read(&storage).await?;
+        let resumed = (listing.meta.is_some() || !listing.files.is_empty())
+            .then(|| listing.meta.unwrap_or_default().resolved_ts);
         let meta = listing.meta.unwrap_or_default();
         Ok(Self {
             storage,
@@ -210,7 +218,30 @@ impl LogWriter {
             next_seq: listing.next_seq(),
             appended_through: meta.resolved_ts,
             meta,
+            resumed,
+            marker_due: [resumed.is_some(); 2],
         })
+    }
+
+    /// Whether an event at `ts` is durable already (read again after a
+    /// restart).
+    fn durable(&self, ts: u64) -> bool {
+        self.resumed.is_some_and(|r| ts <= r)
+    }
+
+    /// Starts `kind`'s pending file if empty, with the resumed marker if it
+    /// is the first since opening.
+    fn start(&mut self, kind: LogKind) -> Result<(), TooLarge> {
+        let (pending, due) = match kind {
+            LogKind::Rows => (&mut self.rows, &mut self.marker_due[0]),
+            LogKind::Ddl => (&mut self.ddl, &mut self.marker_due[1]),
+        };
+        pending.start_if_empty();
+        if std::mem::take(due) {
+            let resolved_ts = self.resumed.unwrap_or(0);
+            format::encode(&Record::Resumed { resolved_ts }, &mut pending.bytes)?;
+        }
+        Ok(())
     }
 
     /// Where the log stands (as last written).
@@ -230,12 +261,13 @@ impl LogWriter {
 
     /// Appends one transaction (or one part of it).
     pub fn append_transaction(&mut self, txn: &Transaction) -> Result<(), LogError> {
-        if txn.tables.iter().all(TableChanges::is_empty) {
+        if txn.tables.iter().all(TableChanges::is_empty) || self.durable(txn.commit_ts.get()) {
             if !txn.more {
                 self.appended_through = self.appended_through.max(txn.commit_ts.get());
             }
             return Ok(());
         }
+        self.start(LogKind::Rows)?;
         for t in &txn.tables {
             self.rows.schema(t.schema())?;
         }
@@ -263,6 +295,15 @@ impl LogWriter {
         let Some(last) = run.transactions.last() else {
             return Ok(());
         };
+        if self.durable(run.transactions[0].commit_ts.get()) {
+            // Read again after a restart: what is durable already is not
+            // appended again (the transactions after it one by one).
+            for txn in run.clone().into_transactions() {
+                self.append_transaction(&txn)?;
+            }
+            return Ok(());
+        }
+        self.start(LogKind::Rows)?;
         for part in &run.parts {
             self.rows.schema(part.changes.schema())?;
         }
@@ -282,7 +323,6 @@ impl LogWriter {
             .map(|p: &RunPart| TableRowsRef::of(&p.changes, TxnIndex::Segments(&p.segments)))
             .collect();
         if !tables.is_empty() {
-            self.rows.start_if_empty();
             encode_rows(&mut self.rows.bytes, &marks, &tables)?;
             self.rows.max = self.rows.max.max(last.commit_ts.get());
         }
@@ -292,7 +332,10 @@ impl LogWriter {
 
     /// Appends a DDL.
     pub fn append_ddl(&mut self, ddl: &DdlEvent) -> Result<(), LogError> {
-        self.ddl.start_if_empty();
+        if self.durable(ddl.commit_ts.get()) {
+            return Ok(());
+        }
+        self.start(LogKind::Ddl)?;
         format::encode(&Record::Ddl(ddl.clone()), &mut self.ddl.bytes)?;
         self.ddl.max = self.ddl.max.max(ddl.commit_ts.get());
         self.appended_through = self.appended_through.max(ddl.commit_ts.get());
@@ -326,10 +369,14 @@ impl LogWriter {
                 cut,
                 max: pending.max.max(cut),
             };
-            let bytes = std::mem::take(&mut pending.bytes);
+            let bytes = Arc::new(std::mem::take(&mut pending.bytes));
+            if let Err(e) = self.storage.put(&name.name(), bytes.clone()).await {
+                // Kept, to be written by the next flush.
+                pending.bytes = Arc::try_unwrap(bytes).unwrap_or_else(|b| (*b).clone());
+                return Err(e.into());
+            }
             flushed.bytes += bytes.len() as u64;
             flushed.files += 1;
-            self.storage.put(&name.name(), bytes).await?;
             self.next_seq += 1;
             pending.max = 0;
             pending.schemas.clear();
@@ -344,7 +391,7 @@ impl LogWriter {
         if meta != self.meta {
             let bytes = meta.encode();
             flushed.bytes += bytes.len() as u64;
-            self.storage.put(META_FILE, bytes).await?;
+            self.storage.put(META_FILE, Arc::new(bytes)).await?;
             self.meta = meta;
         }
         Ok(flushed)

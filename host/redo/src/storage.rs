@@ -6,6 +6,7 @@
 //! the next writer removes. Files are never appended to after that.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A storage operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -91,7 +92,7 @@ impl Storage {
             Ok(())
         })
         .await
-        .expect("the blocking task does not panic")?;
+        .map_err(cancelled)??;
         Ok(Self { dir })
     }
 
@@ -100,12 +101,13 @@ impl Storage {
         &self.dir
     }
 
-    /// Writes `name` whole and durably (see the module docs).
-    pub async fn put(&self, name: &str, bytes: Vec<u8>) -> Result<(), StorageError> {
+    /// Writes `name` whole and durably (see the module docs). The caller
+    /// keeps `bytes` to try again if it fails.
+    pub async fn put(&self, name: &str, bytes: Arc<Vec<u8>>) -> Result<(), StorageError> {
         let (dir, name) = (self.dir.clone(), name.to_string());
         tokio::task::spawn_blocking(move || put_durably(&dir, &name, &bytes))
             .await
-            .expect("the blocking task does not panic")
+            .map_err(cancelled)?
     }
 
     /// Reads `name` whole.
@@ -144,7 +146,7 @@ impl Storage {
             Ok(out)
         })
         .await
-        .expect("the blocking task does not panic")
+        .map_err(cancelled)?
     }
 
     /// Removes `name` (gone already is fine).
@@ -155,6 +157,15 @@ impl Storage {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(io(format!("cannot remove {}", path.display()))(e)),
         }
+    }
+}
+
+/// A blocking write that did not finish: the runtime is shutting down (or it
+/// panicked).
+fn cancelled(e: tokio::task::JoinError) -> StorageError {
+    StorageError {
+        what: "a storage operation did not finish".into(),
+        source: std::io::Error::other(e.to_string()),
     }
 }
 

@@ -120,7 +120,7 @@ fn batches(records: Vec<Record>) -> Result<Vec<TableBatch>, String> {
                     out.push(table_batch(t, &txns, &schemas)?.1);
                 }
             }
-            Record::Ddl(_) => {}
+            Record::Ddl(_) | Record::Resumed { .. } => {}
         }
     }
     Ok(out)
@@ -256,7 +256,7 @@ fn damage_in_a_file_past_the_resolved_ts_is_skipped_and_said_and_elsewhere_stops
         let storage = Storage::open(&uri, "cf").await.unwrap();
         // Torn in the middle.
         storage
-            .put(&file.name(), bytes[..bytes.len() / 2].to_vec())
+            .put(&file.name(), Arc::new(bytes[..bytes.len() / 2].to_vec()))
             .await
             .unwrap();
         let reader = LogReader::open(storage.clone()).await.unwrap();
@@ -437,4 +437,65 @@ proptest! {
         let got = batches(records).unwrap();
         prop_assert_eq!(rows_per_table(&got), rows_per_table(&expected(&txns)));
     }
+}
+
+#[test]
+fn a_writer_opened_again_skips_what_is_durable_and_marks_where_it_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = StorageUri::Local(dir.path().to_path_buf());
+    let one = |ts: u64, more: bool| {
+        let mut t = Transaction::new(CommitTs::new(ts));
+        t.more = more;
+        t.table(&schema(1, 1)).push_values(
+            Op::Insert,
+            None,
+            Some(&[
+                Value::Int(ts as i64),
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+            ]),
+        );
+        t
+    };
+    runtime().block_on(async {
+        let storage = Storage::open(&uri, "cf").await.unwrap();
+        let mut w = LogWriter::open(storage.clone()).await.unwrap();
+        for ts in [10, 20] {
+            w.append_transaction(&one(ts, false)).unwrap();
+        }
+        // The first part of a large transaction at 30: durable in a file, but
+        // the resolved ts stays at 20 (its last part is not in).
+        w.append_transaction(&one(30, true)).unwrap();
+        w.flush(0).await.unwrap();
+        assert_eq!(w.meta().resolved_ts, 20);
+        drop(w); // a crash: the source reads again from the checkpoint (0)
+
+        let mut w = LogWriter::open(storage.clone()).await.unwrap();
+        for (ts, more) in [(10, false), (20, false), (30, true), (30, false)] {
+            w.append_transaction(&one(ts, more)).unwrap();
+        }
+        w.flush(0).await.unwrap();
+        assert_eq!(w.meta().resolved_ts, 30);
+
+        let reader = LogReader::open(storage.clone()).await.unwrap();
+        let meta = w.meta();
+        let mut seen = Vec::new();
+        for file in reader.files_for(crate::LogKind::Rows, meta) {
+            for record in reader.read(file, meta.resolved_ts).await.unwrap().records {
+                match record {
+                    Record::Rows { txns, .. } => seen.extend(
+                        txns.iter()
+                            .map(|t| format!("{}{}", t.commit_ts, if t.more { "+" } else { "" })),
+                    ),
+                    Record::Resumed { resolved_ts } => seen.push(format!("resumed@{resolved_ts}")),
+                    _ => {}
+                }
+            }
+        }
+        // 10 and 20 once; the part of 30 before the restart is there, then
+        // the marker that discards it, then 30 whole.
+        assert_eq!(seen, ["10", "20", "30+", "resumed@20", "30+", "30"]);
+    });
 }

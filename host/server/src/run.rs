@@ -91,6 +91,16 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
         }
         builder = builder.progress_store(Box::new(store));
     }
+    if file.feed.consistent.enabled() {
+        let root = sluice_redo::StorageUri::parse(&file.feed.consistent.storage)
+            .map_err(|e| anyhow::anyhow!("consistent.storage: {e}"))?;
+        let log = sluice_capture::open_redo(&file.feed.consistent, &root, &file.id).await?;
+        eprintln!(
+            "[{}] writing every change to the redo log in {root}/{} before the sink",
+            file.id, file.id
+        );
+        builder = builder.redo(log);
+    }
     let Changefeed {
         mut pipeline,
         source,

@@ -102,6 +102,7 @@ async fn store_info(f: &Fixture, name: &str, epoch: u64, rows: u64, rate: u64) -
             sink: PluginRef::new(sink()),
             pipeline: sluice_config::PipelineConfig::default(),
             validator: Default::default(),
+            consistent: Default::default(),
         },
         CommitTs::new(START),
     );

@@ -1,0 +1,576 @@
+//! The redo side of a changefeed with `[consistent] level = "eventual"`.
+//!
+//! The pipeline hands every event, as the cache gives it, to a [`Fence`]:
+//! a copy goes to the redo writer task, which appends it to the log and makes
+//! it durable (by size or by time, whichever first: never by a fixed row
+//! count), and the event itself waits in the fence until the log's durable
+//! resolved ts has passed it. The writer publishes that ts on a watch channel
+//! after each flush; the pipeline then takes the events at or below it, in
+//! order, one event at a time (a run of transactions the fence cuts through
+//! is split at the fence), and dispatches them as it does without redo. So
+//! the sink never sees an event above the redo resolved ts persisted in the
+//! meta, and the meta's checkpoint (the sink's, sent back) never passes it.
+//!
+//! Memory: events waiting at the fence keep their event-cache bytes (the
+//! sink's share), and copies handed to the writer take bytes of the redo
+//! share until their flush is durable; a slow store fills the share and the
+//! pipeline waits, which stops the source: nothing is dropped. The writer
+//! never waits for the pipeline (it flushes when half its share is in use),
+//! so the two cannot deadlock.
+//!
+//! Encoding and I/O happen on the writer task (the storage's blocking writes
+//! on the blocking pool), never on the pipeline's.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice_core::{CommitTs, DdlEvent, SourceEvent, Transaction, TransactionRun};
+use sluice_redo::{LogError, LogWriter};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::cache::{CachePermit, Item};
+use crate::error::PipelineError;
+
+/// How the redo writer flushes and how much memory it may take.
+#[derive(Debug, Clone)]
+pub struct RedoConfig {
+    /// Appended records are written out at least this often.
+    pub flush_interval: Duration,
+    /// The meta is written this often when only the resolved ts or the
+    /// checkpoint moved.
+    pub meta_flush_interval: Duration,
+    /// Appended records are written out once this many bytes are pending.
+    pub max_log_size: usize,
+    /// Bytes of events handed to the writer and not durable yet, at most.
+    pub memory_bytes: usize,
+}
+
+impl From<&sluice_config::ConsistentConfig> for RedoConfig {
+    /// The writer's settings of a validated `[consistent]` (the memory share
+    /// is the caller's to set: it is a part of the event cache's bound).
+    fn from(c: &sluice_config::ConsistentConfig) -> Self {
+        Self {
+            flush_interval: Duration::from_millis(c.flush_interval),
+            meta_flush_interval: Duration::from_millis(c.meta_flush_interval),
+            max_log_size: usize::try_from(c.max_log_size.0).unwrap_or(usize::MAX),
+            memory_bytes: 32 << 20,
+        }
+    }
+}
+
+/// A changefeed's redo log, ready to be written: give it to
+/// [`crate::Pipeline::with_redo`].
+pub struct RedoLog {
+    writer: LogWriter,
+    config: RedoConfig,
+}
+
+impl RedoLog {
+    /// The log `writer` writes, flushed as `config` says.
+    pub fn new(writer: LogWriter, config: RedoConfig) -> Self {
+        Self { writer, config }
+    }
+}
+
+/// What the redo writer has made durable, and how it went.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RedoStatus {
+    /// The meta's resolved ts: every event at or below it is in the log.
+    pub resolved_ts: CommitTs,
+    /// The meta's checkpoint ts.
+    pub checkpoint_ts: CommitTs,
+    /// Bytes written (files and meta).
+    pub bytes_written: u64,
+    /// Flushes done, and the time they took in all.
+    pub flushes: u64,
+    /// Time spent in flushes.
+    pub flush_time: Duration,
+    /// Time the writer was busy (appending and flushing).
+    pub busy_time: Duration,
+    /// The last write that failed (it is tried again), until one succeeds.
+    pub failing: Option<String>,
+    /// Why the writer stopped for good (the changefeed fails).
+    pub fatal: Option<String>,
+}
+
+/// An event copied to the writer, with the redo bytes it holds.
+struct ToLog {
+    event: Logged,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+enum Logged {
+    Transaction(Transaction),
+    Run(TransactionRun),
+    Ddl(DdlEvent),
+    Resolved(CommitTs),
+    /// Write out what is appended now (the source ended).
+    FlushNow,
+}
+
+/// The pipeline's side of the redo log: events wait here until the log has
+/// them (see the module docs).
+pub(crate) struct Fence {
+    tx: mpsc::UnboundedSender<ToLog>,
+    budget: Arc<Semaphore>,
+    budget_bytes: usize,
+    status: watch::Receiver<RedoStatus>,
+    checkpoint: watch::Sender<CommitTs>,
+    /// Events handed to the log, waiting for the fence, in source order.
+    waiting: VecDeque<(CommitTs, Item, CachePermit)>,
+    /// Every event at or below this was handed to the log.
+    appended_through: CommitTs,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Drop for Fence {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Fence {
+    /// Starts the writer task of `log`; the sink's checkpoint is `checkpoint`.
+    pub(crate) fn start(log: RedoLog, checkpoint: CommitTs) -> Self {
+        let budget_bytes = log.config.memory_bytes.max(1);
+        let budget = Arc::new(Semaphore::new(budget_bytes));
+        let meta = log.writer.meta();
+        let (status_tx, status) = watch::channel(RedoStatus {
+            resolved_ts: CommitTs::new(meta.resolved_ts),
+            checkpoint_ts: CommitTs::new(meta.checkpoint_ts),
+            ..RedoStatus::default()
+        });
+        let (checkpoint_tx, checkpoint_rx) = watch::channel(checkpoint);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(write_log(log, rx, checkpoint_rx, status_tx));
+        Self {
+            tx,
+            budget,
+            budget_bytes,
+            status,
+            checkpoint: checkpoint_tx,
+            waiting: VecDeque::new(),
+            appended_through: checkpoint,
+            task: Some(task),
+        }
+    }
+
+    /// Watch the writer's status (it changes after each flush).
+    pub(crate) fn subscribe(&self) -> watch::Receiver<RedoStatus> {
+        self.status.clone()
+    }
+
+    /// The durable redo resolved ts: events at or below it may go to the sink.
+    pub(crate) fn durable(&self) -> CommitTs {
+        self.status.borrow().resolved_ts
+    }
+
+    /// Why the writer stopped, if it did.
+    pub(crate) fn fatal(&self) -> Option<String> {
+        self.status.borrow().fatal.clone()
+    }
+
+    /// Events waiting for the fence.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// The sink's checkpoint moved (the meta's follows, never past the
+    /// resolved ts).
+    pub(crate) fn checkpoint(&self, ts: CommitTs) {
+        self.checkpoint.send_if_modified(|c| {
+            let moved = ts > *c;
+            *c = (*c).max(ts);
+            moved
+        });
+    }
+
+    /// Hand `item` to the log (waiting while the redo share is full) and keep
+    /// it until the fence passes it.
+    pub(crate) async fn admit(
+        &mut self,
+        item: Item,
+        permit: CachePermit,
+    ) -> Result<(), PipelineError> {
+        let (event, bytes, ts) = match &item {
+            Item::Run(run) => {
+                let last = run.transactions.last().map(|t| t.commit_ts);
+                (
+                    Logged::Run(run.clone()),
+                    run.wire_bytes(),
+                    last.unwrap_or(CommitTs::ZERO),
+                )
+            }
+            Item::Event(Ok(SourceEvent::Transaction(t))) => {
+                (Logged::Transaction(t.clone()), t.wire_bytes(), t.commit_ts)
+            }
+            Item::Event(Ok(SourceEvent::Ddl(ddl))) => (Logged::Ddl(ddl.clone()), 0, ddl.commit_ts),
+            Item::Event(Ok(SourceEvent::Resolved(ts))) => {
+                let ts = CommitTs::from(*ts);
+                (Logged::Resolved(ts), 0, ts)
+            }
+            Item::Event(Ok(SourceEvent::End)) => {
+                // It goes once everything before it is durable.
+                self.send(Logged::FlushNow, None)?;
+                let at = self.appended_through;
+                self.waiting.push_back((at, item, permit));
+                return Ok(());
+            }
+            Item::Event(Err(_)) => {
+                // The run ends with it: nothing after it is read.
+                self.waiting.push_back((CommitTs::ZERO, item, permit));
+                return Ok(());
+            }
+        };
+        let log_permit = if bytes == 0 {
+            None
+        } else {
+            let n = bytes.min(self.budget_bytes) as u32;
+            let permit = self
+                .budget
+                .clone()
+                .acquire_many_owned(n)
+                .await
+                .expect("the budget is never closed");
+            Some(permit)
+        };
+        // A part of a transaction that comes in parts is not read through
+        // until its last part is (the writer counts it so too).
+        let counts = !matches!(&event, Logged::Transaction(t) if t.more);
+        self.send(event, log_permit)?;
+        if counts {
+            self.appended_through = self.appended_through.max(ts);
+        }
+        self.waiting.push_back((ts, item, permit));
+        Ok(())
+    }
+
+    /// The next event the fence has passed, in order; a run the fence cuts
+    /// through is split into its transactions, those at or below it first.
+    pub(crate) fn next_passed(&mut self) -> Option<(Item, CachePermit)> {
+        let durable = self.durable();
+        let (ts, item, _) = self.waiting.front()?;
+        if let Item::Run(run) = item
+            && *ts > durable
+            && run
+                .transactions
+                .first()
+                .is_some_and(|t| t.commit_ts <= durable)
+        {
+            let (_, item, mut permit) = self.waiting.pop_front().expect("checked");
+            let Item::Run(run) = item else {
+                unreachable!("checked")
+            };
+            let txns = run.into_transactions();
+            for txn in txns.into_iter().rev() {
+                let own = permit.split(txn.wire_bytes(), 1);
+                self.waiting.push_front((
+                    txn.commit_ts,
+                    Item::Event(Ok(SourceEvent::Transaction(txn))),
+                    own,
+                ));
+            }
+        }
+        let (ts, _, _) = self.waiting.front()?;
+        if *ts > durable {
+            return None;
+        }
+        self.waiting
+            .pop_front()
+            .map(|(_, item, permit)| (item, permit))
+    }
+
+    /// Stop the writer after it wrote out what it has.
+    pub(crate) async fn close(mut self) {
+        let (tx, _) = mpsc::unbounded_channel();
+        drop(std::mem::replace(&mut self.tx, tx));
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    fn send(
+        &self,
+        event: Logged,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Result<(), PipelineError> {
+        self.tx
+            .send(ToLog { event, permit })
+            .map_err(|_| self.stopped())
+    }
+
+    fn stopped(&self) -> PipelineError {
+        let why = self
+            .fatal()
+            .unwrap_or_else(|| "the redo writer stopped".into());
+        PipelineError::Redo(why)
+    }
+}
+
+/// The writer task: append what comes, flush by size or time, publish what is
+/// durable. A failed write is tried again (with a growing pause) until it
+/// succeeds, the events kept; meanwhile the redo share fills and the
+/// pipeline waits.
+async fn write_log(
+    log: RedoLog,
+    mut rx: mpsc::UnboundedReceiver<ToLog>,
+    mut checkpoint: watch::Receiver<CommitTs>,
+    status: watch::Sender<RedoStatus>,
+) {
+    let RedoLog { mut writer, config } = log;
+    let mut held: Vec<ToLog> = Vec::new();
+    let mut held_bytes = 0usize;
+    let mut data_tick = tokio::time::interval(config.flush_interval);
+    let mut meta_tick = tokio::time::interval(config.meta_flush_interval);
+    for tick in [&mut data_tick, &mut meta_tick] {
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    }
+    let mut stats = RedoStatus {
+        resolved_ts: CommitTs::new(writer.meta().resolved_ts),
+        checkpoint_ts: CommitTs::new(writer.meta().checkpoint_ts),
+        ..RedoStatus::default()
+    };
+    let mut flushes_since_gc = 0u32;
+    let mut open = true;
+    while open
+        || writer.pending_bytes() > 0
+        || writer.appended_through() > writer.meta().resolved_ts
+    {
+        let mut flush_now = false;
+        tokio::select! {
+            biased;
+            message = rx.recv(), if open => {
+                let started = Instant::now();
+                match message {
+                    None => { open = false; flush_now = true; }
+                    Some(m) => {
+                        let bytes = m.permit.as_ref().map_or(0, |p| p.num_permits());
+                        let appended = match &m.event {
+                            Logged::Transaction(t) => writer.append_transaction(t),
+                            Logged::Run(r) => writer.append_run(r),
+                            Logged::Ddl(d) => writer.append_ddl(d),
+                            Logged::Resolved(ts) => { writer.resolved(ts.get()); Ok(()) }
+                            Logged::FlushNow => { flush_now = true; Ok(()) }
+                        };
+                        if let Err(e) = appended {
+                            stats.fatal = Some(format!("the redo log cannot take an event: {e}"));
+                            status.send_replace(stats);
+                            return;
+                        }
+                        held_bytes += bytes;
+                        held.push(m);
+                        flush_now |= writer.pending_bytes() >= config.max_log_size
+                            || held_bytes * 2 >= config.memory_bytes;
+                    }
+                }
+                stats.busy_time += started.elapsed();
+            }
+            _ = data_tick.tick() => flush_now = writer.pending_bytes() > 0,
+            _ = meta_tick.tick() => {
+                // Only the resolved ts or the checkpoint moved: the meta alone.
+                let meta = writer.meta();
+                flush_now = writer.pending_bytes() == 0
+                    && (writer.appended_through() > meta.resolved_ts
+                        || checkpoint.borrow().get() > meta.checkpoint_ts);
+            }
+            Ok(()) = checkpoint.changed(), if open => {}
+        }
+        if !flush_now {
+            continue;
+        }
+        let started = Instant::now();
+        let cp = checkpoint.borrow_and_update().get();
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match writer.flush(cp).await {
+                Ok(flushed) => {
+                    stats.bytes_written += flushed.bytes;
+                    stats.failing = None;
+                    break;
+                }
+                Err(e @ LogError::TooLarge(_)) => {
+                    stats.fatal = Some(format!("the redo log cannot be written: {e}"));
+                    status.send_replace(stats);
+                    return;
+                }
+                Err(e) => {
+                    let why = format!("writing the redo log failed (trying again): {e}");
+                    tracing::warn!(error = %e, "Writing the redo log failed; trying again.");
+                    stats.failing = Some(why);
+                    status.send_replace(stats.clone());
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        let elapsed = started.elapsed();
+        stats.flushes += 1;
+        stats.flush_time += elapsed;
+        stats.busy_time += elapsed;
+        stats.resolved_ts = CommitTs::new(writer.meta().resolved_ts);
+        stats.checkpoint_ts = CommitTs::new(writer.meta().checkpoint_ts);
+        // What the flush made durable gives its share back.
+        held.clear();
+        held_bytes = 0;
+        status.send_replace(stats.clone());
+        data_tick.reset();
+        flushes_since_gc += 1;
+        if flushes_since_gc >= 32 {
+            flushes_since_gc = 0;
+            if let Err(e) = writer.collect_garbage().await {
+                tracing::warn!(error = %e, "Removing redo log files below the checkpoint failed.");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::{Column, ColumnType, Op, TableSchema, Value};
+
+    fn txn(ts: u64) -> Transaction {
+        let schema = Arc::new(TableSchema {
+            table_id: 1,
+            version: 1,
+            schema_name: "shop".into(),
+            table_name: "t".into(),
+            columns: vec![Column {
+                name: "id".into(),
+                ty: ColumnType::Int,
+                sql_type: String::new(),
+                nullable: false,
+                key: true,
+            }],
+        });
+        let mut t = Transaction::new(CommitTs::new(ts));
+        t.table(&schema)
+            .push_values(Op::Insert, None, Some(&[Value::Int(ts as i64)]));
+        t
+    }
+
+    /// A fence whose durable ts the test sets (no writer task).
+    fn fence() -> (
+        Fence,
+        watch::Sender<RedoStatus>,
+        mpsc::UnboundedReceiver<ToLog>,
+    ) {
+        let (status_tx, status) = watch::channel(RedoStatus::default());
+        let (checkpoint, _) = watch::channel(CommitTs::ZERO);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let fence = Fence {
+            tx,
+            budget: Arc::new(Semaphore::new(1 << 20)),
+            budget_bytes: 1 << 20,
+            status,
+            checkpoint,
+            waiting: VecDeque::new(),
+            appended_through: CommitTs::ZERO,
+            task: None,
+        };
+        (fence, status_tx, rx)
+    }
+
+    fn durable(status: &watch::Sender<RedoStatus>, ts: u64) {
+        status.send_modify(|s| s.resolved_ts = CommitTs::new(ts));
+    }
+
+    fn ts_of(item: &Item) -> Vec<u64> {
+        match item {
+            Item::Run(run) => run.transactions.iter().map(|t| t.commit_ts.get()).collect(),
+            Item::Event(Ok(SourceEvent::Transaction(t))) => vec![t.commit_ts.get()],
+            Item::Event(Ok(SourceEvent::Resolved(ts))) => vec![ts.get()],
+            Item::Event(Ok(SourceEvent::End)) => vec![u64::MAX],
+            _ => vec![],
+        }
+    }
+
+    #[tokio::test]
+    async fn the_rows_of_a_run_below_the_fence_go_on_while_its_later_rows_wait() {
+        let (mut fence, status, mut log) = fence();
+        let mut run = TransactionRun::new();
+        for ts in [10, 20, 30, 40] {
+            run.push(txn(ts)).unwrap();
+        }
+        fence
+            .admit(Item::Run(run), CachePermit::none())
+            .await
+            .unwrap();
+        fence
+            .admit(
+                Item::Event(Ok(SourceEvent::Resolved(sluice_core::ResolvedTs::new(45)))),
+                CachePermit::none(),
+            )
+            .await
+            .unwrap();
+        // The log got both, at once.
+        assert!(
+            matches!(log.try_recv().unwrap().event, Logged::Run(r) if r.transactions.len() == 4)
+        );
+        assert!(matches!(log.try_recv().unwrap().event, Logged::Resolved(ts) if ts.get() == 45));
+        // Nothing is durable: nothing goes on.
+        assert!(fence.next_passed().is_none());
+        // The fence at 25: the run's first two transactions go on, one by one;
+        // 30 and 40 wait.
+        durable(&status, 25);
+        let passed: Vec<Vec<u64>> = std::iter::from_fn(|| fence.next_passed())
+            .map(|(item, _)| ts_of(&item))
+            .collect();
+        assert_eq!(passed, [vec![10], vec![20]]);
+        assert_eq!(fence.waiting(), 3);
+        // At 40 the rest of the run; the resolved mark at 45 still waits.
+        durable(&status, 40);
+        let passed: Vec<Vec<u64>> = std::iter::from_fn(|| fence.next_passed())
+            .map(|(item, _)| ts_of(&item))
+            .collect();
+        assert_eq!(passed, [vec![30], vec![40]]);
+        durable(&status, 45);
+        assert_eq!(ts_of(&fence.next_passed().unwrap().0), [45]);
+        // A run wholly below the fence goes on whole.
+        let mut run = TransactionRun::new();
+        for ts in [50, 60] {
+            run.push(txn(ts)).unwrap();
+        }
+        fence
+            .admit(Item::Run(run), CachePermit::none())
+            .await
+            .unwrap();
+        durable(&status, 70);
+        assert_eq!(ts_of(&fence.next_passed().unwrap().0), [50, 60]);
+        // The source's end asks for a flush and goes once what came before it
+        // is durable.
+        fence
+            .admit(Item::Event(Ok(SourceEvent::End)), CachePermit::none())
+            .await
+            .unwrap();
+        assert!(matches!(log.try_recv().unwrap().event, Logged::Run(_)));
+        assert!(matches!(log.try_recv().unwrap().event, Logged::FlushNow));
+        assert_eq!(ts_of(&fence.next_passed().unwrap().0), [u64::MAX]);
+    }
+
+    #[tokio::test]
+    async fn the_parts_of_a_large_transaction_wait_until_its_last_part_is_durable() {
+        let (mut fence, status, _log) = fence();
+        for more in [true, true, false] {
+            let mut t = txn(10);
+            t.more = more;
+            fence
+                .admit(
+                    Item::Event(Ok(SourceEvent::Transaction(t))),
+                    CachePermit::none(),
+                )
+                .await
+                .unwrap();
+        }
+        // Only the last part counts as read through.
+        assert_eq!(fence.appended_through, CommitTs::new(10));
+        durable(&status, 9);
+        assert!(fence.next_passed().is_none());
+        durable(&status, 10);
+        assert_eq!(std::iter::from_fn(|| fence.next_passed()).count(), 3);
+    }
+}
