@@ -24,9 +24,9 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::Ctx;
+use crate::builder::open_redo;
 use crate::builder::{Changefeed, ChangefeedBuilder};
 use crate::progress::{Claim, Counters, MetaProgressStore, Reporter};
-use crate::builder::open_redo;
 use crate::settings::{plugin_data_dir, plugin_settings};
 use sluice_registry::RegistryError;
 

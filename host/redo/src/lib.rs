@@ -12,9 +12,12 @@
 //!   the reader (damage found and named; a torn tail past the resolved ts
 //!   skipped and said).
 //! - [`replay`]: records turned back into the batches and DDLs a sink takes.
+//! - [`apply`]: the events of (checkpoint, resolved] in commit-ts order, DDLs
+//!   in place, for `sluice redo apply`.
 //!
 //! It knows nothing of plugins or wasmtime.
 
+pub mod apply;
 pub mod format;
 pub mod log;
 pub mod meta;
@@ -24,6 +27,7 @@ pub mod storage;
 #[cfg(test)]
 mod tests;
 
+pub use apply::{Replay, ReplayEvent, Skipped};
 pub use format::{Damage, LogKind, Record};
 pub use log::{FileName, Flushed, Listing, LogError, LogReader, LogWriter};
 pub use meta::Meta;

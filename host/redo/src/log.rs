@@ -403,12 +403,19 @@ impl LogWriter {
         let listing = Listing::read(&self.storage).await?;
         let checkpoint = self.meta.checkpoint_ts;
         let mut removed = 0;
-        for (file, _) in listing.files {
+        // Oldest first, and only while every file so far is wholly below
+        // the checkpoint: a file that opens with a resumed marker is never
+        // removed while a file before it (whose records it may discard) is
+        // there.
+        let mut files = listing.files;
+        files.sort_by_key(|(f, _)| f.seq);
+        for (file, _) in files {
             // `max` is never below `cut`.
-            if file.max <= checkpoint {
-                self.storage.delete(&file.name()).await?;
-                removed += 1;
+            if file.max > checkpoint {
+                break;
             }
+            self.storage.delete(&file.name()).await?;
+            removed += 1;
         }
         Ok(removed)
     }

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use sluice_core::{
-    Column, ColumnType, CommitTs, DdlEvent, Op, TableBatch, TableSchema, Transaction, Value,
+    Column, ColumnType, CommitTs, DdlEvent, Op, TableBatch, TableSchema, Transaction,
+    TransactionRun, Value,
 };
 
 use crate::format::{Damage, Record, Records};
@@ -497,5 +498,110 @@ fn a_writer_opened_again_skips_what_is_durable_and_marks_where_it_resumed() {
         // 10 and 20 once; the part of 30 before the restart is there, then
         // the marker that discards it, then 30 whole.
         assert_eq!(seen, ["10", "20", "30+", "resumed@20", "30+", "30"]);
+    });
+}
+
+#[test]
+fn a_replay_gives_checkpoint_to_resolved_in_order_with_ddls_in_place_and_nothing_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = StorageUri::Local(dir.path().to_path_buf());
+    let one = |ts: u64, table: u32, more: bool| {
+        let mut t = Transaction::new(CommitTs::new(ts));
+        t.more = more;
+        t.table(&schema(table, 1)).push_values(
+            Op::Insert,
+            None,
+            Some(&[
+                Value::Int(ts as i64),
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+            ]),
+        );
+        t
+    };
+    let ddl = |ts: u64| DdlEvent {
+        commit_ts: CommitTs::new(ts),
+        query: format!("ALTER TABLE t1 COMMENT '{ts}'"),
+        ..DdlEvent::default()
+    };
+    runtime().block_on(async {
+        let storage = Storage::open(&uri, "cf").await.unwrap();
+        let mut w = LogWriter::open(storage.clone()).await.unwrap();
+        // 10 is below the checkpoint (5 is flushed as the checkpoint later).
+        let mut run = TransactionRun::new();
+        for ts in [10, 20, 30] {
+            run.push(one(ts, 1 + (ts as u32 / 10) % 2, false)).unwrap();
+        }
+        w.append_run(&run).unwrap();
+        w.append_ddl(&ddl(35)).unwrap();
+        w.append_transaction(&one(40, 1, false)).unwrap();
+        // A part of 50, durable in a file but not resolved: stale after the
+        // restart below.
+        w.append_transaction(&one(50, 2, true)).unwrap();
+        w.flush(10).await.unwrap();
+        drop(w);
+        let mut w = LogWriter::open(storage.clone()).await.unwrap();
+        for t in [one(50, 2, true), one(50, 1, false), one(60, 2, false)] {
+            w.append_transaction(&t).unwrap();
+        }
+        w.append_ddl(&ddl(65)).unwrap();
+        // 70 is past the resolved ts.
+        w.resolved(65);
+        w.flush(10).await.unwrap();
+        w.append_transaction(&one(70, 1, false)).unwrap();
+        // Written without a meta (a crash before it): past the resolved ts.
+        let mut files = w.storage().list().await.unwrap().len();
+        w.flush(10).await.unwrap();
+        files += 1;
+        assert_eq!(w.storage().list().await.unwrap().len(), files);
+        let bytes = Meta {
+            checkpoint_ts: 10,
+            resolved_ts: 65,
+        }
+        .encode();
+        storage.put("meta", Arc::new(bytes)).await.unwrap();
+
+        let mut replay = crate::Replay::open(storage.clone(), false).await.unwrap();
+        assert_eq!(replay.meta().resolved_ts, 65);
+        let mut seen = Vec::new();
+        while let Some(event) = replay.next().await.unwrap() {
+            match event {
+                crate::ReplayEvent::Rows { batch, max_ts, .. } => {
+                    let mut ts: Vec<String> = batch
+                        .tables
+                        .iter()
+                        .flat_map(|t| {
+                            t.commit_ts
+                                .iter()
+                                .map(move |ts| format!("{ts}@t{}", t.table_id))
+                        })
+                        .collect();
+                    ts.sort();
+                    assert!(
+                        batch
+                            .tables
+                            .iter()
+                            .all(|t| t.commit_ts.iter().all(|&c| c <= max_ts.get()))
+                    );
+                    seen.push(ts.join(" "));
+                }
+                crate::ReplayEvent::Ddl(d) => seen.push(format!("ddl {}", d.commit_ts)),
+            }
+        }
+        assert_eq!(
+            seen,
+            [
+                "20@t1 30@t2",
+                "ddl 35",
+                "40@t1",
+                "50@t2",
+                "50@t1",
+                "60@t2",
+                "ddl 65"
+            ]
+        );
+        assert!(replay.skipped().is_empty());
     });
 }

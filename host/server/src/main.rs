@@ -1,5 +1,6 @@
 //! `sluice`: the Sluice command line.
 
+mod redo;
 mod run;
 mod server;
 
@@ -59,6 +60,12 @@ enum Command {
         /// No progress lines on stderr.
         #[arg(long)]
         quiet: bool,
+    },
+    /// Read a changefeed's redo log back: its meta, or a replay into a sink
+    /// (disaster recovery).
+    Redo {
+        #[command(subcommand)]
+        command: redo::RedoCommand,
     },
     /// Check that a file is a valid sink or filter component.
     CheckPlugin {
@@ -126,6 +133,7 @@ fn main() -> ExitCode {
                 run::diff(&options).await
             }
             Command::Server(args) => server::serve(args).await,
+            Command::Redo { command } => redo::redo(command).await,
             Command::Cli(args) => sluice_api::client::run(args).await,
         }
     });

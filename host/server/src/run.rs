@@ -235,7 +235,7 @@ fn check_private_dirs(file: &RunConfig) -> anyhow::Result<()> {
 
 /// Runtime settings of a plugin `sluice run` loads: named by its file stem, with
 /// the directory the file grants it.
-fn settings(section: &PluginConfig<String>, id: &str) -> sluice_runtime::PluginSettings {
+pub(crate) fn settings(section: &PluginConfig<String>, id: &str) -> sluice_runtime::PluginSettings {
     let dir = match &section.capabilities.data_dir {
         DataDir::At(dir) => Some(dir.clone()),
         DataDir::Denied | DataDir::HostChosen => None,
@@ -249,7 +249,7 @@ fn run_id(file: &RunConfig) -> String {
     format!("run/{}", file.id)
 }
 
-fn describe_ts(ts: CommitTs) -> String {
+pub(crate) fn describe_ts(ts: CommitTs) -> String {
     if ts.get() == 0 {
         return "0".into();
     }
