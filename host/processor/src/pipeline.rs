@@ -444,7 +444,9 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         self.save_checkpoint().await?;
         if let Some(fence) = self.fence.take() {
             fence.checkpoint(CommitTs::from(self.progress.checkpoint_ts));
-            fence.close().await;
+            self.progress.redo = Some(fence.close().await);
+            self.progress.redo_waiting = 0;
+            self.progress_tx.send_replace(self.progress.clone());
         }
         self.writer.close().await;
         let mut report = Report {

@@ -284,13 +284,14 @@ impl Fence {
             .map(|(_, item, permit)| (item, permit))
     }
 
-    /// Stop the writer after it wrote out what it has.
-    pub(crate) async fn close(mut self) {
+    /// Stop the writer after it wrote out what it has; its last status.
+    pub(crate) async fn close(mut self) -> RedoStatus {
         let (tx, _) = mpsc::unbounded_channel();
         drop(std::mem::replace(&mut self.tx, tx));
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
+        self.status.borrow().clone()
     }
 
     fn send(

@@ -2775,13 +2775,15 @@ proptest! {
         memory_bytes in 1_000usize..200_000,
         max_batch_rows in 1usize..128,
         write_delay_ms in proptest::option::of(0u64..3),
-        ddl_after in 1u64..40,
+        ddl_at in any::<prop::sample::Index>(),
         total_rows in 50u64..400,
         seed in any::<u64>(),
     ) {
         let source = DatagenConfig { seed, ..workload(total_rows) };
         let txns = transactions(&source);
         let expected = row_ids(&txns);
+        // After one of the transactions (the last one's DDL still comes).
+        let ddl_after = 1 + ddl_at.index(txns.len()) as u64;
         let dir = tempfile::tempdir().unwrap();
         let sink = MemorySink {
             redo_meta: Some(dir.path().join("cf").join("meta")),

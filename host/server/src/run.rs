@@ -130,8 +130,15 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
                 let rate = (p.rows_read - last.1) as f64 / last.0.elapsed().as_secs_f64();
                 last = (Instant::now(), p.rows_read);
                 let of = if total > 0 { format!("/{total}") } else { String::new() };
+                let redo = p.redo.as_ref().map_or(String::new(), |r| {
+                    format!(
+                        "  redo resolved {} (+{} waiting)",
+                        describe_ts(r.resolved_ts),
+                        p.redo_waiting
+                    )
+                });
                 eprintln!(
-                    "[{id}] {:>6.1}s  read {}{of} rows  written {}  checkpoint {}  {:.0} rows/s  retries {}",
+                    "[{id}] {:>6.1}s  read {}{of} rows  written {}  checkpoint {}  {:.0} rows/s  retries {}{redo}",
                     started.elapsed().as_secs_f64(),
                     p.rows_read,
                     p.rows_written,
@@ -286,6 +293,18 @@ fn summary(id: &str, report: &Report, pipeline: &Pipeline<WasmSink, WasmFilter>)
         p.rows_written,
         describe_ts(CommitTs::from(p.checkpoint_ts))
     );
+    if let Some(r) = &p.redo {
+        let _ = writeln!(
+            out,
+            "redo log: resolved {}, checkpoint {}, {} bytes in {} flushes ({:.0} ms flushing, {:.0} ms busy)",
+            describe_ts(r.resolved_ts),
+            describe_ts(r.checkpoint_ts),
+            r.bytes_written,
+            r.flushes,
+            r.flush_time.as_secs_f64() * 1000.0,
+            r.busy_time.as_secs_f64() * 1000.0
+        );
+    }
     let _ = writeln!(out, "{:<24} {:>10} {:>10}", "table", "rows in", "rows out");
     for (table, n) in &report.rows_in {
         let written = report.rows_out.get(table).copied().unwrap_or(0);

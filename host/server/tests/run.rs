@@ -418,6 +418,7 @@ fn a_redo_log_replayed_into_a_fresh_sink_gives_what_the_live_sink_got_and_damage
     let (stdout, stderr) = (out_text(&out.stdout), out_text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("20000 rows written"), "{stdout}");
+    assert!(stdout.contains("redo log: resolved"), "{stdout}");
     assert!(
         stderr.contains("writing every change to the redo log"),
         "{stderr}"
