@@ -295,6 +295,28 @@ impl PrivateMariaDb {
         }
     }
 
+    /// Freezes the server (SIGSTOP): connections stay open and nothing is
+    /// answered until [`PrivateMariaDb::unfreeze`] (a hung downstream).
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a frozen server go on (SIGCONT).
+    pub fn unfreeze(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let ok = Command::new("kill")
+                .arg(signal)
+                .arg(child.id().to_string())
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "kill {signal} of mariadbd failed");
+        }
+    }
+
     /// Kills the server at once (SIGKILL).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -4,8 +4,8 @@
 //!   them to `target/plugins/` and `target/test-plugins/`.
 //! - `quickstart`: build the plugins and run `examples/quickstart.toml`.
 //! - `test`: install what is missing (the wasm32-wasip2 target; `protoc`, `etcd`
-//!   and MariaDB from Debian's packages), build the plugins, run the whole test
-//!   suite.
+//!   and MariaDB from Debian's packages; `s3s-fs`, an S3-compatible server, from
+//!   crates.io), build the plugins, run the whole test suite.
 //! - `ci`: `cargo fmt --check`, clippy and rustdoc with warnings denied, then
 //!   `test`.
 //! - `bench`: build the plugins and run the boundary benchmark (release build).
@@ -19,6 +19,10 @@
 //!   `sluice run`) next to MariaDB's own parallel replication applying the
 //!   same binlog, with sysbench `oltp_insert` and `oltp_write_only`: rows/s of
 //!   each and their ratio, and the live lag (p50, p99) at a fixed rate.
+//! - `bench-redo`: consistent replication (release build): `sluice run` with
+//!   redo on vs off, `sluice redo apply` rows/s, the redo writer's MB/s next to
+//!   the disk's with fdatasync, and the redo resolved ts's lag (the RPO, p50
+//!   and p95) under load.
 //! - `bench-server`: build the plugins and run the control-plane benchmark of
 //!   `sluice server` (release build): API latency, cost of saving positions,
 //!   recovery after SIGKILL.
@@ -115,10 +119,11 @@ fn main() -> Result<()> {
         Some("bench-binlog") => bench_binlog(&root),
         Some("bench-swap") => bench_swap(&root),
         Some("bench-replication") => bench_replication(&root),
+        Some("bench-redo") => bench_redo(&root),
         Some("schema-evolution") => schema_evolution(&root, &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server | bench-isolation | bench-e2e | bench-binlog | bench-swap | bench-replication | schema-evolution>"
+                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server | bench-isolation | bench-e2e | bench-binlog | bench-swap | bench-replication | bench-redo | schema-evolution>"
             );
             bail!("unknown or missing command")
         }
@@ -253,8 +258,35 @@ fn build_plugins(root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The S3-compatible server the redo log's S3 tests start (`s3s-fs`, which
+/// keeps objects in a directory, so a restarted server still has them), from
+/// crates.io if missing.
+fn ensure_s3_server() -> Result<()> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .context("HOME or CARGO_HOME")?;
+    let on_path = Command::new("sh")
+        .args(["-c", "command -v s3s-fs"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if on_path || home.join("bin/s3s-fs").exists() {
+        return Ok(());
+    }
+    eprintln!("installing s3s-fs (an S3-compatible server for the redo log's S3 tests)");
+    cargo(&[
+        "install",
+        "s3s-fs@0.14.1",
+        "--features",
+        "binary",
+        "--locked",
+    ])
+    .context("installing s3s-fs failed; install it with `cargo install s3s-fs@0.14.1 --features binary --locked`")
+}
+
 fn test(root: &Path, extra: &[String]) -> Result<()> {
     build_plugins(root)?;
+    ensure_s3_server()?;
     let mut args = vec!["test", "--workspace"];
     args.extend(extra.iter().map(String::as_str));
     cargo(&args)
@@ -283,6 +315,17 @@ fn bench_swap(root: &Path) -> Result<()> {
     let bin = target_dir(root).join("release/sluice");
     run(Command::new(env!("CARGO"))
         .args(["bench", "-p", "sluice-tests", "--bench", "swap"])
+        .env("SLUICE_BIN", &bin)
+        .env_remove("RUST_BACKTRACE"))
+}
+
+/// Consistent replication's cost and speed (see tests/benches/redo.rs).
+fn bench_redo(root: &Path) -> Result<()> {
+    build_plugins(root)?;
+    cargo(&["build", "--release", "-p", "sluice-server"])?;
+    let bin = target_dir(root).join("release/sluice");
+    run(Command::new(env!("CARGO"))
+        .args(["bench", "-p", "sluice-tests", "--bench", "redo"])
         .env("SLUICE_BIN", &bin)
         .env_remove("RUST_BACKTRACE"))
 }

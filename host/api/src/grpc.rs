@@ -389,7 +389,7 @@ fn caller<T>(request: &Request<T>) -> String {
 }
 
 /// Wall-clock lag of a ts behind now, in milliseconds.
-fn lag_ms(ts: u64, now_ms: u64) -> u64 {
+pub(crate) fn lag_ms(ts: u64, now_ms: u64) -> u64 {
     if ts == 0 {
         return 0;
     }
@@ -456,6 +456,21 @@ pub fn status_pb(v: &FeedView, sink_data_dir: Option<&std::path::Path>) -> pb::C
                 errors: r.errors,
                 last_error: r.last_error.clone().unwrap_or_default(),
                 mismatches: r.mismatches.clone(),
+            }),
+        redo: v
+            .progress
+            .as_ref()
+            .and_then(|p| p.redo)
+            .map(|r| pb::RedoStatus {
+                resolved_ts: r.resolved_ts,
+                resolved_lag_ms: lag_ms(r.resolved_ts, now),
+                checkpoint_ts: r.checkpoint_ts,
+                bytes_written: r.bytes_written,
+                flushes: r.flushes,
+                flush_ms: r.flush_ms,
+                busy_ms: r.busy_ms,
+                waiting_events: r.waiting_events,
+                failing: r.failing > 0,
             }),
     }
 }

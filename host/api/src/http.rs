@@ -343,6 +343,62 @@ pub fn render_metrics(
             &l,
             info.error_count as f64,
         );
+        if let Some(r) = v.progress.as_ref().and_then(|p| p.redo) {
+            f.gauge(
+                "sluice_redo_resolved_ts",
+                "The redo log's resolved ts: every event at or below it is durable in the log.",
+                &l,
+                r.resolved_ts as f64,
+            );
+            f.gauge(
+                "sluice_redo_lag_seconds",
+                "Wall-clock time since the redo log's resolved ts (what a disaster now would lose: the RPO).",
+                &l,
+                crate::grpc::lag_ms(r.resolved_ts, now) as f64 / 1000.0,
+            );
+            f.gauge(
+                "sluice_redo_checkpoint_ts",
+                "The redo log's checkpoint ts (what the sink has).",
+                &l,
+                r.checkpoint_ts as f64,
+            );
+            f.counter(
+                "sluice_redo_write_bytes_total",
+                "Bytes written to the redo log by the running processor.",
+                &l,
+                r.bytes_written as f64,
+            );
+            f.counter(
+                "sluice_redo_flushes_total",
+                "Flushes of the redo log by the running processor.",
+                &l,
+                r.flushes as f64,
+            );
+            f.counter(
+                "sluice_redo_flush_seconds_total",
+                "Time the redo log's flushes took (write and fsync, or upload).",
+                &l,
+                r.flush_ms as f64 / 1000.0,
+            );
+            f.counter(
+                "sluice_redo_writer_busy_seconds_total",
+                "Time the redo writer was busy (encoding and flushing): its rate is the writer's busy ratio.",
+                &l,
+                r.busy_ms as f64 / 1000.0,
+            );
+            f.gauge(
+                "sluice_redo_fence_waiting_events",
+                "Events held at the redo fence until the log has them durably.",
+                &l,
+                r.waiting_events as f64,
+            );
+            f.gauge(
+                "sluice_redo_write_failing",
+                "1 while the latest write to the redo log failed (it is tried again).",
+                &l,
+                r.failing as f64,
+            );
+        }
         if let Some(r) = v.progress.as_ref().and_then(|p| p.validator.as_ref()) {
             for (result, count) in [
                 ("matched", r.matched),

@@ -188,6 +188,18 @@ pub fn status_json(s: &pb::ChangefeedStatus) -> Value {
             "last-error": (!v.last_error.is_empty()).then_some(&v.last_error),
             "mismatches": v.mismatches,
         })),
+        "redo": s.redo.as_ref().map(|r| json!({
+            "resolved-ts": r.resolved_ts,
+            "resolved-time": ts_time(r.resolved_ts),
+            "resolved-lag-ms": r.resolved_lag_ms,
+            "checkpoint-ts": r.checkpoint_ts,
+            "bytes-written": r.bytes_written,
+            "flushes": r.flushes,
+            "flush-ms": r.flush_ms,
+            "busy-ms": r.busy_ms,
+            "waiting-events": r.waiting_events,
+            "failing": r.failing,
+        })),
     })
 }
 

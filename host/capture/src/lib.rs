@@ -28,7 +28,7 @@ pub use builder::{Changefeed, ChangefeedBuilder, UpTo, open_redo};
 pub use processor::{Live, PluginCounters, Processor, SwapStats, plugin_roles};
 pub use progress::{Claim, Counters, MetaProgressStore, Reporter, TaskPosition};
 pub use settings::{plugin_data_dir, plugin_settings};
-pub use work::{Capture, registry_error};
+pub use work::{Capture, registry_error, remove_redo};
 
 /// What the processors of a capture share.
 pub struct Ctx {
@@ -38,6 +38,8 @@ pub struct Ctx {
     pub registry: Arc<PluginRegistry>,
     /// The server's data dir (the plugins' private directories are under it).
     pub data_dir: PathBuf,
+    /// Where redo logs are kept (`<tenant>/<changefeed>` under it).
+    pub redo_root: sluice_redo::StorageUri,
     /// This capture's id (task positions are saved under it).
     pub capture_id: String,
     /// Holds while this capture is the owner: checked in every task position claim.

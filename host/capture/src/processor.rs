@@ -85,6 +85,16 @@ impl Live {
             source_skipped_statements: p.source_skipped_statements,
             source_time_ms: p.source_time_ms,
             event_cache_bytes: p.event_cache_bytes,
+            redo: p.redo.as_ref().map(|r| sluice_owner::RedoReport {
+                resolved_ts: r.resolved_ts.get(),
+                checkpoint_ts: r.checkpoint_ts.get(),
+                bytes_written: r.bytes_written,
+                flushes: r.flushes,
+                flush_ms: r.flush_time.as_millis() as u64,
+                busy_ms: r.busy_time.as_millis() as u64,
+                waiting_events: p.redo_waiting,
+                failing: u64::from(r.failing.is_some()),
+            }),
         })
     }
 }
@@ -399,11 +409,11 @@ async fn run(
     let reporter = store.reporter();
     // Generated time starts after the changefeed's start ts (fixed at create,
     // so a resume regenerates the same workload).
-    // With `[consistent]`: the changefeed's redo log, in this server's data
-    // dir (`redo/<tenant>/<changefeed>`).
+    // With `[consistent]`: the changefeed's redo log, under this server's
+    // redo root (`<tenant>/<changefeed>`).
     let redo = match open_redo(
         &info.config.consistent,
-        &sluice_redo::StorageUri::Local(ctx.data_dir.join("redo").join(id.tenant())),
+        &ctx.redo_root.child(id.tenant()),
         id.name(),
     )
     .await

@@ -65,6 +65,9 @@ pub struct TaskPosition {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Counters {
+    /// Where the run's redo log stands (absent without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redo: Option<sluice_owner::RedoReport>,
     /// Row changes read from the source.
     #[serde(default)]
     pub rows_read: u64,
@@ -105,6 +108,8 @@ impl Counters {
                 + other.source_skipped_statements,
             source_time_ms: self.source_time_ms.max(other.source_time_ms),
             event_cache_bytes: self.event_cache_bytes + other.event_cache_bytes,
+            // Where the log stands now, not a sum over runs.
+            redo: other.redo.or(self.redo),
         }
     }
 }

@@ -66,10 +66,19 @@ impl Capture {
         )
     }
 
-    /// Drops a removed changefeed's counters.
+    /// Drops a removed changefeed's counters and removes its redo log, if it
+    /// has one (see [`remove_redo`]).
     pub fn forget(&self, id: &ChangefeedId) {
         self.counters.lock().expect("not poisoned").remove(id);
         self.swaps.lock().expect("not poisoned").remove(id);
+        let (root, id) = (self.ctx.redo_root.clone(), id.clone());
+        // Its processor may take up to the stop timeout to stop.
+        let grace = self.ctx.stop_timeout + std::time::Duration::from_secs(1);
+        tokio::spawn(async move {
+            if let Err(e) = remove_redo(&root, &id, grace).await {
+                tracing::warn!(changefeed = %id, error = %e, "Could not remove the redo log of a removed changefeed.");
+            }
+        });
     }
 
     /// The swap counters of `id` (created on first use).
@@ -215,4 +224,106 @@ fn carry_over(previous: &PluginCounters, info: &ChangefeedInfo) -> PluginCounter
             (role, plugin, stats)
         })
         .collect()
+}
+
+/// Removes the redo log of removed changefeed `id` under `root`, if there is
+/// one: marks it removed at once (a changefeed created again under the name
+/// starts the log anew), waits `grace` for the processor to stop, then
+/// removes its files unless a new changefeed took the log over meanwhile.
+pub async fn remove_redo(
+    root: &sluice_redo::StorageUri,
+    id: &ChangefeedId,
+    grace: std::time::Duration,
+) -> Result<(), sluice_redo::LogError> {
+    let tenant_root = root.child(id.tenant());
+    if let sluice_redo::StorageUri::Local(dir) = &tenant_root
+        && !dir.join(id.name()).is_dir()
+    {
+        return Ok(());
+    }
+    let storage = sluice_redo::Storage::open(&tenant_root, id.name()).await?;
+    if storage.list().await?.is_empty() {
+        if let Some(dir) = storage.local_dir() {
+            let _ = std::fs::remove_dir(dir);
+        }
+        return Ok(());
+    }
+    storage
+        .put(
+            sluice_redo::REMOVED_MARKER,
+            Arc::new(b"this changefeed was removed\n".to_vec()),
+        )
+        .await?;
+    tokio::time::sleep(grace).await;
+    if !sluice_redo::Listing::read(&storage).await?.removed {
+        return Ok(());
+    }
+    let removed = sluice_redo::remove_log(&storage).await?;
+    if let Some(dir) = storage.local_dir() {
+        let _ = std::fs::remove_dir(dir);
+    }
+    tracing::info!(changefeed = %id, files = removed, log = storage.location(), "Removed the redo log of a removed changefeed.");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use sluice_core::{CommitTs, Transaction};
+    use sluice_redo::{LogWriter, Storage, StorageUri};
+
+    use super::*;
+
+    async fn a_log(root: &StorageUri, id: &ChangefeedId) -> Storage {
+        let storage = Storage::open(&root.child(id.tenant()), id.name())
+            .await
+            .unwrap();
+        let mut w = LogWriter::open(storage.clone()).await.unwrap();
+        w.append_transaction(&Transaction::new(CommitTs::new(10)))
+            .unwrap();
+        w.resolved(10);
+        w.flush(0).await.unwrap();
+        assert!(!storage.list().await.unwrap().is_empty());
+        storage
+    }
+
+    #[tokio::test]
+    async fn a_removed_changefeeds_redo_log_is_removed_unless_a_new_one_took_it_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = StorageUri::Local(dir.path().to_path_buf());
+        let id = ChangefeedId::new("acme", "orders").unwrap();
+        let storage = a_log(&root, &id).await;
+        remove_redo(&root, &id, Duration::ZERO).await.unwrap();
+        assert!(
+            !storage.local_dir().unwrap().exists(),
+            "the log's directory is gone"
+        );
+        // Nothing there: nothing to do, and nothing created.
+        remove_redo(&root, &id, Duration::ZERO).await.unwrap();
+        assert!(!storage.local_dir().unwrap().exists());
+
+        // Created again while the removal waits: the new changefeed's
+        // writer starts the log anew and the removal leaves it alone.
+        let storage = a_log(&root, &id).await;
+        let removal = tokio::spawn({
+            let (root, id) = (root.clone(), id.clone());
+            async move { remove_redo(&root, &id, Duration::from_millis(300)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut w = LogWriter::open(storage.clone()).await.unwrap();
+        assert_eq!(
+            w.meta(),
+            sluice_redo::Meta::default(),
+            "the old log is gone"
+        );
+        w.append_transaction(&Transaction::new(CommitTs::new(20)))
+            .unwrap();
+        w.resolved(20);
+        w.flush(0).await.unwrap();
+        removal.await.unwrap().unwrap();
+        let listing = sluice_redo::Listing::read(&storage).await.unwrap();
+        assert!(!listing.removed);
+        assert_eq!(listing.meta.unwrap().resolved_ts, 20, "the new log is kept");
+    }
 }

@@ -34,6 +34,19 @@ pub enum RedoCompression {
     Zstd,
 }
 
+/// `consistent.retention`: which files of the log are kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RedoRetention {
+    /// Files wholly at or below the checkpoint are removed (the default):
+    /// the log rebuilds a downstream that kept what it had acknowledged.
+    #[default]
+    Checkpoint,
+    /// Every file is kept: the log alone rebuilds a fresh downstream from the
+    /// changefeed's start. It grows without bound.
+    All,
+}
+
 /// `[consistent]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -41,10 +54,11 @@ pub struct ConsistentConfig {
     /// `none` (default) or `eventual`.
     #[serde(default)]
     pub level: ConsistentLevel,
-    /// Where the redo log lives. `sluice run`: `file:///absolute/dir` (the
-    /// changefeed's log in a folder named after it), needed with `level =
-    /// "eventual"`. A server keeps a changefeed's log in its own data dir
-    /// (a tenant never names a path on the server's disk): leave it out.
+    /// Where the redo log lives. `sluice run`: `file:///absolute/dir` or
+    /// `s3://bucket/prefix?endpoint=...&region=...` (the changefeed's log in
+    /// a folder named after it), needed with `level = "eventual"`. A server
+    /// keeps a changefeed's log where its operator said (`--redo-storage`)
+    /// — a tenant never names a place the server writes to: leave it out.
     #[serde(default)]
     pub storage: String,
     /// How often what was appended is written out and made durable, in
@@ -68,6 +82,13 @@ pub struct ConsistentConfig {
     /// to 90. The rest is the sink's: events the log has and the sink has not.
     #[serde(default = "default_memory_percent")]
     pub memory_percent: u8,
+    /// `checkpoint` (default) or `all`.
+    #[serde(default, skip_serializing_if = "is_default_retention")]
+    pub retention: RedoRetention,
+}
+
+fn is_default_retention(r: &RedoRetention) -> bool {
+    *r == RedoRetention::Checkpoint
 }
 
 fn default_flush_ms() -> u64 {
@@ -104,6 +125,7 @@ impl Default for ConsistentConfig {
             max_log_size: default_log_size(),
             compression: RedoCompression::None,
             memory_percent: default_memory_percent(),
+            retention: RedoRetention::Checkpoint,
         }
     }
 }
@@ -162,8 +184,8 @@ impl ConsistentConfig {
         if mode == Mode::Server {
             if !self.storage.is_empty() {
                 return invalid!(
-                    "remove consistent.storage: a server keeps a changefeed's redo log in \
-                     its own data dir"
+                    "remove consistent.storage: a server keeps a changefeed's redo log where \
+                     its operator said (--redo-storage, by default its data dir)"
                 );
             }
             return Ok(());
@@ -177,26 +199,19 @@ impl ConsistentConfig {
                  \"file:///var/lib/sluice/redo\""
             );
         }
-        let Some(path) = self.storage.strip_prefix("file://") else {
-            return invalid!(
-                "consistent.storage is {:?}; it must be file:///absolute/dir (the only \
-                 storage this build has)",
-                self.storage
-            );
-        };
-        if !path.starts_with('/') {
-            return invalid!(
-                "consistent.storage is {:?}; a file:// storage needs an absolute path \
-                 (file:///var/lib/sluice/redo)",
-                self.storage
-            );
+        match crate::StorageUri::parse(&self.storage) {
+            Err(e) => invalid!("consistent.storage: {e}"),
+            Ok(crate::StorageUri::Local(path))
+                if path
+                    .components()
+                    .any(|c| c == std::path::Component::ParentDir) =>
+            {
+                invalid!(
+                    "consistent.storage is {:?}; it may not contain `..`",
+                    self.storage
+                )
+            }
+            Ok(_) => Ok(()),
         }
-        if path.split('/').any(|c| c == "..") {
-            return invalid!(
-                "consistent.storage is {:?}; it may not contain `..`",
-                self.storage
-            );
-        }
-        Ok(())
     }
 }

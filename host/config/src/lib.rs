@@ -22,6 +22,7 @@ mod name;
 mod pipeline;
 mod plugin;
 pub mod source;
+mod storage_uri;
 mod validator;
 
 #[cfg(test)]
@@ -32,7 +33,7 @@ pub use changefeed::{
     ChangefeedConfig, ChangefeedFile, ChangefeedSection, DEFAULT_DATA_DIR, DEFAULT_PLUGIN_DIR,
     Mode, RunConfig,
 };
-pub use consistent::{ConsistentConfig, ConsistentLevel, RedoCompression};
+pub use consistent::{ConsistentConfig, ConsistentLevel, RedoCompression, RedoRetention};
 pub use error::ConfigError;
 pub use filter::{EventFilterRule, FilterConfig};
 pub use limits::ServerLimits;
@@ -42,4 +43,5 @@ pub use plugin::{Capabilities, DataDir, Limits, PluginConfig};
 pub use source::{
     DatagenConfig, Mix, MysqlConfig, SourceConfig, StartPosition, redact_secrets, redact_url,
 };
+pub use storage_uri::{S3Location, StorageUri};
 pub use validator::{ValidatorConfig, ValidatorMode};

@@ -496,12 +496,22 @@ fn consistent_replication_is_read_stored_and_range_checked_by_key() {
             "consistent.level = \"eventual\" needs consistent.storage",
         ),
         (
-            with("level = \"eventual\"\nstorage = \"s3://bucket/redo\""),
-            "it must be file:///absolute/dir",
+            with("level = \"eventual\"\nstorage = \"gs://bucket/redo\""),
+            "redo storage is a file:// URI (file:///dir) or an s3:// URI",
+        ),
+        (
+            with(
+                "level = \"eventual\"\nstorage = \"s3://bucket/redo?endpoint=ftp://x&secret-access-key=HUSH\"",
+            ),
+            "endpoint \"ftp://x\" of an s3:// URI is an http:// or https:// URL",
+        ),
+        (
+            with("level = \"eventual\"\nstorage = \"s3://bucket/redo?color=red\""),
+            "an s3:// URI has no key \"color\"",
         ),
         (
             with("level = \"eventual\"\nstorage = \"file://redo\""),
-            "a file:// storage needs an absolute path",
+            "`file://redo`: a file URI names an absolute directory",
         ),
         (
             with("level = \"eventual\"\nstorage = \"file:///a/../etc\""),
@@ -533,7 +543,13 @@ fn consistent_replication_is_read_stored_and_range_checked_by_key() {
     for (text, want) in cases {
         let err = run_err(&text);
         assert!(err.contains(want), "{want:?} not in {err:?}");
+        assert!(!err.contains("HUSH"), "a secret in {err:?}");
     }
+    let s3 = RunConfig::parse(&with(
+        "level = \"eventual\"\nstorage = \"s3://bucket/dc1?endpoint=http://127.0.0.1:9000&region=eu-west-1\"",
+    ))
+    .unwrap();
+    assert!(s3.feed.consistent.enabled());
     let err = server_err(&format!(
         "{SERVER}\n[consistent]\nlevel = \"eventual\"\nstorage = \"file:///etc\"\n"
     ));

@@ -769,6 +769,36 @@ impl TableBatch {
         rows_of(&self.ops, &self.before, &self.after)
     }
 
+    /// Rows `rows` of the batch, as a batch of their own (a copy per
+    /// column; images are dense, so their ranges follow from the ops).
+    pub fn slice(&self, schema: &TableSchema, rows: std::ops::Range<usize>) -> TableBatch {
+        // 0 insert, 1 update, 2 delete.
+        let images = |range: std::ops::Range<usize>, before: bool| {
+            self.ops[range]
+                .iter()
+                .filter(|&&op| if before { op != 0 } else { op != 2 })
+                .count()
+        };
+        let b0 = images(0..rows.start, true);
+        let b1 = b0 + images(rows.clone(), true);
+        let a0 = images(0..rows.start, false);
+        let a1 = a0 + images(rows.clone(), false);
+        let mut out = TableBatch::new(schema);
+        out.ops.extend_from_slice(&self.ops[rows.clone()]);
+        out.commit_ts
+            .extend_from_slice(&self.commit_ts[rows.clone()]);
+        out.txn.extend_from_slice(&self.txn[rows.clone()]);
+        out.flags.extend_from_slice(&self.flags[rows.clone()]);
+        out.seq.extend_from_slice(&self.seq[rows]);
+        for (mine, theirs) in out.before.iter_mut().zip(&self.before) {
+            mine.extend_from(theirs, b0..b1);
+        }
+        for (mine, theirs) in out.after.iter_mut().zip(&self.after) {
+            mine.extend_from(theirs, a0..a1);
+        }
+        out
+    }
+
     /// The rows for which `keep` holds, in order, flags kept.
     pub fn select(&self, schema: &TableSchema, keep: impl Fn(&Row<'_>) -> bool) -> TableBatch {
         let mut out = TableBatch::new(schema);
@@ -1076,6 +1106,50 @@ mod tests {
                 },
             ],
         })
+    }
+
+    #[test]
+    fn a_slice_is_the_rows_of_its_range_with_their_images() {
+        let s = schema();
+        let mut t = TableBatch::new(&s);
+        for i in 0..40i64 {
+            let (op, before, after) = match i % 3 {
+                0 => (
+                    Op::Insert,
+                    None,
+                    Some(vec![
+                        Value::Int(i),
+                        Value::Bytes(format!("n{i}").into_bytes()),
+                    ]),
+                ),
+                1 => (
+                    Op::Update,
+                    Some(vec![Value::Int(i), Value::Null]),
+                    Some(vec![
+                        Value::Int(i),
+                        Value::Bytes(format!("u{i}").into_bytes()),
+                    ]),
+                ),
+                _ => (
+                    Op::Delete,
+                    Some(vec![Value::Int(i), Value::Bytes(b"gone".to_vec())]),
+                    None,
+                ),
+            };
+            t.push_values(
+                CommitTs::new(10 + i as u64 / 4),
+                0,
+                op,
+                before.as_deref(),
+                after.as_deref(),
+            );
+        }
+        for range in [0..0, 0..40, 0..7, 5..6, 7..29, 13..40, 39..40] {
+            let slice = t.slice(&s, range.clone());
+            slice.validate(&s).unwrap();
+            let want = t.select(&s, |row| range.contains(&row.index));
+            assert_eq!(slice, want, "{range:?}");
+        }
     }
 
     #[test]

@@ -137,6 +137,45 @@ impl From<Outcome> for TaskState {
 }
 
 /// The part of a task position the owner reads (the capture writes the whole
+/// Where a run's redo log stands (`[consistent] level = "eventual"`), as its
+/// task position reports it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct RedoReport {
+    /// Every event at or below this is durable in the log.
+    pub resolved_ts: u64,
+    /// The log's checkpoint ts (what the sink has).
+    pub checkpoint_ts: u64,
+    /// Bytes written to the log by the run.
+    pub bytes_written: u64,
+    /// Flushes of the run.
+    pub flushes: u64,
+    /// Time the run's flushes took, in milliseconds.
+    pub flush_ms: u64,
+    /// Time the run's writer was busy, in milliseconds.
+    pub busy_ms: u64,
+    /// Events waiting at the fence for the log.
+    pub waiting_events: u64,
+    /// 1 while the latest write to the log failed (it is tried again), else 0.
+    pub failing: u64,
+}
+
+impl RedoReport {
+    /// Two runs' reports as one: the lower ts, the sums.
+    pub fn merge(self, other: RedoReport) -> RedoReport {
+        RedoReport {
+            resolved_ts: self.resolved_ts.min(other.resolved_ts),
+            checkpoint_ts: self.checkpoint_ts.min(other.checkpoint_ts),
+            bytes_written: self.bytes_written + other.bytes_written,
+            flushes: self.flushes + other.flushes,
+            flush_ms: self.flush_ms + other.flush_ms,
+            busy_ms: self.busy_ms + other.busy_ms,
+            waiting_events: self.waiting_events + other.waiting_events,
+            failing: self.failing + other.failing,
+        }
+    }
+}
+
 /// record, see `sluice_capture::TaskPosition`; unknown fields are ignored here,
 /// missing ones default, so records of older versions decode).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -186,6 +225,9 @@ pub struct TaskReport {
     /// What the run's continuous validator found.
     #[serde(default)]
     pub validator: Option<sluice_core::ValidatorReport>,
+    /// Where the run's redo log stands.
+    #[serde(default)]
+    pub redo: Option<RedoReport>,
 }
 
 impl TaskReport {
@@ -204,6 +246,7 @@ impl TaskReport {
             swap: self.swap.clone(),
             shadow: self.shadow.clone(),
             validator: self.validator.clone(),
+            redo: self.redo,
         }
     }
 }
@@ -530,6 +573,10 @@ impl Reports {
                     swap: o.swap.or(p.swap),
                     shadow: o.shadow.or(p.shadow),
                     validator: o.validator.or(p.validator),
+                    redo: match (o.redo, p.redo) {
+                        (Some(a), Some(b)) => Some(a.merge(b)),
+                        (a, b) => a.or(b),
+                    },
                 },
             });
         }

@@ -48,6 +48,8 @@ pub struct WorkProgress {
     pub shadow: Option<crate::ShadowReport>,
     /// What the continuous validator of the work found, if one runs.
     pub validator: Option<sluice_core::ValidatorReport>,
+    /// Where the work's redo log stands, with consistent replication.
+    pub redo: Option<crate::RedoReport>,
 }
 
 /// How a capture's work for a changefeed ended.

@@ -46,7 +46,8 @@ mod tests;
 pub use actor::{FeedView, Owner, Snapshot};
 pub use admin::{AdminJob, Effect, apply_admin_job};
 pub use assign::{
-    ASSIGNMENT_VERSION, AssignedWork, Assigner, Assignment, Desired, Tables, TaskReport, TaskState,
+    ASSIGNMENT_VERSION, AssignedWork, Assigner, Assignment, Desired, RedoReport, Tables,
+    TaskReport, TaskState,
 };
 pub use backoff::{Backoff, BackoffConfig, JitterSource, SeededJitter};
 pub use clock::{Clock, FakeClock, SystemClock};

@@ -300,6 +300,7 @@ impl EventCache {
         count: usize,
         bytes: usize,
         max_chunk_bytes: usize,
+        redo: Option<crate::redo::RedoTee>,
     ) -> Result<Self, PipelineError> {
         source
             .resume(start)
@@ -341,6 +342,20 @@ impl EventCache {
                     };
                     match run {
                         Ok(Some(run)) => {
+                            let run = match &redo {
+                                Some(tee) => {
+                                    let item = Item::Run(run);
+                                    if let Err(e) = tee.log(&item).await {
+                                        let _ = gather.push(Err(e), 0).await && gather.send().await;
+                                        break;
+                                    }
+                                    let Item::Run(run) = item else {
+                                        unreachable!("a run")
+                                    };
+                                    run
+                                }
+                                None => run,
+                            };
                             if !gather.push_run(run, budget).await {
                                 break;
                             }
@@ -367,6 +382,21 @@ impl EventCache {
                         }
                     };
                     let event = event.map_err(|e| PipelineError::Source(Box::new(e)));
+                    let event = match (&redo, event) {
+                        (Some(tee), Ok(event)) => {
+                            let item = Item::Event(Ok(event));
+                            match tee.log(&item).await {
+                                Ok(()) => {
+                                    let Item::Event(event) = item else {
+                                        unreachable!("an event")
+                                    };
+                                    event
+                                }
+                                Err(e) => Err(e),
+                            }
+                        }
+                        (_, event) => event,
+                    };
                     let last = matches!(event, Ok(SourceEvent::End) | Err(_));
                     let size = match &event {
                         Ok(SourceEvent::Transaction(t)) => t.wire_bytes(),

@@ -348,17 +348,9 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         // The reader runs in the caller's span (the changefeed's). It is aborted
         // however this function ends: an error return, or the pipeline being
         // cancelled (dropped).
-        let mut cache = EventCache::start(
-            source,
-            &self.start,
-            self.config.event_cache_count,
-            self.config.event_cache_bytes,
-            // A run is dispatched whole before the next flush check: keep it well
-            // below the replay buffer's bound.
-            self.config.max_pending_bytes / 4,
-        )?;
-
-        self.writer.open(self.start.ts).await?;
+        // With redo, the source side copies every event to the log as it
+        // is read (so the log runs ahead of a slow sink), and the fence
+        // holds it until the log has it.
         let mut redo_status = match self.redo.take() {
             Some(log) => {
                 let fence = Fence::start(log, CommitTs::from(self.start.ts));
@@ -368,6 +360,18 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             }
             None => None,
         };
+        let mut cache = EventCache::start(
+            source,
+            &self.start,
+            self.config.event_cache_count,
+            self.config.event_cache_bytes,
+            // A run is dispatched whole before the next flush check: keep it well
+            // below the replay buffer's bound.
+            self.config.max_pending_bytes / 4,
+            self.fence.as_ref().map(Fence::tee),
+        )?;
+
+        self.writer.open(self.start.ts).await?;
         let mut commands = std::mem::replace(
             &mut self.commands,
             Commands {
@@ -474,11 +478,12 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
                 self.source_ended = true;
             }
             let end = match &mut self.fence {
-                // With redo: to the log, and on once the fence passes it.
-                Some(fence) => match fence.admit(item, permit).await {
-                    Ok(()) => None,
-                    Err(e) => Some(Err(e)),
-                },
+                // With redo: in the log already (the source side copied
+                // it), on once the fence passes it.
+                Some(fence) => {
+                    fence.hold(item, permit);
+                    None
+                }
                 None => self.take(item, permit, cache).await,
             };
             if end.is_some() {

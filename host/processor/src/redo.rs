@@ -45,6 +45,8 @@ pub struct RedoConfig {
     pub max_log_size: usize,
     /// Bytes of events handed to the writer and not durable yet, at most.
     pub memory_bytes: usize,
+    /// Remove files wholly below the checkpoint (`retention = "checkpoint"`).
+    pub collect_garbage: bool,
 }
 
 impl From<&sluice_config::ConsistentConfig> for RedoConfig {
@@ -56,6 +58,7 @@ impl From<&sluice_config::ConsistentConfig> for RedoConfig {
             meta_flush_interval: Duration::from_millis(c.meta_flush_interval),
             max_log_size: usize::try_from(c.max_log_size.0).unwrap_or(usize::MAX),
             memory_bytes: 32 << 20,
+            collect_garbage: c.retention == sluice_config::RedoRetention::Checkpoint,
         }
     }
 }
@@ -113,9 +116,7 @@ enum Logged {
 /// The pipeline's side of the redo log: events wait here until the log has
 /// them (see the module docs).
 pub(crate) struct Fence {
-    tx: mpsc::UnboundedSender<ToLog>,
-    budget: Arc<Semaphore>,
-    budget_bytes: usize,
+    tee: RedoTee,
     status: watch::Receiver<RedoStatus>,
     checkpoint: watch::Sender<CommitTs>,
     /// Events handed to the log, waiting for the fence, in source order.
@@ -123,6 +124,60 @@ pub(crate) struct Fence {
     /// Every event at or below this was handed to the log.
     appended_through: CommitTs,
     task: Option<JoinHandle<()>>,
+}
+
+/// The source's side of the redo log: every event the source reads is copied
+/// to the writer as it is read, before it waits in the event cache, so that
+/// the log runs ahead of a sink that is slow or hung (by the cache's share of
+/// memory at most). Waits while the redo share is full: that stops the
+/// source, never drops.
+#[derive(Clone)]
+pub(crate) struct RedoTee {
+    tx: mpsc::UnboundedSender<ToLog>,
+    budget: Arc<Semaphore>,
+    budget_bytes: usize,
+    status: watch::Receiver<RedoStatus>,
+}
+
+impl RedoTee {
+    /// Copies `item` to the log (waiting for room in the redo share).
+    pub(crate) async fn log(&self, item: &Item) -> Result<(), PipelineError> {
+        let (event, bytes) = match item {
+            Item::Run(run) => (Logged::Run(run.clone()), run.wire_bytes()),
+            Item::Event(Ok(SourceEvent::Transaction(t))) => {
+                (Logged::Transaction(t.clone()), t.wire_bytes())
+            }
+            Item::Event(Ok(SourceEvent::Ddl(ddl))) => (Logged::Ddl(ddl.clone()), 0),
+            Item::Event(Ok(SourceEvent::Resolved(ts))) => {
+                (Logged::Resolved(CommitTs::from(*ts)), 0)
+            }
+            // It goes once everything before it is durable.
+            Item::Event(Ok(SourceEvent::End)) => (Logged::FlushNow, 0),
+            // The run ends with it: nothing after it is read.
+            Item::Event(Err(_)) => return Ok(()),
+        };
+        let permit = if bytes == 0 {
+            None
+        } else {
+            let n = bytes.min(self.budget_bytes) as u32;
+            Some(
+                self.budget
+                    .clone()
+                    .acquire_many_owned(n)
+                    .await
+                    .expect("the budget is never closed"),
+            )
+        };
+        self.tx.send(ToLog { event, permit }).map_err(|_| {
+            PipelineError::Redo(
+                self.status
+                    .borrow()
+                    .fatal
+                    .clone()
+                    .unwrap_or_else(|| "the redo writer stopped".into()),
+            )
+        })
+    }
 }
 
 impl Drop for Fence {
@@ -148,9 +203,12 @@ impl Fence {
         let (tx, rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(write_log(log, rx, checkpoint_rx, status_tx));
         Self {
-            tx,
-            budget,
-            budget_bytes,
+            tee: RedoTee {
+                tx,
+                budget,
+                budget_bytes,
+                status: status.clone(),
+            },
             status,
             checkpoint: checkpoint_tx,
             waiting: VecDeque::new(),
@@ -189,64 +247,52 @@ impl Fence {
         });
     }
 
+    /// The copier the source side uses (see [`RedoTee`]).
+    pub(crate) fn tee(&self) -> RedoTee {
+        self.tee.clone()
+    }
+
     /// Hand `item` to the log (waiting while the redo share is full) and keep
-    /// it until the fence passes it.
+    /// it until the fence passes it: [`RedoTee::log`], then [`Fence::hold`].
+    #[cfg(test)]
     pub(crate) async fn admit(
         &mut self,
         item: Item,
         permit: CachePermit,
     ) -> Result<(), PipelineError> {
-        let (event, bytes, ts) = match &item {
-            Item::Run(run) => {
-                let last = run.transactions.last().map(|t| t.commit_ts);
-                (
-                    Logged::Run(run.clone()),
-                    run.wire_bytes(),
-                    last.unwrap_or(CommitTs::ZERO),
-                )
-            }
-            Item::Event(Ok(SourceEvent::Transaction(t))) => {
-                (Logged::Transaction(t.clone()), t.wire_bytes(), t.commit_ts)
-            }
-            Item::Event(Ok(SourceEvent::Ddl(ddl))) => (Logged::Ddl(ddl.clone()), 0, ddl.commit_ts),
-            Item::Event(Ok(SourceEvent::Resolved(ts))) => {
-                let ts = CommitTs::from(*ts);
-                (Logged::Resolved(ts), 0, ts)
-            }
+        self.tee.log(&item).await?;
+        self.hold(item, permit);
+        Ok(())
+    }
+
+    /// Keep `item`, which the source side has copied to the log already (in
+    /// this same order), until the fence passes it.
+    pub(crate) fn hold(&mut self, item: Item, permit: CachePermit) {
+        let ts = match &item {
+            Item::Run(run) => run
+                .transactions
+                .last()
+                .map_or(CommitTs::ZERO, |t| t.commit_ts),
+            Item::Event(Ok(SourceEvent::Transaction(t))) => t.commit_ts,
+            Item::Event(Ok(SourceEvent::Ddl(ddl))) => ddl.commit_ts,
+            Item::Event(Ok(SourceEvent::Resolved(ts))) => CommitTs::from(*ts),
             Item::Event(Ok(SourceEvent::End)) => {
-                // It goes once everything before it is durable.
-                self.send(Logged::FlushNow, None)?;
                 let at = self.appended_through;
                 self.waiting.push_back((at, item, permit));
-                return Ok(());
+                return;
             }
             Item::Event(Err(_)) => {
-                // The run ends with it: nothing after it is read.
                 self.waiting.push_back((CommitTs::ZERO, item, permit));
-                return Ok(());
+                return;
             }
-        };
-        let log_permit = if bytes == 0 {
-            None
-        } else {
-            let n = bytes.min(self.budget_bytes) as u32;
-            let permit = self
-                .budget
-                .clone()
-                .acquire_many_owned(n)
-                .await
-                .expect("the budget is never closed");
-            Some(permit)
         };
         // A part of a transaction that comes in parts is not read through
         // until its last part is (the writer counts it so too).
-        let counts = !matches!(&event, Logged::Transaction(t) if t.more);
-        self.send(event, log_permit)?;
+        let counts = !matches!(&item, Item::Event(Ok(SourceEvent::Transaction(t))) if t.more);
         if counts {
             self.appended_through = self.appended_through.max(ts);
         }
         self.waiting.push_back((ts, item, permit));
-        Ok(())
     }
 
     /// The next event the fence has passed, in order; a run the fence cuts
@@ -287,28 +333,11 @@ impl Fence {
     /// Stop the writer after it wrote out what it has; its last status.
     pub(crate) async fn close(mut self) -> RedoStatus {
         let (tx, _) = mpsc::unbounded_channel();
-        drop(std::mem::replace(&mut self.tx, tx));
+        drop(std::mem::replace(&mut self.tee.tx, tx));
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
         self.status.borrow().clone()
-    }
-
-    fn send(
-        &self,
-        event: Logged,
-        permit: Option<OwnedSemaphorePermit>,
-    ) -> Result<(), PipelineError> {
-        self.tx
-            .send(ToLog { event, permit })
-            .map_err(|_| self.stopped())
-    }
-
-    fn stopped(&self) -> PipelineError {
-        let why = self
-            .fatal()
-            .unwrap_or_else(|| "the redo writer stopped".into());
-        PipelineError::Redo(why)
     }
 }
 
@@ -420,7 +449,7 @@ async fn write_log(
         status.send_replace(stats.clone());
         data_tick.reset();
         flushes_since_gc += 1;
-        if flushes_since_gc >= 32 {
+        if config.collect_garbage && flushes_since_gc >= 32 {
             flushes_since_gc = 0;
             if let Err(e) = writer.collect_garbage().await {
                 tracing::warn!(error = %e, "Removing redo log files below the checkpoint failed.");
@@ -464,9 +493,12 @@ mod tests {
         let (checkpoint, _) = watch::channel(CommitTs::ZERO);
         let (tx, rx) = mpsc::unbounded_channel();
         let fence = Fence {
-            tx,
-            budget: Arc::new(Semaphore::new(1 << 20)),
-            budget_bytes: 1 << 20,
+            tee: RedoTee {
+                tx,
+                budget: Arc::new(Semaphore::new(1 << 20)),
+                budget_bytes: 1 << 20,
+                status: status.clone(),
+            },
             status,
             checkpoint,
             waiting: VecDeque::new(),

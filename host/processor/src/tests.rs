@@ -2796,6 +2796,7 @@ proptest! {
             meta_flush_interval: Duration::from_millis(meta_flush_ms),
             max_log_size,
             memory_bytes,
+            collect_garbage: true,
         };
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let (sink, logged) = runtime.block_on(async {

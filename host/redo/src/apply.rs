@@ -97,6 +97,9 @@ async fn valid_through(
     Ok(out)
 }
 
+/// Most rows of one table in one replayed event.
+pub const MAX_EVENT_ROWS: usize = 8_192;
+
 impl Replay {
     /// A replay of the log in `storage`; `Err` if it has no meta (nothing was
     /// ever made durable) or a file the replay needs is damaged. With
@@ -110,7 +113,7 @@ impl Replay {
                 file: crate::meta::META_FILE.into(),
                 reason: format!(
                     "there is no meta in {}: nothing of this log was made durable",
-                    storage.dir().display()
+                    storage.location()
                 ),
             });
         };
@@ -279,6 +282,23 @@ impl Replay {
                 table.select(schema, |row| keep(table.commit_ts[row.index]))
             };
             if table.is_empty() {
+                continue;
+            }
+            if table.len() > MAX_EVENT_ROWS {
+                // A large transaction goes in slices a sink can take (its
+                // memory quota bounds one write).
+                for start in (0..table.len()).step_by(MAX_EVENT_ROWS) {
+                    let slice =
+                        table.slice(schema, start..(start + MAX_EVENT_ROWS).min(table.len()));
+                    let max_ts = slice.commit_ts.iter().copied().max().unwrap_or(0);
+                    self.ready.push_back(ReplayEvent::Rows {
+                        schemas: vec![schema.clone()],
+                        batch: Batch {
+                            tables: vec![slice],
+                        },
+                        max_ts: CommitTs::new(max_ts),
+                    });
+                }
                 continue;
             }
             max = max.max(table.commit_ts.iter().copied().max().unwrap_or(0));

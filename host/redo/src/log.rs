@@ -101,6 +101,31 @@ pub enum LogError {
     },
 }
 
+/// Written into a log whose changefeed was removed, before its files are:
+/// a writer that finds it starts the log anew (a changefeed created again
+/// under the name), and `sluice redo` says the log was abandoned.
+pub const REMOVED_MARKER: &str = "removed";
+
+/// Removes a log whose changefeed was removed: first the marker that says
+/// so, then its files, the marker last. Returns the files removed.
+pub async fn remove_log(storage: &Storage) -> Result<usize, LogError> {
+    storage
+        .put(
+            REMOVED_MARKER,
+            Arc::new(b"this changefeed was removed\n".to_vec()),
+        )
+        .await?;
+    let mut removed = 0;
+    for entry in storage.list().await? {
+        if entry.name != REMOVED_MARKER {
+            storage.delete(&entry.name).await?;
+            removed += 1;
+        }
+    }
+    storage.delete(REMOVED_MARKER).await?;
+    Ok(removed)
+}
+
 /// The files of a log, parsed and in order, and the meta.
 #[derive(Debug, Clone, Default)]
 pub struct Listing {
@@ -110,6 +135,8 @@ pub struct Listing {
     pub files: Vec<(FileName, u64)>,
     /// Other files in the directory (not the log's).
     pub others: Vec<Entry>,
+    /// Its changefeed was removed ([`REMOVED_MARKER`]).
+    pub removed: bool,
 }
 
 impl Listing {
@@ -118,6 +145,10 @@ impl Listing {
         let mut out = Listing::default();
         for entry in storage.list().await? {
             if entry.name == META_FILE {
+                continue;
+            }
+            if entry.name == REMOVED_MARKER {
+                out.removed = true;
                 continue;
             }
             match FileName::parse(&entry.name) {
@@ -155,6 +186,10 @@ struct Pending {
     max: u64,
     /// Schemas written into the current file (each file carries its own).
     schemas: HashSet<(u32, u32)>,
+    /// A file cut whose write failed: written again under the same name and
+    /// with the same bytes before anything else (a write that failed may
+    /// still have landed, so it must never land under another name).
+    unwritten: Option<(FileName, Arc<Vec<u8>>)>,
 }
 
 impl Pending {
@@ -164,6 +199,7 @@ impl Pending {
             bytes: Vec::new(),
             max: 0,
             schemas: HashSet::new(),
+            unwritten: None,
         }
     }
 
@@ -207,7 +243,16 @@ pub struct LogWriter {
 impl LogWriter {
     /// A writer of the log in `storage`, going on after what is there.
     pub async fn open(storage: Storage) -> Result<Self, LogError> {
-        let listing = Listing::read(&storage).await?;
+        let mut listing = Listing::read(&storage).await?;
+        if listing.removed {
+            // What is left of a removed changefeed of this name.
+            tracing::info!(
+                log = storage.location(),
+                "The redo log belonged to a removed changefeed; starting it anew."
+            );
+            remove_log(&storage).await?;
+            listing = Listing::read(&storage).await?;
+        }
         let resumed = (listing.meta.is_some() || !listing.files.is_empty())
             .then(|| listing.meta.unwrap_or_default().resolved_ts);
         let meta = listing.meta.unwrap_or_default();
@@ -254,9 +299,12 @@ impl LogWriter {
         &self.storage
     }
 
-    /// Bytes appended since the last flush.
+    /// Bytes appended since the last flush (a failed write's included).
     pub fn pending_bytes(&self) -> usize {
-        self.rows.bytes.len() + self.ddl.bytes.len()
+        [&self.rows, &self.ddl]
+            .iter()
+            .map(|p| p.bytes.len() + p.unwritten.as_ref().map_or(0, |(_, b)| b.len()))
+            .sum()
     }
 
     /// Appends one transaction (or one part of it).
@@ -360,6 +408,14 @@ impl LogWriter {
         let cut = self.appended_through;
         let mut flushed = Flushed::default();
         for pending in [&mut self.rows, &mut self.ddl] {
+            if let Some((name, bytes)) = pending.unwritten.take() {
+                if let Err(e) = self.storage.put(&name.name(), bytes.clone()).await {
+                    pending.unwritten = Some((name, bytes));
+                    return Err(e.into());
+                }
+                flushed.bytes += bytes.len() as u64;
+                flushed.files += 1;
+            }
             if !pending.has_records() {
                 continue;
             }
@@ -369,17 +425,17 @@ impl LogWriter {
                 cut,
                 max: pending.max.max(cut),
             };
+            self.next_seq += 1;
             let bytes = Arc::new(std::mem::take(&mut pending.bytes));
+            pending.max = 0;
+            pending.schemas.clear();
             if let Err(e) = self.storage.put(&name.name(), bytes.clone()).await {
-                // Kept, to be written by the next flush.
-                pending.bytes = Arc::try_unwrap(bytes).unwrap_or_else(|b| (*b).clone());
+                // Kept, to be written by the next flush under this name.
+                pending.unwritten = Some((name, bytes));
                 return Err(e.into());
             }
             flushed.bytes += bytes.len() as u64;
             flushed.files += 1;
-            self.next_seq += 1;
-            pending.max = 0;
-            pending.schemas.clear();
         }
         let meta = Meta {
             resolved_ts: self.meta.resolved_ts.max(cut),

@@ -1,12 +1,21 @@
-//! Where a redo log lives: a directory (`file:///dir`).
+//! Where a redo log lives: a directory (`file:///dir`) or an S3 bucket
+//! (`s3://bucket/prefix`, AWS or any S3-compatible store, through
+//! `object_store`).
 //!
 //! Every file is written whole and made durable before it is visible under its
-//! name: written to `<name>.tmp`, `fdatasync`ed, renamed, and the directory
-//! `fsync`ed. A crash leaves at most a `.tmp` file, which readers ignore and
-//! the next writer removes. Files are never appended to after that.
+//! name. In a directory: written to `<name>.tmp`, `fdatasync`ed, renamed, and
+//! the directory `fsync`ed; a crash leaves at most a `.tmp` file, which readers
+//! ignore and the next writer removes. In a bucket: one PUT, or a multipart
+//! upload for a large file, which no reader sees before it is complete. Files
+//! are never appended to after that.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+pub use sluice_config::{S3Location, StorageUri};
 
 /// A storage operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -19,38 +28,6 @@ pub struct StorageError {
     pub source: std::io::Error,
 }
 
-/// Where a redo log is kept, parsed from `storage = "file:///dir"`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StorageUri {
-    /// A local directory.
-    Local(PathBuf),
-}
-
-impl StorageUri {
-    /// Parses a storage URI; the error says what is accepted.
-    pub fn parse(uri: &str) -> Result<Self, String> {
-        if let Some(path) = uri.strip_prefix("file://") {
-            if path.is_empty() || !path.starts_with('/') {
-                return Err(format!(
-                    "`{uri}`: a file URI names an absolute directory, e.g. file:///var/lib/sluice/redo"
-                ));
-            }
-            return Ok(StorageUri::Local(PathBuf::from(path)));
-        }
-        Err(format!(
-            "`{uri}`: redo storage is a file:// URI (file:///dir)"
-        ))
-    }
-}
-
-impl std::fmt::Display for StorageUri {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StorageUri::Local(p) => write!(f, "file://{}", p.display()),
-        }
-    }
-}
-
 /// A file in the storage.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -60,10 +37,40 @@ pub struct Entry {
     pub size: u64,
 }
 
-/// A redo log's storage: one directory per changefeed.
-#[derive(Debug, Clone)]
+/// Files at and above this size go up to an object store in parts.
+pub const MULTIPART_BYTES: usize = 8 << 20;
+
+/// A redo log's storage: one directory (or prefix) per changefeed.
+#[derive(Clone)]
 pub struct Storage {
-    dir: PathBuf,
+    backend: Backend,
+    /// What to call it in messages (no secret).
+    shown: String,
+}
+
+impl std::fmt::Debug for Storage {
+    // The store's own Debug may show its credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Storage").field(&self.shown).finish()
+    }
+}
+
+/// The bytes of a file, shared with the writer that keeps them to try again.
+struct Shared(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for Shared {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+#[derive(Clone)]
+enum Backend {
+    Local(PathBuf),
+    Object {
+        store: Arc<dyn ObjectStore>,
+        prefix: ObjectPath,
+    },
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StorageError {
@@ -71,51 +78,129 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StorageError {
     move |source| StorageError { what, source }
 }
 
+fn object(what: impl Into<String>) -> impl FnOnce(object_store::Error) -> StorageError {
+    let what = what.into();
+    move |e| {
+        let kind = match &e {
+            object_store::Error::NotFound { .. } => std::io::ErrorKind::NotFound,
+            _ => std::io::ErrorKind::Other,
+        };
+        StorageError {
+            what,
+            source: std::io::Error::new(kind, e.to_string()),
+        }
+    }
+}
+
 impl Storage {
     /// The storage `uri` names, for changefeed directory `name` under it
     /// (created if missing).
     pub async fn open(uri: &StorageUri, name: &str) -> Result<Self, StorageError> {
-        let StorageUri::Local(root) = uri;
-        let dir = root.join(name);
-        let d = dir.clone();
-        tokio::task::spawn_blocking(move || -> Result<(), StorageError> {
-            std::fs::create_dir_all(&d).map_err(io(format!("cannot create {}", d.display())))?;
-            // A crash may have left a file half written.
-            for entry in
-                std::fs::read_dir(&d).map_err(io(format!("cannot list {}", d.display())))?
-            {
-                let entry = entry.map_err(io(format!("cannot list {}", d.display())))?;
-                if entry.file_name().to_string_lossy().ends_with(".tmp") {
-                    let _ = std::fs::remove_file(entry.path());
+        let shown = uri.child(name).to_string();
+        match uri {
+            StorageUri::Local(root) => {
+                let dir = root.join(name);
+                let d = dir.clone();
+                tokio::task::spawn_blocking(move || -> Result<(), StorageError> {
+                    std::fs::create_dir_all(&d)
+                        .map_err(io(format!("cannot create {}", d.display())))?;
+                    // A crash may have left a file half written.
+                    for entry in
+                        std::fs::read_dir(&d).map_err(io(format!("cannot list {}", d.display())))?
+                    {
+                        let entry = entry.map_err(io(format!("cannot list {}", d.display())))?;
+                        if entry.file_name().to_string_lossy().ends_with(".tmp") {
+                            let _ = std::fs::remove_file(entry.path());
+                        }
+                    }
+                    Ok(())
+                })
+                .await
+                .map_err(cancelled)??;
+                Ok(Self {
+                    backend: Backend::Local(dir),
+                    shown,
+                })
+            }
+            StorageUri::S3(loc) => {
+                let store = open_s3(loc).map_err(object(format!("cannot open {shown}")))?;
+                let StorageUri::S3(child) = uri.child(name) else {
+                    unreachable!("the child of an S3 location is one")
+                };
+                Ok(Self {
+                    backend: Backend::Object {
+                        store: Arc::new(store),
+                        prefix: ObjectPath::from(child.prefix.as_str()),
+                    },
+                    shown,
+                })
+            }
+        }
+    }
+
+    /// Where it is, for messages (`file:///dir/cf`, `s3://bucket/prefix/cf`;
+    /// never a secret).
+    pub fn location(&self) -> &str {
+        &self.shown
+    }
+
+    /// The local directory, for a storage on the local file system.
+    pub fn local_dir(&self) -> Option<&Path> {
+        match &self.backend {
+            Backend::Local(dir) => Some(dir),
+            Backend::Object { .. } => None,
+        }
+    }
+
+    /// Writes `name` whole and durably (see the module docs): to an object
+    /// store in one request, or in parts of [`MULTIPART_BYTES`] for a large
+    /// file (a reader sees it only when every part is in). The caller keeps
+    /// `bytes` to try again if it fails.
+    pub async fn put(&self, name: &str, bytes: Arc<Vec<u8>>) -> Result<(), StorageError> {
+        match &self.backend {
+            Backend::Local(dir) => {
+                let (dir, name) = (dir.clone(), name.to_string());
+                tokio::task::spawn_blocking(move || put_durably(&dir, &name, &bytes))
+                    .await
+                    .map_err(cancelled)?
+            }
+            Backend::Object { store, prefix } => {
+                let path = prefix.clone().join(name);
+                let what = || format!("cannot write {}/{name}", self.shown);
+                if bytes.len() < MULTIPART_BYTES {
+                    let payload = PutPayload::from_bytes(Bytes::from_owner(Shared(bytes)));
+                    store.put(&path, payload).await.map_err(object(what()))?;
+                    return Ok(());
+                }
+                let upload = store.put_multipart(&path).await.map_err(object(what()))?;
+                let mut parts = WriteMultipart::new_with_chunk_size(upload, MULTIPART_BYTES);
+                parts.put(Bytes::from_owner(Shared(bytes)));
+                match parts.finish().await {
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(object(what())(e)),
                 }
             }
-            Ok(())
-        })
-        .await
-        .map_err(cancelled)??;
-        Ok(Self { dir })
-    }
-
-    /// The directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// Writes `name` whole and durably (see the module docs). The caller
-    /// keeps `bytes` to try again if it fails.
-    pub async fn put(&self, name: &str, bytes: Arc<Vec<u8>>) -> Result<(), StorageError> {
-        let (dir, name) = (self.dir.clone(), name.to_string());
-        tokio::task::spawn_blocking(move || put_durably(&dir, &name, &bytes))
-            .await
-            .map_err(cancelled)?
+        }
     }
 
     /// Reads `name` whole.
     pub async fn get(&self, name: &str) -> Result<Vec<u8>, StorageError> {
-        let path = self.dir.join(name);
-        tokio::fs::read(&path)
-            .await
-            .map_err(io(format!("cannot read {}", path.display())))
+        match &self.backend {
+            Backend::Local(dir) => {
+                let path = dir.join(name);
+                tokio::fs::read(&path)
+                    .await
+                    .map_err(io(format!("cannot read {}", path.display())))
+            }
+            Backend::Object { store, prefix } => {
+                let what = || format!("cannot read {}/{name}", self.shown);
+                let got = store
+                    .get(&prefix.clone().join(name))
+                    .await
+                    .map_err(object(what()))?;
+                Ok(got.bytes().await.map_err(object(what()))?.to_vec())
+            }
+        }
     }
 
     /// Reads `name` whole; `None` if there is no such file.
@@ -129,33 +214,62 @@ impl Storage {
 
     /// The files there (not those half written), by name.
     pub async fn list(&self) -> Result<Vec<Entry>, StorageError> {
-        let dir = self.dir.clone();
-        tokio::task::spawn_blocking(move || -> Result<Vec<Entry>, StorageError> {
-            let mut out = Vec::new();
-            let what = || format!("cannot list {}", dir.display());
-            for entry in std::fs::read_dir(&dir).map_err(io(what()))? {
-                let entry = entry.map_err(io(what()))?;
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if name.ends_with(".tmp") {
-                    continue;
-                }
-                let size = entry.metadata().map_err(io(what()))?.len();
-                out.push(Entry { name, size });
+        let mut out = match &self.backend {
+            Backend::Local(dir) => {
+                let dir = dir.clone();
+                tokio::task::spawn_blocking(move || -> Result<Vec<Entry>, StorageError> {
+                    let mut out = Vec::new();
+                    let what = || format!("cannot list {}", dir.display());
+                    for entry in std::fs::read_dir(&dir).map_err(io(what()))? {
+                        let entry = entry.map_err(io(what()))?;
+                        let name = entry.file_name().to_string_lossy().into_owned();
+                        if name.ends_with(".tmp") {
+                            continue;
+                        }
+                        let size = entry.metadata().map_err(io(what()))?.len();
+                        out.push(Entry { name, size });
+                    }
+                    Ok(out)
+                })
+                .await
+                .map_err(cancelled)??
             }
-            out.sort_by(|a, b| a.name.cmp(&b.name));
-            Ok(out)
-        })
-        .await
-        .map_err(cancelled)?
+            Backend::Object { store, prefix } => {
+                let listed = store
+                    .list_with_delimiter(Some(prefix))
+                    .await
+                    .map_err(object(format!("cannot list {}", self.shown)))?;
+                listed
+                    .objects
+                    .into_iter()
+                    .filter_map(|o| {
+                        let name = o.location.filename()?.to_string();
+                        Some(Entry { name, size: o.size })
+                    })
+                    .collect()
+            }
+        };
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
     }
 
     /// Removes `name` (gone already is fine).
     pub async fn delete(&self, name: &str) -> Result<(), StorageError> {
-        let path = self.dir.join(name);
-        match tokio::fs::remove_file(&path).await {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io(format!("cannot remove {}", path.display()))(e)),
+        match &self.backend {
+            Backend::Local(dir) => {
+                let path = dir.join(name);
+                match tokio::fs::remove_file(&path).await {
+                    Ok(()) => Ok(()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                    Err(e) => Err(io(format!("cannot remove {}", path.display()))(e)),
+                }
+            }
+            Backend::Object { store, prefix } => {
+                match store.delete(&prefix.clone().join(name)).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                    Err(e) => Err(object(format!("cannot remove {}/{name}", self.shown))(e)),
+                }
+            }
         }
     }
 }
@@ -190,4 +304,39 @@ fn sync_dir(dir: &Path) -> Result<(), StorageError> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io(format!("cannot sync the directory {}", dir.display())))
+}
+
+/// A client of the S3 bucket `loc` names.
+fn open_s3(loc: &S3Location) -> Result<object_store::aws::AmazonS3, object_store::Error> {
+    use object_store::aws::AmazonS3Builder;
+    let mut b = AmazonS3Builder::from_env()
+        .with_bucket_name(&loc.bucket)
+        .with_virtual_hosted_style_request(loc.virtual_hosted)
+        .with_client_options(
+            object_store::ClientOptions::new()
+                .with_connect_timeout(std::time::Duration::from_secs(5))
+                .with_timeout(std::time::Duration::from_secs(60)),
+        )
+        // The writer tries again itself (and says so in its status).
+        .with_retry(object_store::RetryConfig {
+            max_retries: 2,
+            retry_timeout: std::time::Duration::from_secs(20),
+            ..Default::default()
+        });
+    if let Some(e) = &loc.endpoint {
+        b = b.with_endpoint(e).with_allow_http(e.starts_with("http://"));
+    }
+    if let Some(r) = &loc.region {
+        b = b.with_region(r);
+    }
+    if let Some(k) = &loc.access_key {
+        b = b.with_access_key_id(k);
+    }
+    if let Some(k) = loc.secret_key() {
+        b = b.with_secret_access_key(k);
+    }
+    if let Some(t) = loc.session_token() {
+        b = b.with_token(t);
+    }
+    b.build()
 }

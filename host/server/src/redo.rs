@@ -80,29 +80,36 @@ pub async fn redo(command: RedoCommand) -> anyhow::Result<()> {
 
 /// The storage of one changefeed's log, which must exist.
 async fn open_log(uri: &str) -> anyhow::Result<Storage> {
-    let StorageUri::Local(dir) =
-        StorageUri::parse(uri).map_err(|e| anyhow::anyhow!("--storage {e}"))?;
-    if !dir.is_dir() {
-        anyhow::bail!("--storage {uri}: there is no directory {}", dir.display());
-    }
-    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+    let parsed = StorageUri::parse(uri).map_err(|e| anyhow::anyhow!("--storage: {e}"))?;
+    if let StorageUri::Local(dir) = &parsed
+        && !dir.is_dir()
+    {
         anyhow::bail!(
-            "--storage {uri}: name the changefeed's log directory, file:///dir/<changefeed id>"
+            "--storage {parsed}: there is no directory {}",
+            dir.display()
+        );
+    }
+    let Some((parent, name)) = parsed.split_last() else {
+        anyhow::bail!(
+            "--storage {parsed}: name the changefeed's log, file:///dir/<changefeed id> or \
+             s3://bucket/prefix/<changefeed id>"
         );
     };
-    Storage::open(
-        &StorageUri::Local(parent.to_path_buf()),
-        &name.to_string_lossy(),
-    )
-    .await
-    .with_context(|| format!("opening {uri}"))
+    let storage = Storage::open(&parent, &name)
+        .await
+        .with_context(|| format!("opening {parsed}"))?;
+    if storage.local_dir().is_none() && storage.list().await?.is_empty() {
+        anyhow::bail!("--storage {parsed}: there is nothing there");
+    }
+    Ok(storage)
 }
 
 async fn meta(uri: &str) -> anyhow::Result<()> {
     let storage = open_log(uri).await?;
+    let shown = storage.location().to_string();
     let listing = Listing::read(&storage)
         .await
-        .with_context(|| format!("reading {uri}"))?;
+        .with_context(|| format!("reading {shown}"))?;
     match listing.meta {
         Some(m) => {
             println!(
@@ -202,12 +209,13 @@ async fn apply(
     progress: bool,
 ) -> anyhow::Result<()> {
     let storage = open_log(uri).await?;
+    let shown = storage.location().to_string();
     let mut replay = Replay::open(storage, from_start)
         .await
-        .with_context(|| format!("reading {uri}"))?;
+        .with_context(|| format!("reading {shown}"))?;
     let meta = replay.meta();
     eprintln!(
-        "applying ({}, {}] of {uri} into {}",
+        "applying ({}, {}] of {shown} into {}",
         describe_ts(CommitTs::new(meta.checkpoint_ts)),
         describe_ts(CommitTs::new(meta.resolved_ts)),
         sink.name()
@@ -234,7 +242,7 @@ async fn apply(
     while let Some(event) = replay
         .next()
         .await
-        .with_context(|| format!("reading {uri} (nothing past this point was applied)"))?
+        .with_context(|| format!("reading {shown} (nothing past this point was applied)"))?
     {
         match event {
             ReplayEvent::Rows {

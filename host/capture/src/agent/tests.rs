@@ -65,6 +65,7 @@ async fn fixture() -> Fixture {
         store: store.clone(),
         registry,
         data_dir: dir.path().to_path_buf(),
+        redo_root: sluice_redo::StorageUri::Local(dir.path().join("redo")),
         capture_id: "c-1".into(),
         owner_guard: Compare::create_revision("/test/owner", created),
         limits: ServerLimits {

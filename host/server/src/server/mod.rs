@@ -83,6 +83,13 @@ pub struct ServeArgs {
     /// cannot take the pool others need: 1 to --max-plugin-instances.
     #[arg(long, default_value_t = 64)]
     pub max_tenant_plugin_instances: u32,
+    /// Where changefeeds with `[consistent] level = "eventual"` keep their
+    /// redo logs (`<tenant>/<changefeed>` under it): `file:///dir` or
+    /// `s3://bucket/prefix?endpoint=...&region=...` (credentials best from
+    /// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY). By default `redo/` in the
+    /// data dir, which a disaster that takes the data dir takes too.
+    #[arg(long)]
+    pub redo_storage: Option<String>,
 }
 
 /// A stable capture id per data dir: task positions are saved under it, so a
@@ -236,7 +243,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_tenant_instances: u64::from(args.max_tenant_plugin_instances),
     };
     let stop_timeout = Duration::from_millis(args.stop_timeout_ms);
+    let redo_root = match &args.redo_storage {
+        None => sluice_redo::StorageUri::Local(std::path::absolute(data_dir.join("redo"))?),
+        Some(uri) => sluice_redo::StorageUri::parse(uri)
+            .map_err(|e| anyhow::anyhow!("--redo-storage: {e}"))?,
+    };
     let capture = Arc::new(Capture::new(Arc::new(sluice_capture::Ctx {
+        redo_root,
         store: store.clone(),
         registry: registry.clone(),
         data_dir: data_dir.clone(),

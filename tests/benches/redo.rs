@@ -1,0 +1,474 @@
+//! Consistent replication's cost and speed, side by side in one run:
+//!
+//! 1. The whole path a user runs (`sluice run`, datagen → sink-blackhole) with
+//!    `[consistent] level = "eventual"` against the same run without, rows/s
+//!    and their ratio (medians of alternated runs).
+//! 2. `sluice redo apply --from-start` of the log the last run wrote into
+//!    sink-blackhole: rows/s.
+//! 3. The redo writer's MB/s (encode, write, fdatasync, rename, directory
+//!    fsync) next to this disk's own sequential write with fdatasync of the
+//!    same file sizes, in this process.
+//! 4. The redo resolved ts's lag behind the wall clock (the RPO: what a
+//!    disaster now would lose) under a steady load, sampled every 10 ms, at
+//!    the default flush interval (2 s) and at 200 ms: p50 and p95. The source
+//!    stamps each transaction with the wall clock, so the lag is real time.
+//!
+//! Run with `cargo xtask bench-redo` (it builds the release binary and the
+//! plugins first). `SLUICE_BIN` is the `sluice` binary; `REDO_BENCH_ROWS` the
+//! rows of (1) (default 1,000,000), `REDO_BENCH_RUNS` the timed runs of each
+//! (default 3), `REDO_BENCH_MIB` the MiB of (3) (default 512),
+//! `REDO_BENCH_RATE` the rows/s of (4) (default 20,000) and
+//! `REDO_BENCH_SECS` its seconds per setting (default 10).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sluice_core::{
+    Batch, Checkpoint, CheckpointTs, Column, ColumnType, CommitTs, DdlEvent, Op, PluginError,
+    ResumeError, Sink, Source, SourceEvent, TableSchema, Transaction, Value,
+};
+use sluice_processor::{Pipeline, PipelineConfig, RedoConfig, RedoLog};
+use sluice_redo::{LogWriter, Storage, StorageUri};
+use sluice_tests::bench::{env_or, median, percentile};
+
+fn main() {
+    let bin =
+        PathBuf::from(std::env::var("SLUICE_BIN").expect("SLUICE_BIN names the sluice binary"));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let work = root.join("target/bench-redo");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+    let rows = env_or("REDO_BENCH_ROWS", 1_000_000);
+    let runs = env_or("REDO_BENCH_RUNS", 3) as usize;
+
+    // 1. sluice run, redo off and on.
+    let plugins = root.join("target/plugins");
+    let off = run_file(&work, &plugins, rows, false);
+    let on = run_file(&work, &plugins, rows, true);
+    let (mut t_off, mut t_on) = (Vec::new(), Vec::new());
+    // The first round warms the precompiled plugin cache; not counted.
+    for round in 0..=runs {
+        for (file, times) in [(&off, &mut t_off), (&on, &mut t_on)] {
+            let _ = std::fs::remove_dir_all(work.join("state"));
+            let _ = std::fs::remove_dir_all(work.join("redo"));
+            let secs = sluice(&bin, &["run", "--quiet", "--config"], file);
+            if round > 0 {
+                times.push(secs);
+            }
+        }
+    }
+    let (m_off, m_on) = (median(t_off), median(t_on));
+    println!(
+        "{:<44} {:>10} {:>12}",
+        "sluice run datagen -> sink-blackhole", "median s", "rows/s"
+    );
+    println!(
+        "{:<44} {:>10.3} {:>12.0}",
+        "  redo off",
+        m_off,
+        rows as f64 / m_off
+    );
+    println!(
+        "{:<44} {:>10.3} {:>12.0}",
+        "  redo on (file://, flush-interval 2 s)",
+        m_on,
+        rows as f64 / m_on
+    );
+    println!("{:<44} {:>10.2}x", "  on / off (rows/s)", m_off / m_on);
+
+    // 2. redo apply of the last run's log.
+    let sink_file = work.join("apply-sink.toml");
+    std::fs::write(&sink_file, "[sink]\nplugin = \"sink-blackhole\"\n").unwrap();
+    let storage = format!("file://{}/redo/bench-redo", work.display());
+    let mut t_apply = Vec::new();
+    for _ in 0..runs {
+        let secs = sluice(
+            &bin,
+            &[
+                "redo",
+                "apply",
+                "--quiet",
+                "--from-start",
+                "--storage",
+                &storage,
+                "--plugin-dir",
+                plugins.to_str().unwrap(),
+                "--sink-config",
+            ],
+            &sink_file,
+        );
+        t_apply.push(secs);
+    }
+    let m_apply = median(t_apply);
+    println!(
+        "{:<44} {:>10.3} {:>12.0}",
+        "sluice redo apply --from-start -> blackhole",
+        m_apply,
+        rows as f64 / m_apply
+    );
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+
+    // 3. writer MB/s next to the disk.
+    let mib = env_or("REDO_BENCH_MIB", 512) as usize;
+    let (mut w_mbs, mut d_mbs) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        w_mbs.push(runtime.block_on(writer_mbs(&work.join("writer"), mib)));
+        d_mbs.push(disk_mbs(&work.join("disk"), mib));
+    }
+    let (w, d) = (median(w_mbs), median(d_mbs));
+    println!(
+        "{:<44} {:>10} {:>12}",
+        "64 MiB files, fdatasync each", "", "MB/s"
+    );
+    println!(
+        "{:<44} {:>10} {:>12.0}",
+        "  redo writer (encode + write + sync)", "", w
+    );
+    println!(
+        "{:<44} {:>10} {:>12.0}",
+        "  this disk (write + fdatasync)", "", d
+    );
+    println!("{:<44} {:>10.2}x", "  writer / disk", w / d);
+
+    // 4. RPO under load.
+    let rate = env_or("REDO_BENCH_RATE", 20_000);
+    let secs = env_or("REDO_BENCH_SECS", 10);
+    println!(
+        "{:<44} {:>10} {:>12}",
+        format!("redo resolved-ts lag at {rate} rows/s"),
+        "p50 ms",
+        "p95 ms"
+    );
+    for flush_ms in [2_000u64, 200] {
+        let lags = runtime.block_on(rpo(
+            &work.join(format!("rpo-{flush_ms}")),
+            rate,
+            secs,
+            flush_ms,
+        ));
+        println!(
+            "{:<44} {:>10.0} {:>12.0}",
+            format!("  flush-interval {flush_ms} ms ({} samples)", lags.len()),
+            percentile(&lags, 50.0),
+            percentile(&lags, 95.0)
+        );
+    }
+}
+
+/// A `sluice run` file: datagen → sink-blackhole, with or without redo.
+fn run_file(work: &Path, plugins: &Path, rows: u64, redo: bool) -> PathBuf {
+    let mut text = format!(
+        r#"plugin-dir = "{plugins}"
+data-dir = "{state}"
+
+[changefeed]
+id = "bench-redo"
+
+[source]
+type = "datagen"
+seed = 42
+total-rows = {rows}
+rate = 0
+
+[sink]
+plugin = "sink-blackhole"
+"#,
+        plugins = plugins.display(),
+        state = work.join("state").display(),
+    );
+    if redo {
+        text.push_str(&format!(
+            "\n[consistent]\nlevel = \"eventual\"\nstorage = \"file://{}/redo\"\n",
+            work.display()
+        ));
+    }
+    let path = work.join(if redo {
+        "redo-on.toml"
+    } else {
+        "redo-off.toml"
+    });
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Runs `bin args file`: seconds; panics with its stderr if it fails.
+fn sluice(bin: &Path, args: &[&str], file: &Path) -> f64 {
+    let started = Instant::now();
+    let out = Command::new(bin)
+        .args(args)
+        .arg(file)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("sluice runs");
+    let secs = started.elapsed().as_secs_f64();
+    assert!(
+        out.status.success(),
+        "{} {args:?} {} failed: {}",
+        bin.display(),
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    secs
+}
+
+fn schema() -> Arc<TableSchema> {
+    let column = |name: &str, ty: ColumnType, key: bool| Column {
+        name: name.into(),
+        ty,
+        sql_type: format!("{ty:?}"),
+        nullable: !key,
+        key,
+    };
+    Arc::new(TableSchema {
+        table_id: 1,
+        version: 1,
+        schema_name: "bench".into(),
+        table_name: "orders".into(),
+        columns: vec![
+            column("id", ColumnType::Int, true),
+            column("customer", ColumnType::Text, false),
+            column("amount", ColumnType::Float, false),
+            column("note", ColumnType::Text, false),
+        ],
+    })
+}
+
+/// A transaction at `ts` of `rows` inserts of about 100 bytes each.
+fn txn(schema: &Arc<TableSchema>, ts: CommitTs, first_id: i64, rows: usize) -> Transaction {
+    let mut t = Transaction::new(ts);
+    for i in 0..rows {
+        let id = first_id + i as i64;
+        t.table(schema).push_values(
+            Op::Insert,
+            None,
+            Some(&[
+                Value::Int(id),
+                Value::Bytes(format!("customer-{:08}", id % 100_000).into_bytes()),
+                Value::Float(id as f64 * 0.25),
+                Value::Bytes(
+                    format!("order {id} note: a line of text of sixty bytes or so..").into_bytes(),
+                ),
+            ]),
+        );
+    }
+    t
+}
+
+/// MB/s of the redo writer writing `mib` MiB in files of 64 MiB.
+async fn writer_mbs(dir: &Path, mib: usize) -> f64 {
+    let _ = std::fs::remove_dir_all(dir);
+    let storage = Storage::open(&StorageUri::Local(dir.to_path_buf()), "cf")
+        .await
+        .unwrap();
+    let mut w = LogWriter::open(storage).await.unwrap();
+    let schema = schema();
+    let target = mib << 20;
+    let file = 64 << 20;
+    let mut written = 0u64;
+    let (mut ts, mut id) = (1_000u64, 0i64);
+    let started = Instant::now();
+    while (written as usize) < target {
+        w.append_transaction(&txn(&schema, CommitTs::new(ts), id, 100))
+            .unwrap();
+        ts += 1;
+        id += 100;
+        if w.pending_bytes() >= file {
+            written += w.flush(0).await.unwrap().bytes;
+        }
+    }
+    written += w.flush(0).await.unwrap().bytes;
+    let secs = started.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(dir);
+    written as f64 / 1e6 / secs
+}
+
+/// MB/s of this disk: `mib` MiB in 64 MiB files, each written, fdatasynced,
+/// renamed into place and its directory synced (what the writer does).
+fn disk_mbs(dir: &Path, mib: usize) -> f64 {
+    use std::io::Write;
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let chunk: Vec<u8> = (0..64usize << 20).map(|i| (i * 31 % 251) as u8).collect();
+    let files = mib.div_ceil(64);
+    let started = Instant::now();
+    for i in 0..files {
+        let tmp = dir.join(format!("{i}.tmp"));
+        let mut f = std::fs::File::create(&tmp).unwrap();
+        f.write_all(&chunk).unwrap();
+        f.sync_data().unwrap();
+        drop(f);
+        std::fs::rename(&tmp, dir.join(format!("{i}.log"))).unwrap();
+        std::fs::File::open(dir).unwrap().sync_all().unwrap();
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(dir);
+    (files * chunk.len()) as f64 / 1e6 / secs
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Transactions of 10 rows at `rate` rows/s for `secs`, each stamped with
+/// the wall clock (its commit ts), then the end.
+struct WallClockSource {
+    schema: Arc<TableSchema>,
+    rate: u64,
+    started: Option<Instant>,
+    until: Duration,
+    sent: u64,
+    last_ms: u64,
+    logical: u64,
+}
+
+impl Source for WallClockSource {
+    type Error = std::io::Error;
+
+    async fn next_event(&mut self) -> Result<SourceEvent, Self::Error> {
+        let started = *self.started.get_or_insert_with(Instant::now);
+        if started.elapsed() >= self.until {
+            return Ok(SourceEvent::End);
+        }
+        // The next transaction is due when the rate allows it.
+        let due = started + Duration::from_secs_f64((self.sent as f64) / self.rate as f64);
+        tokio::time::sleep_until(due.into()).await;
+        let ms = now_ms();
+        self.logical = if ms == self.last_ms {
+            self.logical + 1
+        } else {
+            0
+        };
+        self.last_ms = ms;
+        let ts = CommitTs::compose(ms, self.logical);
+        let t = txn(&self.schema, ts, self.sent as i64, 10);
+        self.sent += 10;
+        Ok(SourceEvent::Transaction(t))
+    }
+
+    fn resume(&mut self, _from: &Checkpoint) -> Result<(), ResumeError> {
+        Ok(())
+    }
+}
+
+/// A sink that takes everything at once.
+struct Blackhole;
+
+impl Sink for Blackhole {
+    fn name(&self) -> &str {
+        "blackhole"
+    }
+    async fn open(&mut self) -> Result<(), PluginError> {
+        Ok(())
+    }
+    async fn write(&mut self, _: &[Arc<TableSchema>], _: &mut Batch) -> Result<(), PluginError> {
+        Ok(())
+    }
+    async fn flush(&mut self, _: CommitTs) -> Result<(), PluginError> {
+        Ok(())
+    }
+    async fn apply_ddl(&mut self, _: &DdlEvent) -> Result<(), PluginError> {
+        Ok(())
+    }
+    async fn close(&mut self) -> Result<(), PluginError> {
+        Ok(())
+    }
+}
+
+/// No filter (the pipeline's filter type).
+struct NoFilter;
+
+impl sluice_core::Filter for NoFilter {
+    fn name(&self) -> &str {
+        "none"
+    }
+    async fn open(&mut self) -> Result<(), PluginError> {
+        Ok(())
+    }
+    async fn transform(
+        &mut self,
+        _: &[Arc<TableSchema>],
+        _: &mut Batch,
+    ) -> Result<(), PluginError> {
+        Ok(())
+    }
+}
+
+/// Samples of (now − redo resolved ts) in ms, every 10 ms, while a
+/// wall-clock source runs at `rate` rows/s for `secs` with redo flushed every
+/// `flush_ms` (the first flush interval is not counted: nothing is durable
+/// yet by design).
+async fn rpo(dir: &Path, rate: u64, secs: u64, flush_ms: u64) -> Vec<f64> {
+    let _ = std::fs::remove_dir_all(dir);
+    let storage = Storage::open(&StorageUri::Local(dir.to_path_buf()), "cf")
+        .await
+        .unwrap();
+    let defaults = sluice_config::ConsistentConfig::default();
+    let mut config = RedoConfig::from(&defaults);
+    config.flush_interval = Duration::from_millis(flush_ms);
+    let log = RedoLog::new(LogWriter::open(storage).await.unwrap(), config);
+    let mut pipeline = Pipeline::new(
+        PipelineConfig::default(),
+        Vec::<NoFilter>::new(),
+        Blackhole,
+        CheckpointTs::ZERO,
+    )
+    .with_redo(log);
+    let progress = pipeline.progress();
+    let source = WallClockSource {
+        schema: schema(),
+        rate,
+        started: None,
+        until: Duration::from_secs(secs),
+        sent: 0,
+        last_ms: 0,
+        logical: 0,
+    };
+    let (done_tx, mut done_rx) = tokio::sync::watch::channel(false);
+    let sampler = async move {
+        let mut lags = Vec::new();
+        let started = Instant::now();
+        let skip = Duration::from_millis(flush_ms + 500);
+        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = done_rx.changed() => break,
+            }
+            let resolved = progress.borrow().redo.as_ref().map(|r| r.resolved_ts);
+            if let Some(r) = resolved
+                && started.elapsed() > skip
+                && r > CommitTs::ZERO
+            {
+                lags.push(now_ms().saturating_sub(r.physical_millis()) as f64);
+            }
+        }
+        lags
+    };
+    let run = async {
+        let report = pipeline.run(source, std::future::pending()).await;
+        let _ = done_tx.send(true);
+        report.expect("the pipeline runs")
+    };
+    let (report, mut lags) = tokio::join!(run, sampler);
+    assert!(report.progress.rows_read > 0);
+    assert_eq!(
+        report.progress.rows_written, report.progress.rows_read,
+        "every row reached the sink"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+    lags.sort_by(f64::total_cmp);
+    lags
+}
