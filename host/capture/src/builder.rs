@@ -48,7 +48,8 @@ pub async fn open_redo(
         .map_err(|e| anyhow::anyhow!("opening the redo log in {root}: {e}"))?;
     let writer = LogWriter::open(storage)
         .await
-        .map_err(|e| anyhow::anyhow!("opening the redo log in {root}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("opening the redo log in {root}: {e}"))?
+        .with_compression(consistent.compression);
     Ok(Some(writer))
 }
 

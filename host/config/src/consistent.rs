@@ -167,12 +167,6 @@ impl ConsistentConfig {
                 self.memory_percent
             );
         }
-        if self.compression != RedoCompression::None {
-            return invalid!(
-                "consistent.compression = {:?} is not supported yet; use \"none\"",
-                self.compression
-            );
-        }
         if self.storage.chars().count() > MAX_STORAGE_CHARS
             || self.storage.chars().any(char::is_control)
         {

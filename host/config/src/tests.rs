@@ -534,7 +534,8 @@ fn consistent_replication_is_read_stored_and_range_checked_by_key() {
             "consistent.memory-percent is 95; it must be between 10 and 90",
         ),
         (with("level = \"strong\""), "unknown variant `strong`"),
-        (with("compression = \"zstd\""), "is not supported yet"),
+        (with("compression = \"brotli\""), "unknown variant `brotli`"),
+        (with("retention = \"forever\""), "unknown variant `forever`"),
         (
             with("flush-interval-ms = 100"),
             "unknown field `flush-interval-ms`",

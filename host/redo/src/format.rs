@@ -1,8 +1,10 @@
 //! The record format of a redo log file.
 //!
 //! A file starts with a header: the magic `SLUICERD`, the format version
-//! (u16, little-endian), the log kind (0 rows, 1 DDL) and a reserved byte.
-//! Records follow back to back, each framed as
+//! (u16, little-endian), the log kind (0 rows, 1 DDL) and the compression (0
+//! none, 1 an LZ4 frame, 2 a Zstandard frame of everything after the header,
+//! each with its content checksum). Records follow back to back (after
+//! decompression), each framed as
 //!
 //! ```text
 //! length: u32 LE   bytes of the payload
@@ -212,6 +214,73 @@ pub(crate) fn frame<T: Serialize>(value: &T, out: &mut Vec<u8>) -> Result<usize,
     Ok(out.len() - start)
 }
 
+/// Compresses a whole file written with no compression (its header says
+/// none) as `compression` says: the header says which, the rest is one frame.
+pub fn compress(file: Vec<u8>, compression: sluice_config::RedoCompression) -> Vec<u8> {
+    use sluice_config::RedoCompression as C;
+    use std::io::Write;
+    let code = match compression {
+        C::None => return file,
+        C::Lz4 => 1,
+        C::Zstd => 2,
+    };
+    let mut out = Vec::with_capacity(file.len() / 2 + HEADER_LEN);
+    out.extend_from_slice(&file[..HEADER_LEN]);
+    out[11] = code;
+    let body = &file[HEADER_LEN..];
+    match compression {
+        C::None => unreachable!("returned above"),
+        C::Lz4 => {
+            let mut info = lz4_flex::frame::FrameInfo::new();
+            info.content_checksum = true;
+            let mut w = lz4_flex::frame::FrameEncoder::with_frame_info(info, out);
+            w.write_all(body).expect("writing to a Vec never fails");
+            out = w.finish().expect("writing to a Vec never fails");
+        }
+        C::Zstd => {
+            let mut w = zstd::Encoder::new(out, 3).expect("level 3 is valid");
+            w.include_checksum(true).expect("a valid parameter");
+            w.write_all(body).expect("writing to a Vec never fails");
+            out = w.finish().expect("writing to a Vec never fails");
+        }
+    }
+    out
+}
+
+/// A whole file as written, decompressed if its header says it is (the
+/// header then says none): what [`Records::new`] reads. Offsets in damage
+/// found after this are offsets in the decompressed file.
+pub fn decompress(bytes: Vec<u8>) -> Result<Vec<u8>, Damage> {
+    use std::io::Read;
+    if bytes.len() < HEADER_LEN || bytes[..8] != MAGIC[..] || bytes[11] == 0 {
+        // Not compressed, or damage `read_header` names.
+        return Ok(bytes);
+    }
+    let what = match bytes[11] {
+        1 => "LZ4",
+        2 => "Zstandard",
+        other => {
+            return Err(Damage::Header(format!(
+                "unknown compression {other} (0 none, 1 LZ4, 2 Zstandard)"
+            )));
+        }
+    };
+    let mut out = bytes[..HEADER_LEN].to_vec();
+    out[11] = 0;
+    let body = &bytes[HEADER_LEN..];
+    let read = match bytes[11] {
+        1 => lz4_flex::frame::FrameDecoder::new(body).read_to_end(&mut out),
+        _ => zstd::Decoder::new(body).and_then(|mut d| d.read_to_end(&mut out)),
+    };
+    match read {
+        Ok(_) => Ok(out),
+        Err(e) => Err(Damage::Decode {
+            offset: HEADER_LEN as u64,
+            reason: format!("the {what} frame does not decompress: {e}"),
+        }),
+    }
+}
+
 /// Reads the header of a file; `Ok` with its kind.
 pub fn read_header(bytes: &[u8]) -> Result<LogKind, Damage> {
     if bytes.len() < HEADER_LEN {
@@ -231,7 +300,7 @@ pub fn read_header(bytes: &[u8]) -> Result<LogKind, Damage> {
     }
     if bytes[11] != 0 {
         return Err(Damage::Header(format!(
-            "the reserved header byte is {}, not 0",
+            "the compression byte is {}: the file was not decompressed (0 is none)",
             bytes[11]
         )));
     }

@@ -238,9 +238,17 @@ pub struct LogWriter {
     /// Logs whose first file since opening has yet to start with
     /// [`Record::Resumed`].
     marker_due: [bool; 2],
+    /// How files are compressed.
+    compression: sluice_config::RedoCompression,
 }
 
 impl LogWriter {
+    /// Files written from now on are compressed so (`consistent.compression`).
+    pub fn with_compression(mut self, compression: sluice_config::RedoCompression) -> Self {
+        self.compression = compression;
+        self
+    }
+
     /// A writer of the log in `storage`, going on after what is there.
     pub async fn open(storage: Storage) -> Result<Self, LogError> {
         let mut listing = Listing::read(&storage).await?;
@@ -265,6 +273,7 @@ impl LogWriter {
             meta,
             resumed,
             marker_due: [resumed.is_some(); 2],
+            compression: sluice_config::RedoCompression::None,
         })
     }
 
@@ -426,7 +435,10 @@ impl LogWriter {
                 max: pending.max.max(cut),
             };
             self.next_seq += 1;
-            let bytes = Arc::new(std::mem::take(&mut pending.bytes));
+            let bytes = Arc::new(format::compress(
+                std::mem::take(&mut pending.bytes),
+                self.compression,
+            ));
             pending.max = 0;
             pending.schemas.clear();
             if let Err(e) = self.storage.put(&name.name(), bytes.clone()).await {
@@ -612,6 +624,17 @@ impl LogReader {
         let damaged = |damage: Damage| LogError::Damaged {
             file: name.clone(),
             damage,
+        };
+        let bytes = match format::decompress(bytes) {
+            Ok(bytes) => bytes,
+            Err(damage) if beyond => {
+                return Ok(FileRecords {
+                    file,
+                    records: Vec::new(),
+                    skipped: Some(damage),
+                });
+            }
+            Err(damage) => return Err(damaged(damage)),
         };
         let (kind, records) = match Records::new(&bytes) {
             Ok(r) => r,

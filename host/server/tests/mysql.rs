@@ -863,6 +863,7 @@ storage = "file://{redo}"
 flush-interval = 200
 # The log alone rebuilds a fresh downstream.
 retention = "all"
+compression = "zstd"
 "#,
             plugins = plugins.display(),
             state = dir.join(format!("state-{name}")).display(),
