@@ -159,8 +159,8 @@ fn main() {
         println!(
             "{:<44} {:>10.0} {:>12.0}",
             format!("  flush-interval {flush_ms} ms ({} samples)", lags.len()),
-            percentile(&lags, 50.0),
-            percentile(&lags, 95.0)
+            percentile(&lags, 0.50),
+            percentile(&lags, 0.95)
         );
     }
 }
