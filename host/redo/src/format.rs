@@ -268,11 +268,20 @@ pub fn decompress(bytes: Vec<u8>) -> Result<Vec<u8>, Damage> {
     let mut out = bytes[..HEADER_LEN].to_vec();
     out[11] = 0;
     let body = &bytes[HEADER_LEN..];
+    // A damaged frame may claim any size: never more than a file can hold
+    // (the largest record and its frame, twice over).
+    let limit = 2 * (MAX_RECORD_BYTES + FRAME_LEN) as u64;
     let read = match bytes[11] {
-        1 => lz4_flex::frame::FrameDecoder::new(body).read_to_end(&mut out),
-        _ => zstd::Decoder::new(body).and_then(|mut d| d.read_to_end(&mut out)),
+        1 => lz4_flex::frame::FrameDecoder::new(body)
+            .take(limit)
+            .read_to_end(&mut out),
+        _ => zstd::Decoder::new(body).and_then(|d| d.take(limit).read_to_end(&mut out)),
     };
     match read {
+        Ok(n) if n as u64 >= limit => Err(Damage::Decode {
+            offset: HEADER_LEN as u64,
+            reason: format!("the {what} frame decompresses to more than {limit} bytes"),
+        }),
         Ok(_) => Ok(out),
         Err(e) => Err(Damage::Decode {
             offset: HEADER_LEN as u64,

@@ -106,15 +106,10 @@ pub enum LogError {
 /// under the name), and `sluice redo` says the log was abandoned.
 pub const REMOVED_MARKER: &str = "removed";
 
-/// Removes a log whose changefeed was removed: first the marker that says
-/// so, then its files, the marker last. Returns the files removed.
+/// Removes a log's files, the [`REMOVED_MARKER`] (written first by whoever
+/// removes a changefeed's log, so that a removal cut short is finished by the
+/// next writer) last. Returns the files removed.
 pub async fn remove_log(storage: &Storage) -> Result<usize, LogError> {
-    storage
-        .put(
-            REMOVED_MARKER,
-            Arc::new(b"this changefeed was removed\n".to_vec()),
-        )
-        .await?;
     let mut removed = 0;
     for entry in storage.list().await? {
         if entry.name != REMOVED_MARKER {
@@ -625,27 +620,25 @@ impl LogReader {
             file: name.clone(),
             damage,
         };
-        let bytes = match format::decompress(bytes) {
-            Ok(bytes) => bytes,
-            Err(damage) if beyond => {
-                return Ok(FileRecords {
+        // Damage to the file as a whole: nothing of it is read.
+        let unreadable = |damage: Damage| {
+            if beyond {
+                Ok(FileRecords {
                     file,
                     records: Vec::new(),
                     skipped: Some(damage),
-                });
+                })
+            } else {
+                Err(damaged(damage))
             }
-            Err(damage) => return Err(damaged(damage)),
+        };
+        let bytes = match format::decompress(bytes) {
+            Ok(bytes) => bytes,
+            Err(damage) => return unreadable(damage),
         };
         let (kind, records) = match Records::new(&bytes) {
             Ok(r) => r,
-            Err(damage) if beyond => {
-                return Ok(FileRecords {
-                    file,
-                    records: Vec::new(),
-                    skipped: Some(damage),
-                });
-            }
-            Err(damage) => return Err(damaged(damage)),
+            Err(damage) => return unreadable(damage),
         };
         if kind != file.kind {
             return Err(LogError::Inconsistent {

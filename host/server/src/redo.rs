@@ -128,6 +128,9 @@ async fn meta(uri: &str) -> anyhow::Result<()> {
     for (f, size) in &listing.files {
         println!("  {}  {size} bytes", f.name());
     }
+    if listing.removed {
+        println!("removed       its changefeed was removed: the log is being deleted");
+    }
     for other in &listing.others {
         println!("  (not a log file) {}  {} bytes", other.name, other.size);
     }
