@@ -3,6 +3,10 @@
 //! 1. The whole path a user runs (`sluice run`, datagen → sink-blackhole) with
 //!    `[consistent] level = "eventual"` against the same run without, rows/s
 //!    and their ratio (medians of alternated runs).
+//!    The same for MariaDB → sink-mysql → MariaDB (two private servers; the
+//!    binlog of `REDO_BENCH_SQL_ROWS` inserts, default 200,000, in
+//!    transactions of 100; 0 skips it): the downstream emptied before each
+//!    run, its row count checked after.
 //! 2. `sluice redo apply --from-start` of the log the last run wrote into
 //!    sink-blackhole: rows/s.
 //! 3. The redo writer's MB/s (encode, write, fdatasync, rename, directory
@@ -62,24 +66,12 @@ fn main() {
             }
         }
     }
-    let (m_off, m_on) = (median(t_off), median(t_on));
-    println!(
-        "{:<44} {:>10} {:>12}",
-        "sluice run datagen -> sink-blackhole", "median s", "rows/s"
-    );
-    println!(
-        "{:<44} {:>10.3} {:>12.0}",
-        "  redo off",
-        m_off,
-        rows as f64 / m_off
-    );
-    println!(
-        "{:<44} {:>10.3} {:>12.0}",
-        "  redo on (file://, flush-interval 2 s)",
-        m_on,
-        rows as f64 / m_on
-    );
-    println!("{:<44} {:>10.2}x", "  on / off (rows/s)", m_off / m_on);
+    print_on_off("sluice run datagen -> sink-blackhole", rows, &t_off, &t_on);
+
+    // 1b. MariaDB -> sink-mysql -> MariaDB, redo off and on.
+    if env_or("REDO_BENCH_SQL_ROWS", 200_000) > 0 {
+        mariadb_on_off(&bin, &work, &plugins, runs);
+    }
 
     // 2. redo apply of the last run's log.
     let sink_file = work.join("apply-sink.toml");
@@ -275,16 +267,38 @@ async fn writer_mbs(dir: &Path, mib: usize) -> f64 {
     let target = mib << 20;
     let file = 64 << 20;
     let mut written = 0u64;
-    let (mut ts, mut id) = (1_000u64, 0i64);
+    // The rows are made once, outside the timing (the writer's cost is
+    // measured, not the bench's): each append is the same 100 rows at a new
+    // commit ts.
+    let mut t = txn(&schema, CommitTs::new(1_000), 0, 100);
+    let mut ts = 1_000u64;
+    // As the changefeed's writer task does: a sealed flush is written on a
+    // task of its own while the next rows are appended, one in flight.
+    let write = |mut sealed: sluice_redo::Sealed| {
+        tokio::spawn(async move {
+            let flushed = sealed.write().await.unwrap();
+            (sealed, flushed.bytes)
+        })
+    };
+    let mut in_flight: Option<tokio::task::JoinHandle<(sluice_redo::Sealed, u64)>> = None;
     let started = Instant::now();
     while (written as usize) < target {
-        w.append_transaction(&txn(&schema, CommitTs::new(ts), id, 100))
-            .unwrap();
+        t.commit_ts = CommitTs::new(ts);
+        w.append_transaction(&t).unwrap();
         ts += 1;
-        id += 100;
         if w.pending_bytes() >= file {
-            written += w.flush(0).await.unwrap().bytes;
+            if let Some(task) = in_flight.take() {
+                let (sealed, bytes) = task.await.unwrap();
+                w.sealed(sealed);
+                written += bytes;
+            }
+            in_flight = Some(write(w.seal(0)));
         }
+    }
+    if let Some(task) = in_flight.take() {
+        let (sealed, bytes) = task.await.unwrap();
+        w.sealed(sealed);
+        written += bytes;
     }
     written += w.flush(0).await.unwrap().bytes;
     let secs = started.elapsed().as_secs_f64();
@@ -471,4 +485,110 @@ async fn rpo(dir: &Path, rate: u64, secs: u64, flush_ms: u64) -> Vec<f64> {
     let _ = std::fs::remove_dir_all(dir);
     lags.sort_by(f64::total_cmp);
     lags
+}
+
+/// `sluice run` from a private MariaDB's binlog through sink-mysql into a
+/// second MariaDB, with redo and without, alternated: the downstream emptied
+/// before each run; medians and their ratio. `REDO_BENCH_SQL_ROWS` rows
+/// (default 200,000) in transactions of 100 inserts.
+fn mariadb_on_off(bin: &Path, work: &Path, plugins: &Path, runs: usize) {
+    use sluice_tests::mariadb::PrivateMariaDb;
+    let rows = env_or("REDO_BENCH_SQL_ROWS", 200_000);
+    eprintln!("starting two private MariaDB servers and writing {rows} rows upstream ...");
+    let up = PrivateMariaDb::start();
+    let down = PrivateMariaDb::start_with(&["--server-id=3", "--skip-log-bin"]);
+    let start = up.exec("SELECT @@gtid_binlog_pos").trim().to_string();
+    let mut script = String::from(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id BIGINT PRIMARY KEY, \
+         customer VARCHAR(32) NOT NULL, amount DOUBLE NOT NULL, note VARCHAR(100) NOT NULL);\n",
+    );
+    for first in (0..rows).step_by(100) {
+        script.push_str("BEGIN; INSERT INTO shop.orders VALUES ");
+        for id in first..(first + 100).min(rows) {
+            if id > first {
+                script.push(',');
+            }
+            script.push_str(&format!(
+                "({id},'customer-{:08}',{},'order {id} note: a line of text of sixty bytes or so..')",
+                id % 100_000,
+                id as f64 * 0.25
+            ));
+        }
+        script.push_str("; COMMIT;\n");
+    }
+    up.exec(&script);
+    // A changefeed id per run: sink-mysql keeps what it applied downstream.
+    let file = |redo: bool, round: usize| {
+        let mut text = format!(
+            r#"plugin-dir = "{plugins}"
+data-dir = "{state}"
+
+[changefeed]
+id = "bench-redo-sql-{round}-{redo}"
+
+[source]
+type = "mysql"
+url = "{up}"
+start-position = "gtid:{start}"
+stop-at-end = true
+
+[sink]
+plugin = "sink-mysql"
+[sink.config]
+database = "target"
+worker-count = 4
+[sink.capabilities.sql]
+target = "{down}"
+[sink.limits]
+sql-connections = 4
+"#,
+            plugins = plugins.display(),
+            state = work.join("state-sql").display(),
+            up = up.root_url(),
+            down = down.root_url(),
+        );
+        if redo {
+            text.push_str(&format!(
+                "\n[consistent]\nlevel = \"eventual\"\nstorage = \"file://{}/redo-sql\"\n",
+                work.display()
+            ));
+        }
+        let path = work.join(if redo { "sql-on.toml" } else { "sql-off.toml" });
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let (mut t_off, mut t_on) = (Vec::new(), Vec::new());
+    for round in 0..=runs {
+        let (off, on) = (file(false, round), file(true, round));
+        for (file, times) in [(&off, &mut t_off), (&on, &mut t_on)] {
+            let _ = std::fs::remove_dir_all(work.join("state-sql"));
+            let _ = std::fs::remove_dir_all(work.join("redo-sql"));
+            down.exec("DROP DATABASE IF EXISTS shop");
+            let secs = sluice(bin, &["run", "--quiet", "--config"], file);
+            let count = down.exec("SELECT COUNT(*) FROM shop.orders");
+            assert_eq!(count.trim(), rows.to_string(), "every row downstream");
+            if round > 0 {
+                times.push(secs);
+            }
+        }
+    }
+    print_on_off(
+        "sluice run MariaDB -> sink-mysql -> MariaDB",
+        rows,
+        &t_off,
+        &t_on,
+    );
+}
+
+/// The medians of redo off and on, as rows/s, and their ratio.
+fn print_on_off(title: &str, rows: u64, off: &[f64], on: &[f64]) {
+    let (m_off, m_on) = (median(off.to_vec()), median(on.to_vec()));
+    println!("{:<44} {:>10} {:>12}", title, "median s", "rows/s");
+    for (what, m) in [
+        ("  redo off", m_off),
+        ("  redo on (file://, flush-interval 2 s)", m_on),
+    ] {
+        println!("{:<44} {:>10.3} {:>12.0}", what, m, rows as f64 / m);
+    }
+    println!("{:<44} {:>10.2}x", "  on / off (rows/s)", m_off / m_on);
 }

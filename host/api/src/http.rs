@@ -382,7 +382,7 @@ pub fn render_metrics(
             );
             f.counter(
                 "sluice_redo_writer_busy_seconds_total",
-                "Time the redo writer was busy (encoding and flushing): its rate is the writer's busy ratio.",
+                "Time the redo writer was busy (encoding, or a flush being written; they overlap and count once): its rate is the writer's busy ratio.",
                 &l,
                 r.busy_ms as f64 / 1000.0,
             );

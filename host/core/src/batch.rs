@@ -113,7 +113,9 @@ impl TableSchema {
 pub struct ByteValues {
     /// Where each value starts, and the end of the last.
     pub offsets: Vec<u32>,
-    /// The values, back to back.
+    /// The values, back to back (serialized as bytes, not a sequence of u8:
+    /// one copy, not a call per byte).
+    #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
 }
 
@@ -137,6 +139,7 @@ pub struct ColumnData {
     /// The values (a NULL holds a zero or an empty value).
     pub values: ColumnValues,
     /// Bit `i % 8` of byte `i / 8` set: value `i` is NULL.
+    #[serde(with = "serde_bytes")]
     pub nulls: Vec<u8>,
 }
 

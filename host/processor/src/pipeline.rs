@@ -353,7 +353,12 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         // holds it until the log has it.
         let mut redo_status = match self.redo.take() {
             Some(log) => {
-                let fence = Fence::start(log, CommitTs::from(self.start.ts));
+                let fence = Fence::start(
+                    log,
+                    CommitTs::from(self.start.ts),
+                    self.config.event_cache_count,
+                    self.config.event_cache_bytes,
+                );
                 let status = fence.subscribe();
                 self.fence = Some(fence);
                 Some(status)

@@ -12,21 +12,25 @@
 //! meta, and the meta's checkpoint (the sink's, sent back) never passes it.
 //!
 //! Memory: events waiting at the fence keep their event-cache bytes (the
-//! sink's share), and copies handed to the writer take bytes of the redo
-//! share until their flush is durable; a slow store fills the share and the
-//! pipeline waits, which stops the source: nothing is dropped. The writer
-//! never waits for the pipeline (it flushes when half its share is in use),
-//! so the two cannot deadlock.
+//! sink's share; a run of transactions keeps one of the cache's slots, not
+//! one per transaction), and copies handed to the writer take bytes of the
+//! redo share until their flush is durable; a slow store fills the share and
+//! the pipeline waits, which stops the source: nothing is dropped. The writer
+//! never waits for the pipeline: it flushes when half its share is in use, or
+//! when the events not durable yet fill half the cache's bytes or slots (the
+//! source would stop for them), so the two cannot deadlock, and a fast
+//! source is not held to one cache-full per flush interval.
 //!
-//! Encoding and I/O happen on the writer task (the storage's blocking writes
-//! on the blocking pool), never on the pipeline's.
+//! Encoding happens on the writer task and each flush's writes on a task of
+//! their own (the storage's blocking writes on the blocking pool), never on
+//! the pipeline's; the next events are encoded while a flush is written.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_core::{CommitTs, DdlEvent, SourceEvent, Transaction, TransactionRun};
-use sluice_redo::{LogError, LogWriter};
+use sluice_redo::{Flushed, LogError, LogWriter, Sealed};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -90,7 +94,8 @@ pub struct RedoStatus {
     pub flushes: u64,
     /// Time spent in flushes.
     pub flush_time: Duration,
-    /// Time the writer was busy (appending and flushing).
+    /// Time the writer was busy: appending, or a flush being written (the two
+    /// overlap; counted once).
     pub busy_time: Duration,
     /// The last write that failed (it is tried again), until one succeeds.
     pub failing: Option<String>,
@@ -189,8 +194,17 @@ impl Drop for Fence {
 }
 
 impl Fence {
-    /// Starts the writer task of `log`; the sink's checkpoint is `checkpoint`.
-    pub(crate) fn start(log: RedoLog, checkpoint: CommitTs) -> Self {
+    /// Starts the writer task of `log`; the sink's checkpoint is
+    /// `checkpoint`, and the event cache holds `cache_events` events and
+    /// `cache_bytes` bytes at most: the writer flushes when half of either
+    /// waits for it (the fence holds them, so waiting for the interval would
+    /// stop the source).
+    pub(crate) fn start(
+        log: RedoLog,
+        checkpoint: CommitTs,
+        cache_events: usize,
+        cache_bytes: usize,
+    ) -> Self {
         let budget_bytes = log.config.memory_bytes.max(1);
         let budget = Arc::new(Semaphore::new(budget_bytes));
         let meta = log.writer.meta();
@@ -201,7 +215,11 @@ impl Fence {
         });
         let (checkpoint_tx, checkpoint_rx) = watch::channel(checkpoint);
         let (tx, rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(write_log(log, rx, checkpoint_rx, status_tx));
+        let cache = CacheBound {
+            events: cache_events.max(1),
+            bytes: cache_bytes.max(1),
+        };
+        let task = tokio::spawn(write_log(log, cache, rx, checkpoint_rx, status_tx));
         Self {
             tee: RedoTee {
                 tx,
@@ -267,7 +285,14 @@ impl Fence {
 
     /// Keep `item`, which the source side has copied to the log already (in
     /// this same order), until the fence passes it.
-    pub(crate) fn hold(&mut self, item: Item, permit: CachePermit) {
+    pub(crate) fn hold(&mut self, item: Item, mut permit: CachePermit) {
+        // A run waits here on one slot of the event cache: its transactions
+        // share its columns and its bytes bound it, so the slots go back and
+        // the source reads on while the log is written (else a cache of N
+        // slots would let the source run only N transactions per flush).
+        if let Item::Run(run) = &item {
+            drop(permit.split(0, run.len().saturating_sub(1)));
+        }
         let ts = match &item {
             Item::Run(run) => run
                 .transactions
@@ -341,19 +366,71 @@ impl Fence {
     }
 }
 
+/// The event cache's bounds, which the events waiting for the log fill.
+#[derive(Clone, Copy)]
+struct CacheBound {
+    events: usize,
+    bytes: usize,
+}
+
+/// The slots of the event cache `event` holds while it waits at the fence.
+fn events_of(event: &Logged) -> usize {
+    match event {
+        // A run waits at the fence on one slot (see [`Fence::hold`]).
+        Logged::FlushNow => 0,
+        _ => 1,
+    }
+}
+
+/// A flush being written, and the events it makes durable.
+struct InFlight {
+    task: JoinHandle<(Sealed, Result<Flushed, LogError>)>,
+    /// The copies (and their share of the redo memory) it writes.
+    held: Vec<ToLog>,
+    started: Instant,
+}
+
+/// Writes `sealed` on a task of its own, so that appending goes on meanwhile.
+fn write_sealed(mut sealed: Sealed, held: Vec<ToLog>, started: Instant) -> InFlight {
+    InFlight {
+        task: tokio::spawn(async move {
+            let result = sealed.write().await;
+            (sealed, result)
+        }),
+        held,
+        started,
+    }
+}
+
 /// The writer task: append what comes, flush by size or time, publish what is
-/// durable. A failed write is tried again (with a growing pause) until it
-/// succeeds, the events kept; meanwhile the redo share fills and the
-/// pipeline waits.
+/// durable. It flushes early when the events not durable yet fill half the
+/// event cache (by count or bytes) or half the redo share: they wait at the
+/// fence, and a full cache stops the source, so waiting for the interval then
+/// would only idle both (an unthrottled source would wait a whole interval
+/// per cache-full). A flush is written on a task of its own while the next
+/// events are appended (one flush in flight at a time, so that a meta never
+/// lands before the files of the flushes before it): encoding and the
+/// storage's writes overlap. A failed write is tried again (with a growing
+/// pause) until it succeeds, the events kept; meanwhile the redo share fills
+/// and the pipeline waits.
 async fn write_log(
     log: RedoLog,
+    cache: CacheBound,
     mut rx: mpsc::UnboundedReceiver<ToLog>,
     mut checkpoint: watch::Receiver<CommitTs>,
     status: watch::Sender<RedoStatus>,
 ) {
     let RedoLog { mut writer, config } = log;
+    // Appended since the last seal.
     let mut held: Vec<ToLog> = Vec::new();
     let mut held_bytes = 0usize;
+    let mut held_events = 0usize;
+    // The redo share and the cache's bytes also count what is in flight.
+    let mut flying_bytes = 0usize;
+    let early_bytes = config.memory_bytes.min(cache.bytes);
+    let mut in_flight: Option<InFlight> = None;
+    let mut flush_due = false;
+    let mut pause = Duration::from_millis(50);
     let mut data_tick = tokio::time::interval(config.flush_interval);
     let mut meta_tick = tokio::time::interval(config.meta_flush_interval);
     for tick in [&mut data_tick, &mut meta_tick] {
@@ -367,16 +444,74 @@ async fn write_log(
     let mut flushes_since_gc = 0u32;
     let mut open = true;
     while open
+        || in_flight.is_some()
         || writer.pending_bytes() > 0
         || writer.appended_through() > writer.meta().resolved_ts
     {
-        let mut flush_now = false;
         tokio::select! {
             biased;
+            done = async { (&mut in_flight.as_mut().expect("checked").task).await },
+                if in_flight.is_some() =>
+            {
+                let flight = in_flight.take().expect("checked");
+                let (sealed, result) = match done {
+                    Ok(done) => done,
+                    Err(e) => {
+                        stats.fatal = Some(format!("the redo writer's write task failed: {e}"));
+                        status.send_replace(stats);
+                        return;
+                    }
+                };
+                match result {
+                    Ok(flushed) => {
+                        writer.sealed(sealed);
+                        let elapsed = flight.started.elapsed();
+                        stats.bytes_written += flushed.bytes;
+                        stats.failing = None;
+                        stats.flushes += 1;
+                        stats.flush_time += elapsed;
+                        // Appending while a write was in flight is not
+                        // counted again (busy is the time either ran).
+                        stats.busy_time += elapsed;
+                        stats.resolved_ts = CommitTs::new(writer.meta().resolved_ts);
+                        stats.checkpoint_ts = CommitTs::new(writer.meta().checkpoint_ts);
+                        pause = Duration::from_millis(50);
+                        // What the flush made durable gives its share back.
+                        drop(flight.held);
+                        flying_bytes = 0;
+                        status.send_replace(stats.clone());
+                        flushes_since_gc += 1;
+                        if config.collect_garbage && flushes_since_gc >= 32 {
+                            flushes_since_gc = 0;
+                            let started = Instant::now();
+                            if let Err(e) = writer.collect_garbage().await {
+                                tracing::warn!(error = %e, "Removing redo log files below the checkpoint failed.");
+                            }
+                            stats.busy_time += started.elapsed();
+                        }
+                    }
+                    Err(e @ LogError::TooLarge(_)) => {
+                        stats.fatal = Some(format!("the redo log cannot be written: {e}"));
+                        status.send_replace(stats);
+                        return;
+                    }
+                    Err(e) => {
+                        let why = format!("writing the redo log failed (trying again): {e}");
+                        tracing::warn!(error = %e, "Writing the redo log failed; trying again.");
+                        stats.failing = Some(why);
+                        status.send_replace(stats.clone());
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(5));
+                        // The same files, under the same names.
+                        in_flight = Some(write_sealed(sealed, flight.held, flight.started));
+                        continue;
+                    }
+                }
+            }
             message = rx.recv(), if open => {
                 let started = Instant::now();
                 match message {
-                    None => { open = false; flush_now = true; }
+                    None => { open = false; flush_due = true; }
                     Some(m) => {
                         let bytes = m.permit.as_ref().map_or(0, |p| p.num_permits());
                         let appended = match &m.event {
@@ -384,7 +519,7 @@ async fn write_log(
                             Logged::Run(r) => writer.append_run(r),
                             Logged::Ddl(d) => writer.append_ddl(d),
                             Logged::Resolved(ts) => { writer.resolved(ts.get()); Ok(()) }
-                            Logged::FlushNow => { flush_now = true; Ok(()) }
+                            Logged::FlushNow => { flush_due = true; Ok(()) }
                         };
                         if let Err(e) = appended {
                             stats.fatal = Some(format!("the redo log cannot take an event: {e}"));
@@ -392,69 +527,40 @@ async fn write_log(
                             return;
                         }
                         held_bytes += bytes;
+                        held_events += events_of(&m.event);
                         held.push(m);
-                        flush_now |= writer.pending_bytes() >= config.max_log_size
-                            || held_bytes * 2 >= config.memory_bytes;
+                        flush_due |= writer.pending_bytes() >= config.max_log_size
+                            || (held_bytes + flying_bytes) * 2 >= early_bytes
+                            || held_events * 2 >= cache.events;
                     }
                 }
-                stats.busy_time += started.elapsed();
+                if in_flight.is_none() {
+                    stats.busy_time += started.elapsed();
+                }
             }
-            _ = data_tick.tick() => flush_now = writer.pending_bytes() > 0,
+            _ = data_tick.tick() => flush_due |= writer.pending_bytes() > 0,
             _ = meta_tick.tick() => {
                 // Only the resolved ts or the checkpoint moved: the meta alone.
                 let meta = writer.meta();
-                flush_now = writer.pending_bytes() == 0
+                flush_due |= in_flight.is_none()
+                    && writer.pending_bytes() == 0
                     && (writer.appended_through() > meta.resolved_ts
                         || checkpoint.borrow().get() > meta.checkpoint_ts);
             }
             Ok(()) = checkpoint.changed(), if open => {}
         }
-        if !flush_now {
+        if !flush_due || in_flight.is_some() {
             continue;
         }
+        flush_due = false;
         let started = Instant::now();
         let cp = checkpoint.borrow_and_update().get();
-        let mut pause = Duration::from_millis(50);
-        loop {
-            match writer.flush(cp).await {
-                Ok(flushed) => {
-                    stats.bytes_written += flushed.bytes;
-                    stats.failing = None;
-                    break;
-                }
-                Err(e @ LogError::TooLarge(_)) => {
-                    stats.fatal = Some(format!("the redo log cannot be written: {e}"));
-                    status.send_replace(stats);
-                    return;
-                }
-                Err(e) => {
-                    let why = format!("writing the redo log failed (trying again): {e}");
-                    tracing::warn!(error = %e, "Writing the redo log failed; trying again.");
-                    stats.failing = Some(why);
-                    status.send_replace(stats.clone());
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(5));
-                }
-            }
-        }
-        let elapsed = started.elapsed();
-        stats.flushes += 1;
-        stats.flush_time += elapsed;
-        stats.busy_time += elapsed;
-        stats.resolved_ts = CommitTs::new(writer.meta().resolved_ts);
-        stats.checkpoint_ts = CommitTs::new(writer.meta().checkpoint_ts);
-        // What the flush made durable gives its share back.
-        held.clear();
-        held_bytes = 0;
-        status.send_replace(stats.clone());
+        // Sealing counts in the flush's time.
+        let sealed = writer.seal(cp);
+        flying_bytes = held_bytes;
+        (held_bytes, held_events) = (0, 0);
+        in_flight = Some(write_sealed(sealed, std::mem::take(&mut held), started));
         data_tick.reset();
-        flushes_since_gc += 1;
-        if config.collect_garbage && flushes_since_gc >= 32 {
-            flushes_since_gc = 0;
-            if let Err(e) = writer.collect_garbage().await {
-                tracing::warn!(error = %e, "Removing redo log files below the checkpoint failed.");
-            }
-        }
     }
 }
 

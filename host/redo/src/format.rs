@@ -67,12 +67,14 @@ pub struct TableRows {
     /// Its schema version; a [`Record::Schema`] earlier in the same file has it.
     pub schema_version: u32,
     /// Per row: its op code.
+    #[serde(with = "serde_bytes")]
     pub ops: Vec<u8>,
     /// Per row: the index of its transaction in the record.
     pub txn: Vec<u32>,
     /// Per row: its place among its transaction's row changes.
     pub seq: Vec<u32>,
     /// Per row: the source's flag bits (empty: none set).
+    #[serde(with = "serde_bytes")]
     pub flags: Vec<u8>,
     /// One column per schema column: a value for every update and delete row.
     pub before: Vec<ColumnData>,
@@ -217,10 +219,18 @@ pub(crate) fn frame<T: Serialize>(value: &T, out: &mut Vec<u8>) -> Result<usize,
 /// Compresses a whole file written with no compression (its header says
 /// none) as `compression` says: the header says which, the rest is one frame.
 pub fn compress(file: Vec<u8>, compression: sluice_config::RedoCompression) -> Vec<u8> {
+    if compression == sluice_config::RedoCompression::None {
+        return file;
+    }
+    compress_from(&file, compression)
+}
+
+/// [`compress`] into a new buffer (`file` is left as it is).
+pub fn compress_from(file: &[u8], compression: sluice_config::RedoCompression) -> Vec<u8> {
     use sluice_config::RedoCompression as C;
     use std::io::Write;
     let code = match compression {
-        C::None => return file,
+        C::None => return file.to_vec(),
         C::Lz4 => 1,
         C::Zstd => 2,
     };

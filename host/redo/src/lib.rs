@@ -30,7 +30,7 @@ mod tests;
 pub use apply::{Replay, ReplayEvent, Skipped};
 pub use format::{Damage, LogKind, Record};
 pub use log::{
-    FileName, Flushed, Listing, LogError, LogReader, LogWriter, REMOVED_MARKER, remove_log,
+    FileName, Flushed, Listing, LogError, LogReader, LogWriter, REMOVED_MARKER, Sealed, remove_log,
 };
 pub use meta::Meta;
 pub use storage::{Storage, StorageError, StorageUri};

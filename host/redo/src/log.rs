@@ -181,10 +181,6 @@ struct Pending {
     max: u64,
     /// Schemas written into the current file (each file carries its own).
     schemas: HashSet<(u32, u32)>,
-    /// A file cut whose write failed: written again under the same name and
-    /// with the same bytes before anything else (a write that failed may
-    /// still have landed, so it must never land under another name).
-    unwritten: Option<(FileName, Arc<Vec<u8>>)>,
 }
 
 impl Pending {
@@ -194,7 +190,6 @@ impl Pending {
             bytes: Vec::new(),
             max: 0,
             schemas: HashSet::new(),
-            unwritten: None,
         }
     }
 
@@ -235,6 +230,177 @@ pub struct LogWriter {
     marker_due: [bool; 2],
     /// How files are compressed.
     compression: sluice_config::RedoCompression,
+    /// A flush whose write failed: [`LogWriter::flush`] writes it again (the
+    /// same names, the same bytes) before anything else.
+    unwritten: Option<Sealed>,
+    /// The meta of the last flush sealed and not written yet: the next seal
+    /// goes on from it.
+    sealing: Option<Meta>,
+    /// A written file's buffer, emptied, for the next file to append into
+    /// (its pages are mapped and its capacity grown already: no page faults
+    /// and no copies as it fills). One at most.
+    spare: Option<Vec<u8>>,
+}
+
+/// What one flush writes, cut from what was appended: at most one file per
+/// log, then the meta. [`Sealed::write`] may run while the writer appends
+/// the next events (it owns its bytes and a handle on the storage); a write
+/// that failed is tried again with this same `Sealed`, so a file that may
+/// have landed never lands under another name. Once written, give it back
+/// to [`LogWriter::sealed`], in the order the flushes were sealed.
+pub struct Sealed {
+    storage: Storage,
+    compression: sluice_config::RedoCompression,
+    /// Files to write, and whether each is written.
+    files: Vec<(FileName, SealedBytes, bool)>,
+    /// The meta to write after them (if it moved).
+    meta: Option<Meta>,
+    /// The meta once this is written.
+    result: Meta,
+    /// A buffer that compression left over.
+    recycled: Option<Vec<u8>>,
+}
+
+/// A file's bytes, compressed when first written.
+enum SealedBytes {
+    Raw(Vec<u8>),
+    Ready(Arc<Vec<u8>>),
+}
+
+impl Sealed {
+    /// The meta the log has once this is written.
+    pub fn meta(&self) -> Meta {
+        self.result
+    }
+
+    /// Bytes of the files before compression (or as written).
+    pub fn bytes(&self) -> usize {
+        self.files
+            .iter()
+            .map(|(_, b, _)| match b {
+                SealedBytes::Raw(v) => v.len(),
+                SealedBytes::Ready(v) => v.len(),
+            })
+            .sum()
+    }
+
+    /// Writes what is not written yet: the files (each made durable), then
+    /// the meta. On an error, call it again. In a directory the whole flush
+    /// is one job on the blocking pool (one hand-over, not one per file: a
+    /// busy runtime would make every hop wait for a worker).
+    pub async fn write(&mut self) -> Result<Flushed, LogError> {
+        if let Some(dir) = self.storage.local_dir() {
+            let dir = dir.to_path_buf();
+            let mut files = std::mem::take(&mut self.files);
+            let (meta, compression) = (self.meta, self.compression);
+            let mut recycled = self.recycled.take();
+            let job = tokio::task::spawn_blocking(move || {
+                let result = (|| {
+                    let mut flushed = Flushed::default();
+                    for (name, bytes, written) in &mut files {
+                        if *written {
+                            continue;
+                        }
+                        let ready = ready(bytes, compression, &mut recycled);
+                        crate::storage::put_durably(&dir, &name.name(), &ready)?;
+                        *written = true;
+                        flushed.bytes += ready.len() as u64;
+                        flushed.files += 1;
+                    }
+                    if let Some(meta) = meta {
+                        let bytes = meta.encode();
+                        crate::storage::put_durably(&dir, META_FILE, &bytes)?;
+                        flushed.bytes += bytes.len() as u64;
+                    }
+                    Ok::<_, StorageError>(flushed)
+                })();
+                (files, recycled, result)
+            });
+            let (files, recycled, result) = match job.await {
+                Ok(done) => done,
+                // A panic is a bug: it goes on (the writer stops), rather
+                // than a retry without the files it took.
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(e) => {
+                    return Err(StorageError {
+                        what: "writing a flush (the runtime is shutting down)".into(),
+                        source: std::io::Error::other(e),
+                    }
+                    .into());
+                }
+            };
+            self.files = files;
+            self.recycled = recycled;
+            let flushed = result?;
+            self.meta = None;
+            return Ok(flushed);
+        }
+        let mut flushed = Flushed::default();
+        for (name, bytes, written) in &mut self.files {
+            if *written {
+                continue;
+            }
+            if matches!(bytes, SealedBytes::Raw(_))
+                && self.compression != sluice_config::RedoCompression::None
+            {
+                // CPU work: off the async workers.
+                let (mut raw, compression) = (
+                    std::mem::replace(bytes, SealedBytes::Raw(Vec::new())),
+                    self.compression,
+                );
+                let (done, recycled) = tokio::task::spawn_blocking(move || {
+                    let mut recycled = None;
+                    ready(&mut raw, compression, &mut recycled);
+                    (raw, recycled)
+                })
+                .await
+                .map_err(|e| StorageError {
+                    what: format!("compressing {}", name.name()),
+                    source: std::io::Error::other(e),
+                })?;
+                *bytes = done;
+                if self.recycled.is_none() {
+                    self.recycled = recycled;
+                }
+            }
+            let ready = ready(bytes, self.compression, &mut self.recycled);
+            self.storage.put(&name.name(), ready.clone()).await?;
+            *written = true;
+            flushed.bytes += ready.len() as u64;
+            flushed.files += 1;
+        }
+        if let Some(meta) = self.meta {
+            let bytes = meta.encode();
+            self.storage.put(META_FILE, Arc::new(bytes.clone())).await?;
+            flushed.bytes += bytes.len() as u64;
+            self.meta = None;
+        }
+        Ok(flushed)
+    }
+}
+
+/// The bytes of a sealed file as written: compressed on first use (the raw
+/// buffer, when compression made a new one, goes to `recycled`).
+fn ready(
+    bytes: &mut SealedBytes,
+    compression: sluice_config::RedoCompression,
+    recycled: &mut Option<Vec<u8>>,
+) -> Arc<Vec<u8>> {
+    if let SealedBytes::Raw(raw) = bytes {
+        let raw = std::mem::take(raw);
+        let out = if compression == sluice_config::RedoCompression::None {
+            raw
+        } else {
+            let out = format::compress_from(&raw, compression);
+            recycled.get_or_insert(raw);
+            out
+        };
+        *bytes = SealedBytes::Ready(Arc::new(out));
+    }
+    match bytes {
+        SealedBytes::Ready(b) => b.clone(),
+        SealedBytes::Raw(_) => unreachable!("made ready above"),
+    }
 }
 
 impl LogWriter {
@@ -269,6 +435,9 @@ impl LogWriter {
             resumed,
             marker_due: [resumed.is_some(); 2],
             compression: sluice_config::RedoCompression::None,
+            unwritten: None,
+            sealing: None,
+            spare: None,
         })
     }
 
@@ -285,6 +454,11 @@ impl LogWriter {
             LogKind::Rows => (&mut self.rows, &mut self.marker_due[0]),
             LogKind::Ddl => (&mut self.ddl, &mut self.marker_due[1]),
         };
+        if pending.bytes.capacity() == 0
+            && let Some(spare) = self.spare.take()
+        {
+            pending.bytes = spare;
+        }
         pending.start_if_empty();
         if std::mem::take(due) {
             let resolved_ts = self.resumed.unwrap_or(0);
@@ -307,8 +481,9 @@ impl LogWriter {
     pub fn pending_bytes(&self) -> usize {
         [&self.rows, &self.ddl]
             .iter()
-            .map(|p| p.bytes.len() + p.unwritten.as_ref().map_or(0, |(_, b)| b.len()))
-            .sum()
+            .map(|p| p.bytes.len())
+            .sum::<usize>()
+            + self.unwritten.as_ref().map_or(0, Sealed::bytes)
     }
 
     /// Appends one transaction (or one part of it).
@@ -407,19 +582,47 @@ impl LogWriter {
 
     /// Writes what was appended (one file per log that has records), then the
     /// meta with the resolved ts moved to what was appended through and the
-    /// checkpoint to `checkpoint` (never past the resolved ts, never back).
+    /// checkpoint to `checkpoint` (never past the resolved ts, never back):
+    /// [`Self::seal`], [`Sealed::write`], [`Self::sealed`]. A flush that
+    /// failed is written first by the next (under the same names).
     pub async fn flush(&mut self, checkpoint: u64) -> Result<Flushed, LogError> {
-        let cut = self.appended_through;
         let mut flushed = Flushed::default();
-        for pending in [&mut self.rows, &mut self.ddl] {
-            if let Some((name, bytes)) = pending.unwritten.take() {
-                if let Err(e) = self.storage.put(&name.name(), bytes.clone()).await {
-                    pending.unwritten = Some((name, bytes));
-                    return Err(e.into());
+        if let Some(mut failed) = self.unwritten.take() {
+            match failed.write().await {
+                Ok(f) => {
+                    flushed = f;
+                    self.sealed(failed);
                 }
-                flushed.bytes += bytes.len() as u64;
-                flushed.files += 1;
+                Err(e) => {
+                    self.unwritten = Some(failed);
+                    return Err(e);
+                }
             }
+        }
+        let mut sealed = self.seal(checkpoint);
+        match sealed.write().await {
+            Ok(f) => {
+                flushed.bytes += f.bytes;
+                flushed.files += f.files;
+                self.sealed(sealed);
+                Ok(flushed)
+            }
+            Err(e) => {
+                self.unwritten = Some(sealed);
+                Err(e)
+            }
+        }
+    }
+
+    /// Cuts what was appended into the files of one flush, and the meta that
+    /// follows them (see [`Sealed`]); appending goes on into new files.
+    /// Sealed flushes must be written one after another, in the order they
+    /// were sealed (a meta never lands before the files of its flush and of
+    /// those before it).
+    pub fn seal(&mut self, checkpoint: u64) -> Sealed {
+        let cut = self.appended_through;
+        let mut files = Vec::new();
+        for pending in [&mut self.rows, &mut self.ddl] {
             if !pending.has_records() {
                 continue;
             }
@@ -430,34 +633,58 @@ impl LogWriter {
                 max: pending.max.max(cut),
             };
             self.next_seq += 1;
-            let bytes = Arc::new(format::compress(
-                std::mem::take(&mut pending.bytes),
-                self.compression,
+            files.push((
+                name,
+                SealedBytes::Raw(std::mem::take(&mut pending.bytes)),
+                false,
             ));
             pending.max = 0;
             pending.schemas.clear();
-            if let Err(e) = self.storage.put(&name.name(), bytes.clone()).await {
-                // Kept, to be written by the next flush under this name.
-                pending.unwritten = Some((name, bytes));
-                return Err(e.into());
-            }
-            flushed.bytes += bytes.len() as u64;
-            flushed.files += 1;
         }
-        let meta = Meta {
-            resolved_ts: self.meta.resolved_ts.max(cut),
-            checkpoint_ts: self
-                .meta
+        let base = self.sealing.unwrap_or(self.meta);
+        let result = Meta {
+            resolved_ts: base.resolved_ts.max(cut),
+            checkpoint_ts: base
                 .checkpoint_ts
-                .max(checkpoint.min(self.meta.resolved_ts.max(cut))),
+                .max(checkpoint.min(base.resolved_ts.max(cut))),
         };
-        if meta != self.meta {
-            let bytes = meta.encode();
-            flushed.bytes += bytes.len() as u64;
-            self.storage.put(META_FILE, Arc::new(bytes)).await?;
-            self.meta = meta;
+        self.sealing = Some(result);
+        Sealed {
+            storage: self.storage.clone(),
+            compression: self.compression,
+            files,
+            meta: (result != base).then_some(result),
+            result,
+            recycled: None,
         }
-        Ok(flushed)
+    }
+
+    /// `sealed` is written: its meta is the log's (and a buffer of it is kept
+    /// for the next file).
+    pub fn sealed(&mut self, sealed: Sealed) {
+        debug_assert!(sealed.meta.is_none(), "written");
+        if self.spare.is_none() {
+            self.spare = sealed
+                .files
+                .into_iter()
+                .map(|(_, bytes, _)| bytes)
+                .chain(sealed.recycled.map(SealedBytes::Raw))
+                .filter_map(|bytes| match bytes {
+                    SealedBytes::Ready(b) => Arc::try_unwrap(b).ok(),
+                    SealedBytes::Raw(b) => Some(b),
+                })
+                .max_by_key(Vec::capacity)
+                .map(|mut b| {
+                    b.clear();
+                    b
+                });
+        }
+        if sealed.result.resolved_ts >= self.meta.resolved_ts {
+            self.meta = sealed.result;
+        }
+        if self.sealing == Some(sealed.result) {
+            self.sealing = None;
+        }
     }
 
     /// Removes the files wholly at or below the meta's checkpoint (every
@@ -525,9 +752,11 @@ impl Serialize for TxnIndex<'_> {
 struct TableRowsRef<'a> {
     table_id: u32,
     schema_version: u32,
+    #[serde(with = "serde_bytes")]
     ops: &'a [u8],
     txn: TxnIndex<'a>,
     seq: &'a [u32],
+    #[serde(with = "serde_bytes")]
     flags: &'a [u8],
     before: &'a [ColumnData],
     after: &'a [ColumnData],

@@ -6,7 +6,8 @@
 //! name. In a directory: written to `<name>.tmp`, `fdatasync`ed, renamed, and
 //! the directory `fsync`ed; a crash leaves at most a `.tmp` file, which readers
 //! ignore and the next writer removes. In a bucket: one PUT, or a multipart
-//! upload for a large file, which no reader sees before it is complete. Files
+//! upload for a large file, which no reader sees before it is complete (and
+//! which is aborted if a part fails, so the bucket keeps no parts). Files
 //! are never appended to after that.
 
 use std::path::{Path, PathBuf};
@@ -14,7 +15,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 pub use sluice_config::{S3Location, StorageUri};
 
 /// A storage operation failed.
@@ -172,12 +173,39 @@ impl Storage {
                     store.put(&path, payload).await.map_err(object(what()))?;
                     return Ok(());
                 }
-                let upload = store.put_multipart(&path).await.map_err(object(what()))?;
-                let mut parts = WriteMultipart::new_with_chunk_size(upload, MULTIPART_BYTES);
-                parts.put(Bytes::from_owner(Shared(bytes)));
-                match parts.finish().await {
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(object(what())(e)),
+                let mut upload = store.put_multipart(&path).await.map_err(object(what()))?;
+                // The parts go up side by side; if any fails, the upload is
+                // aborted, so the store keeps no parts of it.
+                let bytes = Bytes::from_owner(Shared(bytes));
+                let mut parts = tokio::task::JoinSet::new();
+                for at in (0..bytes.len()).step_by(MULTIPART_BYTES) {
+                    let part = bytes.slice(at..(at + MULTIPART_BYTES).min(bytes.len()));
+                    parts.spawn(upload.put_part(PutPayload::from_bytes(part)));
+                }
+                let mut failed = None;
+                while let Some(done) = parts.join_next().await {
+                    let error = match done {
+                        Ok(Ok(())) => continue,
+                        Ok(Err(e)) => e,
+                        Err(e) => object_store::Error::Generic {
+                            store: "redo",
+                            source: Box::new(e),
+                        },
+                    };
+                    failed.get_or_insert(error);
+                }
+                let result = match failed {
+                    Some(e) => Err(e),
+                    None => upload.complete().await.map(|_| ()),
+                };
+                match result {
+                    Ok(()) => Ok(()),
+                    Err(e) => {
+                        if let Err(abort) = upload.abort().await {
+                            tracing::warn!(error = %abort, "Aborting a failed multipart upload of the redo log failed.");
+                        }
+                        Err(object(what())(e))
+                    }
                 }
             }
         }
@@ -284,7 +312,7 @@ fn cancelled(e: tokio::task::JoinError) -> StorageError {
 }
 
 /// `<name>.tmp` written and synced, renamed to `name`, the directory synced.
-fn put_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageError> {
+pub(crate) fn put_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageError> {
     use std::io::Write;
     let tmp = dir.join(format!("{name}.tmp"));
     let path = dir.join(name);

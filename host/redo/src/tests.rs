@@ -674,3 +674,70 @@ fn compressed_files_read_back_as_written_and_a_flipped_bit_in_them_is_refused() 
         "{sizes:?}"
     );
 }
+
+#[test]
+fn a_sealed_flush_is_written_while_the_next_rows_are_appended_and_a_failed_write_lands_under_its_names()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = StorageUri::Local(dir.path().to_path_buf());
+    let one = |ts: u64| {
+        let mut t = Transaction::new(CommitTs::new(ts));
+        t.table(&schema(1, 1)).push_values(
+            Op::Insert,
+            None,
+            Some(&[
+                Value::Int(ts as i64),
+                Value::Null,
+                Value::Float(0.5),
+                Value::Null,
+                Value::Null,
+            ]),
+        );
+        t
+    };
+    runtime().block_on(async {
+        let storage = Storage::open(&uri, "cf").await.unwrap();
+        let mut w = LogWriter::open(storage.clone()).await.unwrap();
+        w.append_transaction(&one(10)).unwrap();
+        let mut first = w.seal(0);
+        assert_eq!(first.meta().resolved_ts, 10);
+        // Appending goes on while the first is not written; the meta has
+        // not moved.
+        w.append_transaction(&one(20)).unwrap();
+        assert_eq!(w.meta().resolved_ts, 0);
+        // The first write fails: the log's directory is a file for now.
+        let log_dir = dir.path().join("cf");
+        std::fs::remove_dir_all(&log_dir).unwrap();
+        std::fs::write(&log_dir, b"in the way").unwrap();
+        assert!(first.write().await.is_err());
+        assert_eq!(w.meta().resolved_ts, 0);
+        // Tried again once the storage is back: the same names.
+        std::fs::remove_file(&log_dir).unwrap();
+        std::fs::create_dir(&log_dir).unwrap();
+        first.write().await.unwrap();
+        w.sealed(first);
+        assert_eq!(w.meta().resolved_ts, 10);
+        // The second seal goes on from the first's meta.
+        let mut second = w.seal(10);
+        second.write().await.unwrap();
+        w.sealed(second);
+        assert_eq!(
+            w.meta(),
+            Meta {
+                checkpoint_ts: 10,
+                resolved_ts: 20
+            }
+        );
+        let reader = LogReader::open(storage.clone()).await.unwrap();
+        let files = reader.listing().files.clone();
+        let names: Vec<(u64, u64)> = files.iter().map(|(f, _)| (f.seq, f.cut)).collect();
+        assert_eq!(names, [(0, 10), (1, 20)], "one file per flush, in order");
+        let mut ids = Vec::new();
+        for (file, _) in files {
+            for b in batches(reader.read(file, 20).await.unwrap().records).unwrap() {
+                ids.extend(b.commit_ts);
+            }
+        }
+        assert_eq!(ids, [10, 20]);
+    });
+}

@@ -201,7 +201,9 @@ async fn load_plugins(
     Ok((filters, sink))
 }
 
-/// Rows written between two flushes of the sink.
+/// Rows written between two flushes of the sink. A flush may fall inside a
+/// large transaction, as in the pipeline: a sink keeps what it has not
+/// flushed within its memory quota, so a 1 M-row transaction cannot wait whole.
 const FLUSH_ROWS: usize = 100_000;
 
 async fn apply(
