@@ -300,6 +300,9 @@ fn plugins_of<'a, P>(
         .chain(std::iter::once(("sink".to_string(), sink)))
 }
 
+/// The smallest `pipeline.event-cache-count` a changefeed with redo may have.
+pub const MIN_REDO_CACHE_EVENTS: usize = 64;
+
 fn validate_parts<P>(
     source: &SourceConfig,
     filter: &FilterConfig,
@@ -321,6 +324,14 @@ fn validate_parts<P>(
     }
     pipeline.validate()?;
     consistent.validate(mode)?;
+    if consistent.enabled() && pipeline.event_cache_count < MIN_REDO_CACHE_EVENTS {
+        // Events wait at the redo fence in the cache: a handful of slots
+        // would make a flush (an fsync, or an object in S3) per event or two.
+        return invalid!(
+            "pipeline.event-cache-count is {}; with consistent.level = \"eventual\" it must be at least {MIN_REDO_CACHE_EVENTS} (events wait in the cache for the redo log)",
+            pipeline.event_cache_count
+        );
+    }
     validator.validate(sink)
 }
 

@@ -533,6 +533,12 @@ fn consistent_replication_is_read_stored_and_range_checked_by_key() {
             with("memory-percent = 95"),
             "consistent.memory-percent is 95; it must be between 10 and 90",
         ),
+        (
+            format!(
+                "{RUN}\n[pipeline]\nevent-cache-count = 63\n[consistent]\nlevel = \"eventual\"\nstorage = \"file:///tmp/redo\"\n"
+            ),
+            "pipeline.event-cache-count is 63; with consistent.level = \"eventual\" it must be at least 64",
+        ),
         (with("level = \"strong\""), "unknown variant `strong`"),
         (with("compression = \"brotli\""), "unknown variant `brotli`"),
         (with("retention = \"forever\""), "unknown variant `forever`"),

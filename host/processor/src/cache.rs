@@ -306,7 +306,11 @@ impl EventCache {
             .resume(start)
             .map_err(|e| PipelineError::Source(Box::new(e)))?;
         let count = count.clamp(1, Semaphore::MAX_PERMITS);
-        let max_events = count.min(CHUNK_EVENTS);
+        // A chunk takes half the slots at most: with redo, a chunk waiting at
+        // the fence gives back all but one of its slots, and the next chunk
+        // must fit in what is free then, or the source would read one chunk
+        // per flush.
+        let max_events = (count / 2).clamp(1, CHUNK_EVENTS);
         // Every chunk holds at least one event's slot, so the slots bound the chunks too.
         let (tx, rx) = mpsc::channel::<Chunk>(count);
         let budget = bytes.clamp(1, u32::MAX as usize);

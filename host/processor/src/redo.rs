@@ -373,13 +373,10 @@ struct CacheBound {
     bytes: usize,
 }
 
-/// The slots of the event cache `event` holds while it waits at the fence.
+/// The slots of the event cache `event` holds while it waits at the fence:
+/// one (a run too, see [`Fence::hold`]), none for a flush request.
 fn events_of(event: &Logged) -> usize {
-    match event {
-        // A run waits at the fence on one slot (see [`Fence::hold`]).
-        Logged::FlushNow => 0,
-        _ => 1,
-    }
+    usize::from(!matches!(event, Logged::FlushNow))
 }
 
 /// A flush being written, and the events it makes durable.

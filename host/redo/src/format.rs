@@ -218,15 +218,7 @@ pub(crate) fn frame<T: Serialize>(value: &T, out: &mut Vec<u8>) -> Result<usize,
 
 /// Compresses a whole file written with no compression (its header says
 /// none) as `compression` says: the header says which, the rest is one frame.
-pub fn compress(file: Vec<u8>, compression: sluice_config::RedoCompression) -> Vec<u8> {
-    if compression == sluice_config::RedoCompression::None {
-        return file;
-    }
-    compress_from(&file, compression)
-}
-
-/// [`compress`] into a new buffer (`file` is left as it is).
-pub fn compress_from(file: &[u8], compression: sluice_config::RedoCompression) -> Vec<u8> {
+pub fn compress(file: &[u8], compression: sluice_config::RedoCompression) -> Vec<u8> {
     use sluice_config::RedoCompression as C;
     use std::io::Write;
     let code = match compression {

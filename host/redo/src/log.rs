@@ -11,6 +11,7 @@
 //! skipped (and said); damage in any other file stops the reader.
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -285,96 +286,65 @@ impl Sealed {
     }
 
     /// Writes what is not written yet: the files (each made durable), then
-    /// the meta. On an error, call it again. In a directory the whole flush
-    /// is one job on the blocking pool (one hand-over, not one per file: a
-    /// busy runtime would make every hop wait for a worker).
+    /// the meta. On an error, call it again. The CPU and blocking work of a
+    /// flush is one job on the blocking pool (one hand-over, not one per
+    /// file: a busy runtime would make every hop wait for a worker): the
+    /// compression, and in a directory the writes too; an object store's
+    /// requests follow it.
     pub async fn write(&mut self) -> Result<Flushed, LogError> {
-        if let Some(dir) = self.storage.local_dir() {
-            let dir = dir.to_path_buf();
-            let mut files = std::mem::take(&mut self.files);
-            let (meta, compression) = (self.meta, self.compression);
-            let mut recycled = self.recycled.take();
-            let job = tokio::task::spawn_blocking(move || {
-                let result = (|| {
-                    let mut flushed = Flushed::default();
-                    for (name, bytes, written) in &mut files {
-                        if *written {
-                            continue;
-                        }
-                        let ready = ready(bytes, compression, &mut recycled);
-                        crate::storage::put_durably(&dir, &name.name(), &ready)?;
+        let local = self.storage.local_dir().map(Path::to_path_buf);
+        let is_local = local.is_some();
+        let mut files = std::mem::take(&mut self.files);
+        let (meta, compression) = (self.meta, self.compression);
+        let mut recycled = self.recycled.take();
+        let job = tokio::task::spawn_blocking(move || {
+            let mut flushed = Flushed::default();
+            let result = (|| {
+                for (name, bytes, written) in files.iter_mut().filter(|f| !f.2) {
+                    let ready = ready(bytes, compression, &mut recycled);
+                    if let Some(dir) = &local {
+                        crate::storage::put_durably(dir, &name.name(), &ready)?;
                         *written = true;
                         flushed.bytes += ready.len() as u64;
                         flushed.files += 1;
                     }
-                    if let Some(meta) = meta {
-                        let bytes = meta.encode();
-                        crate::storage::put_durably(&dir, META_FILE, &bytes)?;
-                        flushed.bytes += bytes.len() as u64;
-                    }
-                    Ok::<_, StorageError>(flushed)
-                })();
-                (files, recycled, result)
-            });
-            let (files, recycled, result) = match job.await {
-                Ok(done) => done,
-                // A panic is a bug: it goes on (the writer stops), rather
-                // than a retry without the files it took.
-                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                Err(e) => {
-                    return Err(StorageError {
-                        what: "writing a flush (the runtime is shutting down)".into(),
-                        source: std::io::Error::other(e),
-                    }
-                    .into());
                 }
-            };
-            self.files = files;
-            self.recycled = recycled;
-            let flushed = result?;
-            self.meta = None;
-            return Ok(flushed);
-        }
-        let mut flushed = Flushed::default();
-        for (name, bytes, written) in &mut self.files {
-            if *written {
-                continue;
-            }
-            if matches!(bytes, SealedBytes::Raw(_))
-                && self.compression != sluice_config::RedoCompression::None
-            {
-                // CPU work: off the async workers.
-                let (mut raw, compression) = (
-                    std::mem::replace(bytes, SealedBytes::Raw(Vec::new())),
-                    self.compression,
-                );
-                let (done, recycled) = tokio::task::spawn_blocking(move || {
-                    let mut recycled = None;
-                    ready(&mut raw, compression, &mut recycled);
-                    (raw, recycled)
-                })
-                .await
-                .map_err(|e| StorageError {
-                    what: format!("compressing {}", name.name()),
-                    source: std::io::Error::other(e),
-                })?;
-                *bytes = done;
-                if self.recycled.is_none() {
-                    self.recycled = recycled;
+                if let (Some(dir), Some(meta)) = (&local, meta) {
+                    let bytes = meta.encode();
+                    crate::storage::put_durably(dir, META_FILE, &bytes)?;
+                    flushed.bytes += bytes.len() as u64;
                 }
+                Ok::<_, StorageError>(())
+            })();
+            (files, recycled, flushed, result)
+        });
+        let (files, recycled, mut flushed, result) = match job.await {
+            Ok(done) => done,
+            // A panic is a bug: it goes on (the writer stops), rather than a
+            // retry without the files it took.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => return Err(crate::storage::cancelled(e).into()),
+        };
+        self.files = files;
+        self.recycled = recycled;
+        result?;
+        if !is_local {
+            for (name, bytes, written) in self.files.iter_mut().filter(|f| !f.2) {
+                let SealedBytes::Ready(ready) = bytes else {
+                    unreachable!("made ready by the job")
+                };
+                self.storage.put(&name.name(), ready.clone()).await?;
+                *written = true;
+                flushed.bytes += ready.len() as u64;
+                flushed.files += 1;
             }
-            let ready = ready(bytes, self.compression, &mut self.recycled);
-            self.storage.put(&name.name(), ready.clone()).await?;
-            *written = true;
-            flushed.bytes += ready.len() as u64;
-            flushed.files += 1;
+            if let Some(meta) = self.meta {
+                let bytes = meta.encode();
+                flushed.bytes += bytes.len() as u64;
+                self.storage.put(META_FILE, Arc::new(bytes)).await?;
+            }
         }
-        if let Some(meta) = self.meta {
-            let bytes = meta.encode();
-            self.storage.put(META_FILE, Arc::new(bytes.clone())).await?;
-            flushed.bytes += bytes.len() as u64;
-            self.meta = None;
-        }
+        self.meta = None;
         Ok(flushed)
     }
 }
@@ -391,7 +361,7 @@ fn ready(
         let out = if compression == sluice_config::RedoCompression::None {
             raw
         } else {
-            let out = format::compress_from(&raw, compression);
+            let out = format::compress(&raw, compression);
             recycled.get_or_insert(raw);
             out
         };

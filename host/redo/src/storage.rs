@@ -304,7 +304,7 @@ impl Storage {
 
 /// A blocking write that did not finish: the runtime is shutting down (or it
 /// panicked).
-fn cancelled(e: tokio::task::JoinError) -> StorageError {
+pub(crate) fn cancelled(e: tokio::task::JoinError) -> StorageError {
     StorageError {
         what: "a storage operation did not finish".into(),
         source: std::io::Error::other(e.to_string()),

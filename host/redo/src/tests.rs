@@ -98,6 +98,23 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A transaction at `ts` of one insert into `table` (id `ts`, the rest NULL).
+fn insert_at(ts: u64, table: u32) -> Transaction {
+    let mut t = Transaction::new(CommitTs::new(ts));
+    t.table(&schema(table, 1)).push_values(
+        Op::Insert,
+        None,
+        Some(&[
+            Value::Int(ts as i64),
+            Value::Null,
+            Value::Null,
+            Value::Null,
+            Value::Null,
+        ]),
+    );
+    t
+}
+
 /// `txns` as the batches a sink would get, one per table per transaction.
 fn expected(txns: &[Transaction]) -> Vec<TableBatch> {
     txns.iter()
@@ -445,19 +462,8 @@ fn a_writer_opened_again_skips_what_is_durable_and_marks_where_it_resumed() {
     let dir = tempfile::tempdir().unwrap();
     let uri = StorageUri::Local(dir.path().to_path_buf());
     let one = |ts: u64, more: bool| {
-        let mut t = Transaction::new(CommitTs::new(ts));
+        let mut t = insert_at(ts, 1);
         t.more = more;
-        t.table(&schema(1, 1)).push_values(
-            Op::Insert,
-            None,
-            Some(&[
-                Value::Int(ts as i64),
-                Value::Null,
-                Value::Null,
-                Value::Null,
-                Value::Null,
-            ]),
-        );
         t
     };
     runtime().block_on(async {
@@ -506,19 +512,8 @@ fn a_replay_gives_checkpoint_to_resolved_in_order_with_ddls_in_place_and_nothing
     let dir = tempfile::tempdir().unwrap();
     let uri = StorageUri::Local(dir.path().to_path_buf());
     let one = |ts: u64, table: u32, more: bool| {
-        let mut t = Transaction::new(CommitTs::new(ts));
+        let mut t = insert_at(ts, table);
         t.more = more;
-        t.table(&schema(table, 1)).push_values(
-            Op::Insert,
-            None,
-            Some(&[
-                Value::Int(ts as i64),
-                Value::Null,
-                Value::Null,
-                Value::Null,
-                Value::Null,
-            ]),
-        );
         t
     };
     let ddl = |ts: u64| DdlEvent {
@@ -680,30 +675,15 @@ fn a_sealed_flush_is_written_while_the_next_rows_are_appended_and_a_failed_write
  {
     let dir = tempfile::tempdir().unwrap();
     let uri = StorageUri::Local(dir.path().to_path_buf());
-    let one = |ts: u64| {
-        let mut t = Transaction::new(CommitTs::new(ts));
-        t.table(&schema(1, 1)).push_values(
-            Op::Insert,
-            None,
-            Some(&[
-                Value::Int(ts as i64),
-                Value::Null,
-                Value::Float(0.5),
-                Value::Null,
-                Value::Null,
-            ]),
-        );
-        t
-    };
     runtime().block_on(async {
         let storage = Storage::open(&uri, "cf").await.unwrap();
         let mut w = LogWriter::open(storage.clone()).await.unwrap();
-        w.append_transaction(&one(10)).unwrap();
+        w.append_transaction(&insert_at(10, 1)).unwrap();
         let mut first = w.seal(0);
         assert_eq!(first.meta().resolved_ts, 10);
         // Appending goes on while the first is not written; the meta has
         // not moved.
-        w.append_transaction(&one(20)).unwrap();
+        w.append_transaction(&insert_at(20, 1)).unwrap();
         assert_eq!(w.meta().resolved_ts, 0);
         // The first write fails: the log's directory is a file for now.
         let log_dir = dir.path().join("cf");
