@@ -175,8 +175,9 @@ struct MemorySink {
     write_delay: Option<Duration>,
     /// The redo log's meta file: every call reads what is persisted there.
     redo_meta: Option<std::path::PathBuf>,
-    /// Rows and DDLs the sink got above the redo resolved ts persisted then.
-    above_redo: Vec<u64>,
+    /// Rows and DDLs the sink got above the redo resolved ts persisted then
+    /// (shared: a shadow candidate is moved into its own task).
+    above_redo: Arc<std::sync::Mutex<Vec<u64>>>,
     /// Redo metas read whose checkpoint was above their resolved ts.
     bad_redo_metas: Vec<(u64, u64)>,
 }
@@ -284,6 +285,8 @@ impl Sink for MemorySink {
         let redo = self.redo_resolved();
         for t in &batch.tables {
             self.above_redo
+                .lock()
+                .unwrap()
                 .extend(t.commit_ts.iter().filter(|&&ts| ts > redo));
         }
         if let Some(log) = &self.store_log {
@@ -345,7 +348,7 @@ impl Sink for MemorySink {
             tokio::time::sleep(delay).await;
         }
         if ddl.commit_ts.get() > self.redo_resolved() {
-            self.above_redo.push(ddl.commit_ts.get());
+            self.above_redo.lock().unwrap().push(ddl.commit_ts.get());
         }
         self.ddls.push((
             ddl.commit_ts.get(),
@@ -2001,28 +2004,73 @@ async fn a_transaction_in_parts_arrives_whole_flagged_split_and_is_read_through_
     );
 }
 
-#[tokio::test]
+/// With and without redo: the new version starts at the barrier, and with
+/// redo neither version sees an event past the persisted redo resolved ts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_swapped_at_a_barrier_gets_every_row_above_it_and_the_old_one_every_row_below() {
-    let source = DatagenConfig {
-        rate: 20_000,
-        ..workload(20_000)
-    };
-    let txns = transactions(&source);
-    let mut pipeline = Pipeline::new(
-        PipelineConfig {
-            flush_interval: Duration::from_millis(20),
-            ..config()
-        },
-        no_filters(),
-        MemorySink::default(),
-        CheckpointTs::ZERO,
-    );
+    for redo in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = redo.then_some(dir.path());
+        let (mut pipeline, generator, txns) = paced(dir, no_filters()).await;
+        let swapper = swap_soon(
+            &mut pipeline,
+            dir.map_or_else(MemorySink::default, behind_redo),
+        );
+        let report = pipeline
+            .run(generator, std::future::pending())
+            .await
+            .expect("the pipeline succeeds");
+        let swapped = swapper.await.unwrap().expect("the swap happened");
+        let (old, new) = (swapped.old.as_ref().expect("handed back"), pipeline.sink());
+        let barrier = swapped.barrier.get();
+        assert_eq!(swapped.replayed_batches, 0);
+        assert!(
+            !old.durable.is_empty() && !new.durable.is_empty(),
+            "the swap came mid-stream"
+        );
+        // The old sink has every row up to the barrier, the new one every row above.
+        assert!(old.durable.iter().all(|d| d.row.commit_ts <= barrier));
+        assert!(new.durable.iter().all(|d| d.row.commit_ts > barrier));
+        assert!(old.closed, "the old sink was closed");
+        // Together: every generated row exactly once, nothing flagged replay, per
+        // table in commit-ts order.
+        let both: Vec<RowId> = old
+            .durable_ids()
+            .into_iter()
+            .chain(new.durable_ids())
+            .collect();
+        assert_eq!(both.len(), row_ids(&txns).len());
+        assert_eq!(per_table(both), per_table(row_ids(&txns)));
+        assert!(old.durable.iter().chain(&new.durable).all(|d| !d.replay()));
+        assert_eq!(report.progress.rows_written, row_ids(&txns).len() as u64);
+        if let Some(dir) = dir {
+            for (name, sink) in [("old", old), ("new", new)] {
+                assert_not_past_redo(name, &sink.above_redo);
+                assert!(sink.bad_redo_metas.is_empty(), "{:?}", sink.bad_redo_metas);
+            }
+            // The barrier lies at or below what the redo log holds.
+            let (_, _, meta) = redo_contents(dir).await;
+            assert!(
+                barrier <= meta.resolved_ts,
+                "{barrier} > {}",
+                meta.resolved_ts
+            );
+        }
+    }
+}
+
+/// Asks `pipeline` for a swap to `new` 120 ms from now; the task ends with
+/// the pipeline's answer.
+fn swap_soon<F: Filter + Send + 'static>(
+    pipeline: &mut Pipeline<MemorySink, F>,
+    new: MemorySink,
+) -> tokio::task::JoinHandle<Result<crate::Swapped<MemorySink>, crate::SwapRefused<MemorySink>>> {
     let swaps = pipeline.swaps();
-    let swapper = tokio::spawn(async move {
+    tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(120)).await;
         let (reply, answer) = tokio::sync::oneshot::channel();
         let request = crate::SwapRequest {
-            sink: MemorySink::default(),
+            sink: new,
             probation: None,
             reply,
         };
@@ -2031,35 +2079,7 @@ async fn a_sink_swapped_at_a_barrier_gets_every_row_above_it_and_the_old_one_eve
             "the pipeline takes swaps"
         );
         answer.await.expect("a reply")
-    });
-    let generator = DatagenSource::new(source).expect("valid datagen config");
-    let report = pipeline
-        .run(generator, std::future::pending())
-        .await
-        .expect("the pipeline succeeds");
-    let swapped = swapper.await.unwrap().expect("the swap happened");
-    let (old, new) = (swapped.old.as_ref().expect("handed back"), pipeline.sink());
-    let barrier = swapped.barrier.get();
-    assert_eq!(swapped.replayed_batches, 0);
-    assert!(
-        !old.durable.is_empty() && !new.durable.is_empty(),
-        "the swap came mid-stream"
-    );
-    // The old sink has every row up to the barrier, the new one every row above.
-    assert!(old.durable.iter().all(|d| d.row.commit_ts <= barrier));
-    assert!(new.durable.iter().all(|d| d.row.commit_ts > barrier));
-    assert!(old.closed, "the old sink was closed");
-    // Together: every generated row exactly once, nothing flagged replay, per
-    // table in commit-ts order.
-    let both: Vec<RowId> = old
-        .durable_ids()
-        .into_iter()
-        .chain(new.durable_ids())
-        .collect();
-    assert_eq!(both.len(), row_ids(&txns).len());
-    assert_eq!(per_table(both), per_table(row_ids(&txns)));
-    assert!(old.durable.iter().chain(&new.durable).all(|d| !d.replay()));
-    assert_eq!(report.progress.rows_written, row_ids(&txns).len() as u64);
+    })
 }
 
 /// Runs 20000 generated rows (1 s at 20k rows/s) into `old` and asks for a swap to `new` 120 ms in.
@@ -2082,21 +2102,7 @@ async fn run_with_swap(
         ..config()
     };
     let mut pipeline = Pipeline::new(config, no_filters(), old, CheckpointTs::ZERO);
-    let swaps = pipeline.swaps();
-    let swapper = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(120)).await;
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let request = crate::SwapRequest {
-            sink: new,
-            probation: None,
-            reply,
-        };
-        assert!(
-            swaps.send(request).await.is_ok(),
-            "the pipeline takes swaps"
-        );
-        answer.await.expect("a reply")
-    });
+    let swapper = swap_soon(&mut pipeline, new);
     let generator = DatagenSource::new(source).expect("valid datagen config");
     pipeline
         .run(generator, std::future::pending())
@@ -2815,7 +2821,8 @@ proptest! {
             Ok::<_, String>((pipeline, logged))
         }).map_err(TestCaseError::fail)?;
         let sink = sink.sink();
-        prop_assert!(sink.above_redo.is_empty(), "the sink saw {:?} above the persisted redo resolved ts", &sink.above_redo[..sink.above_redo.len().min(10)]);
+        let above = sink.above_redo.lock().unwrap().clone();
+        prop_assert!(above.is_empty(), "the sink saw {:?} above the persisted redo resolved ts", &above[..above.len().min(10)]);
         prop_assert!(sink.bad_redo_metas.is_empty(), "{:?}", sink.bad_redo_metas);
         let first = first_durable_per_table(sink);
         prop_assert_eq!(&first, &per_table(expected.clone()), "every row durable, in commit-ts order per table");
@@ -2832,4 +2839,105 @@ proptest! {
         prop_assert!(meta.resolved_ts >= txns.last().unwrap().commit_ts.get().max(sink.ddls[0].0));
         prop_assert_eq!(meta.checkpoint_ts, sink.flushes.last().copied().unwrap());
     }
+}
+
+/// Redo flushed every 10 ms, into `dir`, with a 4 MiB share.
+fn fast_redo() -> crate::RedoConfig {
+    crate::RedoConfig {
+        flush_interval: Duration::from_millis(10),
+        meta_flush_interval: Duration::from_millis(10),
+        max_log_size: 1 << 20,
+        memory_bytes: 4 << 20,
+        collect_garbage: true,
+    }
+}
+
+/// A sink that checks every call against the redo meta in `dir`.
+fn behind_redo(dir: &std::path::Path) -> MemorySink {
+    MemorySink {
+        redo_meta: Some(dir.join("cf").join("meta")),
+        ..MemorySink::default()
+    }
+}
+
+/// 20,000 generated rows at 20k rows/s (flushed every 20 ms) through
+/// `filters` into a sink; with a `dir`, behind a redo log there.
+async fn paced<F: Filter + Send + 'static>(
+    dir: Option<&std::path::Path>,
+    filters: Vec<F>,
+) -> (Pipeline<MemorySink, F>, DatagenSource, Vec<Transaction>) {
+    let source = DatagenConfig {
+        rate: 20_000,
+        ..workload(20_000)
+    };
+    let txns = transactions(&source);
+    let config = PipelineConfig {
+        flush_interval: Duration::from_millis(20),
+        ..config()
+    };
+    let sink = dir.map_or_else(MemorySink::default, behind_redo);
+    let mut pipeline = Pipeline::new(config, filters, sink, CheckpointTs::ZERO);
+    if let Some(dir) = dir {
+        pipeline = pipeline.with_redo(redo_log(dir, fast_redo()).await);
+    }
+    let generator = DatagenSource::new(source).expect("valid datagen config");
+    (pipeline, generator, txns)
+}
+
+fn assert_not_past_redo(name: &str, above: &std::sync::Mutex<Vec<u64>>) {
+    let above = above.lock().unwrap();
+    assert!(
+        above.is_empty(),
+        "the {name} sink saw {:?} above the persisted redo resolved ts",
+        &above[..above.len().min(10)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_in_shadow_under_redo_never_sees_past_the_fence() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut pipeline, generator, txns) = paced(Some(dir.path()), vec![Versioned::keeping()]).await;
+    let shadows = pipeline.shadows();
+    let candidate = behind_redo(dir.path());
+    let (acked, candidate_above) = (candidate.acked.clone(), candidate.above_redo.clone());
+    let status = Arc::new(crate::ShadowStatus::default());
+    let starter = tokio::spawn({
+        let status = status.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(120)).await;
+            let command = crate::ShadowCommand::Start {
+                candidate: crate::ShadowCandidate::Sink(candidate),
+                limits: crate::ShadowLimits {
+                    max_lag: Duration::from_secs(10),
+                    max_queued_bytes: 64 << 20,
+                },
+                status,
+            };
+            assert!(shadows.send(command).await.is_ok());
+        }
+    });
+    pipeline
+        .run(generator, std::future::pending())
+        .await
+        .expect("the pipeline succeeds");
+    starter.await.unwrap();
+    let live = pipeline.sink();
+    assert_eq!(per_table(live.durable_ids()), per_table(row_ids(&txns)));
+    // The candidate's task finishes what was queued.
+    let last = txns.last().unwrap().commit_ts.get();
+    for _ in 0..100 {
+        if acked.load(Ordering::SeqCst) >= last {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let s = status.snapshot();
+    assert_eq!(s.dropped, None);
+    assert!(s.rows_written > 0, "{s:?}");
+    assert!(
+        acked.load(Ordering::SeqCst) >= last,
+        "the candidate got the last flush"
+    );
+    assert_not_past_redo("live", &live.above_redo);
+    assert_not_past_redo("candidate", &candidate_above);
 }
