@@ -2,6 +2,7 @@
 //! the data dir, recorded under `name@version` per tenant in the meta store,
 //! checked against their world and precompiled at upload.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -124,9 +125,12 @@ pub struct PluginRegistry {
     runtime: PluginRuntime,
     blobs: PathBuf,
     max_bytes: u64,
-    /// Uploads and deletes one at a time, so that a delete never removes bytes an
-    /// upload just decided to reuse.
+    /// The short end of uploads (bytes and record) and deletes one at a time,
+    /// so that a delete never removes bytes an upload just decided to reuse.
+    /// Never held across a compile.
     changes: tokio::sync::Mutex<()>,
+    /// Who compiles an upload now.
+    compiles: CompileGate,
     /// Checked with every write (the server's ownership).
     guard: Option<Compare>,
 }
@@ -161,6 +165,7 @@ impl PluginRegistry {
             blobs: dir.to_path_buf(),
             max_bytes,
             changes: tokio::sync::Mutex::new(()),
+            compiles: CompileGate::new(),
             guard: None,
         })
     }
@@ -203,37 +208,29 @@ impl PluginRegistry {
             });
         }
         let sha256 = hex_sha256(bytes);
-        let _one_at_a_time = self.changes.lock().await;
         if let Some(existing) = self.get(tenant, id).await? {
-            if existing.sha256 == sha256 && existing.world == world_name(kind) {
-                return Ok(existing);
-            }
-            if existing.sha256 == sha256 {
-                return Err(RegistryError::WorldConflict {
-                    id: id.to_string(),
-                    existing: existing.world,
-                    asked: world_name(kind),
-                });
-            }
-            return Err(RegistryError::Conflict {
-                id: id.to_string(),
-                existing: existing.sha256,
-            });
+            return same_upload(existing, id, &sha256, kind);
         }
-        // Checks the world and precompiles into the runtime's cache; compiling
-        // takes a while, so off the async workers.
-        let runtime = self.runtime.clone();
-        let owned = bytes.to_vec();
-        tokio::task::spawn_blocking(move || runtime.load(kind, &owned))
-            .await
-            .map_err(|e| RegistryError::Io {
-                path: "(compiling)".into(),
-                source: std::io::Error::other(e.to_string()),
-            })?
-            .map_err(|source| RegistryError::NotAPlugin {
-                world: world_name(kind),
-                source,
-            })?;
+        {
+            // Checks the world and precompiles into the runtime's cache;
+            // compiling takes a while, so off the async workers, and in the
+            // tenant's turn: no lock that another tenant's request needs is
+            // held meanwhile.
+            let _turn = self.compiles.enter(tenant).await;
+            let runtime = self.runtime.clone();
+            let owned = bytes.to_vec();
+            tokio::task::spawn_blocking(move || runtime.load(kind, &owned))
+                .await
+                .map_err(|e| RegistryError::Io {
+                    path: "(compiling)".into(),
+                    source: std::io::Error::other(e.to_string()),
+                })?
+                .map_err(|source| RegistryError::NotAPlugin {
+                    world: world_name(kind),
+                    source,
+                })?;
+        }
+        let _one_at_a_time = self.changes.lock().await;
         let path = self.blob_path(&sha256);
         if !path.exists() {
             static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -267,15 +264,8 @@ impl PluginRegistry {
         if !self.store.txn(put).await?.succeeded {
             // Someone uploaded the same id meanwhile: same answer as above.
             return match self.get(tenant, id).await? {
-                Some(existing) if existing.sha256 == record.sha256 => Ok(existing),
-                Some(existing) => Err(RegistryError::Conflict {
-                    id: id.to_string(),
-                    existing: existing.sha256,
-                }),
-                None => Err(RegistryError::NotFound {
-                    tenant: tenant.into(),
-                    id: id.to_string(),
-                }),
+                Some(existing) => same_upload(existing, id, &record.sha256, kind),
+                None => Err(RegistryError::NotOwner),
             };
         }
         Ok(record)
@@ -399,10 +389,83 @@ impl PluginRegistry {
     }
 }
 
+/// The answer to an upload of `sha256` as `id` when `existing` is there
+/// already: the same record for the same bytes and world, else a conflict.
+fn same_upload(
+    existing: PluginRecord,
+    id: &PluginId,
+    sha256: &str,
+    kind: PluginKind,
+) -> Result<PluginRecord, RegistryError> {
+    if existing.sha256 != sha256 {
+        return Err(RegistryError::Conflict {
+            id: id.to_string(),
+            existing: existing.sha256,
+        });
+    }
+    if existing.world != world_name(kind) {
+        return Err(RegistryError::WorldConflict {
+            id: id.to_string(),
+            existing: existing.world,
+            asked: world_name(kind),
+        });
+    }
+    Ok(existing)
+}
+
+/// Turns to compile uploads: one at a time per tenant, and a few at a time
+/// over the server (at least two, so that a tenant whose uploads queue never
+/// holds every turn).
+struct CompileGate {
+    server: Arc<tokio::sync::Semaphore>,
+    tenants: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+}
+
+/// A turn to compile; the next one waits until it is dropped.
+struct CompileTurn {
+    _tenant: tokio::sync::OwnedSemaphorePermit,
+    _server: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl CompileGate {
+    fn new() -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Self {
+            server: Arc::new(tokio::sync::Semaphore::new(cores.max(2))),
+            tenants: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Waits for `tenant`'s turn, then for one of the server's.
+    async fn enter(&self, tenant: &str) -> CompileTurn {
+        let own = {
+            let mut tenants = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
+            // Tenants nobody waits for or holds a turn of are forgotten.
+            tenants.retain(|_, s| Arc::strong_count(s) > 1);
+            tenants
+                .entry(tenant.to_string())
+                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(1)))
+                .clone()
+        };
+        let tenant = own.acquire_owned().await.expect("never closed");
+        let server = self
+            .server
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("never closed");
+        CompileTurn {
+            _tenant: tenant,
+            _server: server,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use sluice_runtime::RuntimeConfig;
+    use std::time::Duration;
 
     fn plugin_bytes(name: &str) -> Vec<u8> {
         std::fs::read(sluice_tests::plugin_path(name)).unwrap()
@@ -496,6 +559,49 @@ mod tests {
         // Listing is per tenant.
         assert_eq!(reg.list("acme").await.unwrap(), vec![record.clone()]);
         assert!(reg.list("other").await.unwrap().is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_tenant_compiling_holds_up_only_its_own_next_upload() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = Arc::new(registry(dir.path()).await);
+        let bytes = Arc::new(plugin_bytes("sink-blackhole"));
+        // Tenant "busy" is compiling (its turn is held here).
+        let turn = reg.compiles.enter("busy").await;
+        let upload = |tenant: &'static str, version: &'static str| {
+            let (reg, bytes) = (reg.clone(), bytes.clone());
+            tokio::spawn(async move {
+                let id: PluginId = format!("sink-blackhole@{version}").parse().unwrap();
+                reg.upload(tenant, &id, PluginKind::Sink, &bytes).await
+            })
+        };
+        let busy_next = upload("busy", "0.2.0");
+        // Another tenant's upload, and a delete, go through meanwhile (the
+        // timeout only guards against a hang).
+        let other = tokio::time::timeout(Duration::from_secs(120), upload("other", "0.1.0"))
+            .await
+            .expect("another tenant's upload does not wait for busy's compile")
+            .unwrap()
+            .unwrap();
+        let id: PluginId = "sink-blackhole@0.1.0".parse().unwrap();
+        tokio::time::timeout(Duration::from_secs(60), reg.delete("other", &id, &[]))
+            .await
+            .expect("a delete does not wait for a compile")
+            .unwrap();
+        assert_eq!(other.sha256, hex_sha256(&bytes));
+        // Busy's next upload has waited for its turn all along.
+        assert!(!busy_next.is_finished());
+        assert!(reg.list("busy").await.unwrap().is_empty());
+        drop(turn);
+        let record = busy_next.await.unwrap().unwrap();
+        assert_eq!(record.plugin_version, "0.2.0");
+        assert_eq!(reg.list("busy").await.unwrap(), vec![record]);
+        // The bytes stay for busy's record though other's was deleted.
+        assert!(
+            reg.load("busy", &"sink-blackhole@0.2.0".parse().unwrap())
+                .await
+                .is_ok()
+        );
     }
 
     #[tokio::test]
