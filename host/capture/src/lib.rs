@@ -10,6 +10,7 @@ mod agent;
 mod builder;
 mod processor;
 pub mod progress;
+mod reserved;
 mod settings;
 pub mod validate;
 mod work;
@@ -27,6 +28,7 @@ pub use agent::Agent;
 pub use builder::{Changefeed, ChangefeedBuilder, UpTo, open_redo};
 pub use processor::{Live, PluginCounters, Processor, SwapStats, plugin_roles};
 pub use progress::{Claim, Counters, MetaProgressStore, Reporter, TaskPosition};
+pub use reserved::Reserved;
 pub use settings::{plugin_data_dir, plugin_settings};
 pub use work::{Capture, registry_error, remove_redo};
 
@@ -48,6 +50,8 @@ pub struct Ctx {
     pub limits: ServerLimits,
     /// `--stop-timeout-ms`.
     pub stop_timeout: Duration,
+    /// The server's own addresses, which no plugin may be granted.
+    pub reserved: Reserved,
 }
 
 /// What a capture registers under `/sluice/v1/capture/{id}` (with its lease).

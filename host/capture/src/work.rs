@@ -155,6 +155,9 @@ impl Capture {
                 )));
             }
         }
+        for (at, plugin, _) in &plugins {
+            self.ctx.reserved.check(at, &plugin.capabilities).await?;
+        }
         for (at, plugin, kind) in &plugins {
             let component = registry
                 .load(tenant, &plugin.plugin)

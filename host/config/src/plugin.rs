@@ -235,6 +235,19 @@ pub struct Capabilities {
     pub sql: BTreeMap<String, String>,
 }
 
+/// A host a grant lets a plugin reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantedHost {
+    /// The key that grants it (`sink.capabilities.http[0]`).
+    pub key: String,
+    /// The grant as written (for a DSN, only its `host:port`).
+    pub grant: String,
+    /// A name or an IP address.
+    pub host: String,
+    /// The port; `None` when every port is granted (an HTTP host without one).
+    pub port: Option<u16>,
+}
+
 /// Most databases granted to one plugin.
 pub const MAX_SQL_GRANTS: usize = 16;
 /// Longest DSN.
@@ -292,6 +305,50 @@ fn dsn_problem(dsn: &str) -> Option<String> {
 }
 
 impl Capabilities {
+    /// Every host these grants let the plugin reach, for a server to check
+    /// against its own addresses (`at` is the plugin's table). Call after
+    /// validation; a DSN's password is never part of it.
+    pub fn hosts(&self, at: &str) -> Vec<GrantedHost> {
+        let mut out = Vec::new();
+        for (i, addr) in self.tcp.iter().enumerate() {
+            if let Ok(a) = addr.parse::<SocketAddr>() {
+                out.push(GrantedHost {
+                    key: format!("{at}.capabilities.tcp[{i}]"),
+                    grant: addr.clone(),
+                    host: a.ip().to_string(),
+                    port: Some(a.port()),
+                });
+            }
+        }
+        for (i, value) in self.http.iter().enumerate() {
+            if let Some((host, port)) = split_host(value) {
+                out.push(GrantedHost {
+                    key: format!("{at}.capabilities.http[{i}]"),
+                    grant: value.clone(),
+                    host: host.to_string(),
+                    port: port.and_then(|p| p.parse().ok()),
+                });
+            }
+        }
+        for (name, dsn) in &self.sql {
+            if let Ok(url) = url::Url::parse(dsn)
+                && let Some(host) = url.host_str()
+            {
+                let default = if url.scheme() == "mysql" { 3306 } else { 5432 };
+                out.push(GrantedHost {
+                    key: format!("{at}.capabilities.sql.{name}"),
+                    grant: format!("{host}:{}", url.port().unwrap_or(default)),
+                    host: host
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .to_string(),
+                    port: Some(url.port().unwrap_or(default)),
+                });
+            }
+        }
+        out
+    }
+
     /// TCP grants are `ip:port` pairs (no name lookups), HTTP grants hosts with
     /// an optional port, at most [`MAX_GRANTS`] of each; the data dir is a path
     /// in `sluice run` and `true` in a server (which chooses where).
@@ -357,6 +414,19 @@ impl Capabilities {
 }
 
 /// `name` or `name:port`: no scheme, no path, a port in 1..=65535.
+/// `host[:port]` or `[v6]:port` split into host and port text; `None` when a
+/// `[` is not closed.
+fn split_host(value: &str) -> Option<(&str, Option<&str>)> {
+    if let Some(rest) = value.strip_prefix('[') {
+        let (host, tail) = rest.split_once(']')?;
+        return Some((host, tail.strip_prefix(':')));
+    }
+    Some(match value.rsplit_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (value, None),
+    })
+}
+
 fn http_host_problem(value: &str) -> Option<String> {
     if value.is_empty() || value.len() > MAX_GRANT_CHARS || value.chars().any(char::is_control) {
         return Some(format!(
@@ -369,16 +439,8 @@ fn http_host_problem(value: &str) -> Option<String> {
     if value.contains('/') {
         return Some("write the host without a path".into());
     }
-    let (host, port) = if let Some(rest) = value.strip_prefix('[') {
-        match rest.split_once(']') {
-            Some((host, tail)) => (host, tail.strip_prefix(':')),
-            None => return Some("an IPv6 address needs a closing `]`".into()),
-        }
-    } else {
-        match value.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (value, None),
-        }
+    let Some((host, port)) = split_host(value) else {
+        return Some("an IPv6 address needs a closing `]`".into());
     };
     if host.is_empty() || host.chars().any(char::is_whitespace) {
         return Some("the host is empty or contains spaces".into());

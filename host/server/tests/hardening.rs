@@ -286,6 +286,72 @@ fn extreme_values_are_refused_or_run_and_can_be_paused_and_removed() {
 }
 
 /// The current time as a TSO.
+#[test]
+fn a_changefeed_cannot_grant_its_plugin_the_servers_own_listeners() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(&dir.path().join("data"), &[]);
+    upload_plugins(&server);
+    let grpc = server.grpc.trim_start_matches("http://").to_string();
+    let http = server.http.trim_start_matches("http://").to_string();
+    let (grpc_port, http_port) = (
+        grpc.rsplit_once(':').unwrap().1.to_string(),
+        http.rsplit_once(':').unwrap().1.to_string(),
+    );
+    let grants = |section: &str| BASE.replace("\n[pipeline]", &format!("\n{section}\n[pipeline]"));
+    let cases = [
+        (
+            format!("[sink.capabilities]\ntcp = [\"127.0.0.1:{grpc_port}\"]"),
+            format!(
+                "sink.capabilities.tcp[0]: `127.0.0.1:{grpc_port}` reaches this server's gRPC listener ({grpc})"
+            ),
+        ),
+        (
+            format!("[sink.capabilities]\nhttp = [\"localhost:{http_port}\"]"),
+            format!(
+                "sink.capabilities.http[0]: `localhost:{http_port}` reaches this server's HTTP listener ({http})"
+            ),
+        ),
+        (
+            "[sink.capabilities]\nhttp = [\"127.0.0.1\"]".to_string(),
+            "a host without a port grants every port of it: name the port".to_string(),
+        ),
+    ];
+    let files = dir.path().join("files");
+    std::fs::create_dir_all(&files).unwrap();
+    for (n, (section, want)) in cases.iter().enumerate() {
+        let file = files.join(format!("g{n}.toml"));
+        std::fs::write(&file, grants(section)).unwrap();
+        let (ok, _, err) = server.cli(&[
+            "changefeed",
+            "create",
+            "-c",
+            &format!("g{n}"),
+            "--config",
+            file.to_str().unwrap(),
+        ]);
+        assert!(!ok, "{section} was granted");
+        assert!(err.starts_with("error: invalid argument: "), "{err}");
+        assert!(err.contains(want.as_str()), "{err}\nwant: {want}");
+    }
+    // Another port of this machine is granted.
+    let file = files.join("ok.toml");
+    std::fs::write(
+        &file,
+        grants("[sink.capabilities]\ntcp = [\"127.0.0.1:9\"]"),
+    )
+    .unwrap();
+    let (ok, _, err) = server.cli(&[
+        "changefeed",
+        "create",
+        "-c",
+        "ok",
+        "--config",
+        file.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert_alive(&mut server, "grants");
+}
+
 fn now_tso() -> u64 {
     let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

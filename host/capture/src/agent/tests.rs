@@ -75,6 +75,7 @@ async fn fixture() -> Fixture {
             max_tenant_instances: 1024,
         },
         stop_timeout: Duration::from_secs(10),
+        reserved: crate::Reserved::default(),
     })));
     Fixture {
         _dir: dir,

@@ -257,6 +257,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         owner_guard: owner_guard.clone(),
         limits,
         stop_timeout,
+        reserved: sluice_capture::Reserved::new(
+            vec![("gRPC listener", addr), ("HTTP listener", http_addr)],
+            args.etcd.clone(),
+        ),
     })));
     let keeper = tokio::spawn(keep_alive(store.clone(), give_up.clone(), lease.0, lease.1));
     let context = Arc::new(ServerContext {
