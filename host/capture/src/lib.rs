@@ -54,6 +54,22 @@ pub struct Ctx {
     pub reserved: Reserved,
 }
 
+impl Ctx {
+    /// [`plugin_settings`] of a plugin this capture runs: besides its grants,
+    /// the server's own listeners, which it never reaches.
+    pub fn plugin_settings<P: std::fmt::Display>(
+        &self,
+        plugin: &sluice_config::PluginConfig<P>,
+        changefeed: &str,
+        name: String,
+        data_dir: Option<PathBuf>,
+    ) -> sluice_runtime::PluginSettings {
+        let mut settings = plugin_settings(plugin, changefeed, name, data_dir);
+        settings.capabilities.reserved = self.reserved.listeners();
+        settings
+    }
+}
+
 /// What a capture registers under `/sluice/v1/capture/{id}` (with its lease).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -27,7 +27,7 @@ use crate::Ctx;
 use crate::builder::open_redo;
 use crate::builder::{Changefeed, ChangefeedBuilder};
 use crate::progress::{Claim, Counters, MetaProgressStore, Reporter};
-use crate::settings::{plugin_data_dir, plugin_settings};
+use crate::settings::plugin_data_dir;
 use sluice_registry::RegistryError;
 
 /// What can be seen of a running processor.
@@ -583,7 +583,7 @@ async fn build_sink(
     let dir = data_dir(ctx, id, table, role)?;
     match WasmSink::new(
         component,
-        plugin_settings(table, &id.to_string(), table.plugin.to_string(), dir),
+        ctx.plugin_settings(table, &id.to_string(), table.plugin.to_string(), dir),
     ) {
         Ok(s) => Ok(s.with_stats(stats)),
         Err(e) => Err(failed(ErrorKind::Config, format!("sink: {e}"))),
@@ -636,7 +636,7 @@ async fn build_filter(
     let dir = data_dir(ctx, id, table, role)?;
     match WasmFilter::new(
         component,
-        plugin_settings(table, &id.to_string(), table.plugin.to_string(), dir),
+        ctx.plugin_settings(table, &id.to_string(), table.plugin.to_string(), dir),
     ) {
         Ok(f) => Ok(f.with_stats(stats)),
         Err(e) => Err(failed(ErrorKind::Config, format!("{at}: {e}"))),

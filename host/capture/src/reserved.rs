@@ -30,6 +30,13 @@ impl Reserved {
         Self { listeners, meta }
     }
 
+    /// The listeners' addresses, which a running plugin's HTTP requests are
+    /// checked against when they are sent (a name may resolve elsewhere
+    /// later than when it was granted).
+    pub fn listeners(&self) -> Vec<SocketAddr> {
+        self.listeners.iter().map(|(_, a)| *a).collect()
+    }
+
     /// Refuses grants in `caps` (of the plugin table `at`) that reach one of
     /// the server's own addresses.
     pub async fn check(&self, at: &str, caps: &Capabilities) -> Result<(), OwnerError> {
@@ -49,8 +56,10 @@ impl Reserved {
         for granted in caps.hosts(at) {
             let ips = resolve_host(&granted).await;
             for (what, addr) in &reserved {
-                let port_hit = granted.port.is_none_or(|p| p == addr.port());
-                if port_hit && ips.iter().any(|ip| same_host(*ip, addr.ip())) {
+                if ips
+                    .iter()
+                    .any(|ip| sluice_runtime::reaches(*ip, granted.port, *addr))
+                {
                     let every_port = if granted.port.is_none() {
                         " (a host without a port grants every port of it: name the port)"
                     } else {
@@ -90,23 +99,6 @@ async fn resolve_host(granted: &GrantedHost) -> Vec<IpAddr> {
         Ok(Ok(addrs)) => addrs.map(|a| a.ip()).collect(),
         _ => Vec::new(),
     }
-}
-
-/// Whether a connection to `a` may reach a listener on `b`: the same address,
-/// or both this machine's (a listener on 0.0.0.0 takes connections to every
-/// local address).
-fn same_host(a: IpAddr, b: IpAddr) -> bool {
-    let (a, b) = (a.to_canonical(), b.to_canonical());
-    a == b || (is_local(a) && is_local(b))
-}
-
-/// Whether `ip` is this machine's: loopback, unspecified (a connection to it
-/// goes to this machine), or an address of one of its interfaces (one it can
-/// bind to).
-fn is_local(ip: IpAddr) -> bool {
-    ip.is_loopback()
-        || ip.is_unspecified()
-        || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
 #[cfg(test)]

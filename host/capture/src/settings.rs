@@ -41,6 +41,8 @@ pub fn plugin_settings<P: Display>(
                 .filter_map(|a| a.parse().ok())
                 .collect(),
             http_allow: plugin.capabilities.http.clone(),
+            // A server adds its own listeners (`Ctx::plugin_settings`).
+            reserved: Vec::new(),
             sql: plugin
                 .capabilities
                 .sql

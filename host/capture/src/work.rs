@@ -163,7 +163,7 @@ impl Capture {
                 .load(tenant, &plugin.plugin)
                 .await
                 .map_err(registry_error)?;
-            let settings = crate::plugin_settings(
+            let settings = self.ctx.plugin_settings(
                 plugin,
                 &info.id.to_string(),
                 plugin.plugin.to_string(),

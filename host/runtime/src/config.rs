@@ -1,6 +1,6 @@
 //! Runtime, quota and capability settings.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -89,6 +89,10 @@ pub struct Capabilities {
     pub tcp_allow: Vec<SocketAddr>,
     /// Hosts (`name` or `name:port`) the plugin may send HTTP requests to.
     pub http_allow: Vec<String>,
+    /// Addresses the plugin never reaches, whatever its grants (a server's
+    /// own listeners): an HTTP request whose host resolves to one of them
+    /// when it is sent is refused (see [`reaches`]).
+    pub reserved: Vec<SocketAddr>,
     /// Databases the host runs statements on for the plugin (the `sql`
     /// interface): (grant name, DSN). A sink only.
     pub sql: Vec<(String, String)>,
@@ -124,4 +128,25 @@ impl PluginSettings {
             capabilities: Capabilities::default(),
         }
     }
+}
+
+/// Whether a connection to `ip` (at `port`, or at any port when `None`) may
+/// reach what listens on `listener`: the same address, or both this
+/// machine's (a listener on 0.0.0.0 takes connections to every local
+/// address).
+pub fn reaches(ip: IpAddr, port: Option<u16>, listener: SocketAddr) -> bool {
+    if port.is_some_and(|p| p != listener.port()) {
+        return false;
+    }
+    let (a, b) = (ip.to_canonical(), listener.ip().to_canonical());
+    a == b || (is_local(a) && is_local(b))
+}
+
+/// Whether `ip` is this machine's: loopback, unspecified (a connection to it
+/// goes to this machine), or an address of one of its interfaces (one it can
+/// bind to).
+fn is_local(ip: IpAddr) -> bool {
+    ip.is_loopback()
+        || ip.is_unspecified()
+        || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }

@@ -26,7 +26,7 @@ mod stderr;
 mod thread;
 
 pub use component::{CONTRACT_VERSION, PluginComponent, PluginKind};
-pub use config::{Capabilities, PluginLimits, PluginSettings, RuntimeConfig};
+pub use config::{Capabilities, PluginLimits, PluginSettings, RuntimeConfig, reaches};
 pub use error::{LoadError, RuntimeError};
 pub use filter::WasmFilter;
 pub use runtime::PluginRuntime;

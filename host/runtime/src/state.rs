@@ -305,6 +305,38 @@ impl CpuBudget {
 /// socket check, so the policy sits here).
 pub(crate) struct HttpPolicy {
     allow: Arc<Vec<String>>,
+    /// Never reached, whatever `allow` says (checked against what the host
+    /// resolves to when the request is sent, not only when it was granted).
+    reserved: Arc<Vec<SocketAddr>>,
+}
+
+/// How long a request's host may take to resolve for the reserved check.
+const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether `uri`'s host resolves, now, to one of `reserved`.
+async fn resolves_to_reserved(uri: &http::Uri, reserved: &[SocketAddr]) -> bool {
+    let Some(host) = uri.host() else { return true };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = uri
+        .port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        });
+    let ips: Vec<std::net::IpAddr> = match host.parse() {
+        Ok(ip) => vec![ip],
+        Err(_) => {
+            match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port))).await
+            {
+                Ok(Ok(addrs)) => addrs.map(|a| a.ip()).collect(),
+                // Unresolvable now: the send cannot connect either.
+                _ => Vec::new(),
+            }
+        }
+    };
+    ips.iter()
+        .any(|ip| reserved.iter().any(|r| crate::reaches(*ip, Some(port), *r)))
 }
 
 impl HttpPolicy {
@@ -341,8 +373,13 @@ impl WasiHttpHooks for HttpPolicy {
             tracing::warn!(uri = %request.uri(), "Plugin HTTP request denied: host not on the allowlist.");
             return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
         }
+        let reserved = self.reserved.clone();
         Box::new(async move {
             use http_body_util::BodyExt;
+            if !reserved.is_empty() && resolves_to_reserved(request.uri(), &reserved).await {
+                tracing::warn!(uri = %request.uri(), "Plugin HTTP request denied: the host resolves to one of the server's own listeners.");
+                return Err(wasmtime_wasi_http::Error::HttpRequestDenied);
+            }
             let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
             Ok((
                 res.map(BodyExt::boxed_unsync),
@@ -424,6 +461,7 @@ impl PluginState {
                 table,
                 hooks: HttpPolicy {
                     allow: Arc::new(caps.http_allow.clone()),
+                    reserved: Arc::new(caps.reserved.clone()),
                 },
                 quota: MemoryQuota {
                     limit: settings.limits.memory_bytes,
@@ -591,6 +629,27 @@ impl host::Host for PluginState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_request_to_a_host_that_resolves_to_a_reserved_listener_is_caught_when_sent() {
+        let reserved: Vec<SocketAddr> = vec![
+            "0.0.0.0:8300".parse().unwrap(),
+            "127.0.0.1:8301".parse().unwrap(),
+        ];
+        let hit = |uri: &str| {
+            let uri: http::Uri = uri.parse().unwrap();
+            let reserved = reserved.clone();
+            async move { resolves_to_reserved(&uri, &reserved).await }
+        };
+        // A name resolved at send time, an address, IPv6 loopback.
+        assert!(hit("http://localhost:8301/hook").await);
+        assert!(hit("http://127.0.0.1:8300/").await);
+        assert!(hit("http://[::1]:8300/").await);
+        // Another port, another machine.
+        assert!(!hit("http://localhost:9000/").await);
+        assert!(!hit("https://localhost/").await);
+        assert!(!hit("http://10.255.255.1:8300/").await);
+    }
 
     #[test]
     fn gauges_refuse_nan_infinities_and_empty_names() {
