@@ -28,6 +28,8 @@ struct Server {
     grpc: String,
     http: String,
     child: std::process::Child,
+    /// The server's admin token (from its data dir).
+    token: String,
 }
 
 impl Server {
@@ -35,6 +37,7 @@ impl Server {
         let out = Command::new(&self.bin)
             .args(["cli", "--server", &self.grpc, "--output", "json"])
             .args(args)
+            .env("SLUICE_TOKEN", &self.token)
             .output()
             .unwrap();
         assert!(
@@ -52,7 +55,8 @@ impl Server {
         let mut s = std::net::TcpStream::connect(host).unwrap();
         write!(
             s,
-            "GET /api/v1/changefeeds/default/{name} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+            "GET /api/v1/changefeeds/default/{name} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            self.token
         )
         .unwrap();
         let mut text = String::new();
@@ -102,6 +106,10 @@ fn main() {
         grpc: format!("http://{}", words[4]),
         http: format!("http://{}", words[6]),
         child,
+        token: std::fs::read_to_string(dir.path().join("server/admin-token"))
+            .unwrap()
+            .trim()
+            .to_string(),
     };
     let wasm = sluice_tests::plugin_path("sink-blackhole");
     for version in ["0.1.0", "0.2.0"] {

@@ -202,6 +202,7 @@ fn ensure_system_tools() -> Result<()> {
         ("ls /usr/lib/postgresql/*/bin/initdb", "postgresql"),
         ("command -v psql", "postgresql-client"),
         ("command -v sysbench", "sysbench"),
+        ("command -v curl", "curl"),
     ]
     .into_iter()
     .filter(|(check, _)| {
@@ -222,7 +223,7 @@ fn ensure_system_tools() -> Result<()> {
         .args(&missing)
         .env("DEBIAN_FRONTEND", "noninteractive"))
     .context(
-        "installing the system tools failed; install protobuf-compiler, libprotobuf-dev, etcd-server, mariadb-server, mariadb-client, postgresql, postgresql-client and sysbench yourself",
+        "installing the system tools failed; install protobuf-compiler, libprotobuf-dev, etcd-server, mariadb-server, mariadb-client, postgresql, postgresql-client, sysbench and curl yourself",
     )
 }
 

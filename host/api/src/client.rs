@@ -11,11 +11,13 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
 use crate::json::{
-    capture_json, changefeed_json, plugin_json, rollout_json, shadow_json, status_json,
+    audit_json, capture_json, changefeed_json, plugin_json, rollout_json, shadow_json, status_json,
+    tenant_json, token_json,
 };
 use crate::v1::changefeed_service_client::ChangefeedServiceClient;
 use crate::v1::cluster_service_client::ClusterServiceClient;
 use crate::v1::plugin_service_client::PluginServiceClient;
+use crate::v1::tenant_service_client::TenantServiceClient;
 use tonic::transport::Channel;
 
 /// `sluice cli`: global options and the command.
@@ -32,9 +34,19 @@ pub struct CliArgs {
     /// How to print results.
     #[arg(long, value_enum, default_value_t = Output::Table, global = true)]
     pub output: Output,
-    /// The tenant (changefeed ids without `tenant/` and plugins belong to it).
-    #[arg(long, env = "SLUICE_TENANT", default_value = "default", global = true)]
-    pub tenant: String,
+    /// The tenant (changefeed ids without `tenant/` and plugins belong to
+    /// it); by default the token's own.
+    #[arg(long, env = "SLUICE_TENANT", global = true)]
+    pub tenant: Option<String>,
+    /// The CA certificate (PEM) that signed the server's: talk TLS
+    /// (`https://`) to a server started with --tls-cert.
+    #[arg(long, env = "SLUICE_CA", global = true)]
+    pub ca: Option<PathBuf>,
+    /// A file holding the API token. Without it: the SLUICE_TOKEN
+    /// environment variable, then `.sluice-server/admin-token` (the token a
+    /// server writes into its default data dir at its first start).
+    #[arg(long, env = "SLUICE_TOKEN_FILE", global = true)]
+    pub token_file: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: CliCommand,
@@ -61,6 +73,22 @@ pub enum CliCommand {
     /// The captures (server processes) of the cluster.
     #[command(subcommand)]
     Capture(CaptureCommand),
+    /// Create, inspect and remove tenants (admin).
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+    /// Create, list and revoke API tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// The audit log: changes made through the API and refused attempts
+    /// (of --tenant; an admin without --tenant: every tenant's).
+    Audit {
+        /// Entries from this long ago on (`1h`, `7d`); without it, all kept.
+        #[arg(long)]
+        since: Option<String>,
+        /// The newest this many.
+        #[arg(long, default_value_t = 1000)]
+        limit: u32,
+    },
     /// The server's health and owner.
     Status,
 }
@@ -279,6 +307,187 @@ pub enum PluginCommand {
     },
 }
 
+/// `sluice cli tenant ...`.
+#[derive(Debug, Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant (admin).
+    Create {
+        /// The tenant's name.
+        name: String,
+    },
+    /// The tenants the token may see, with what each owns.
+    List,
+    /// One tenant with what it owns (by default the token's own).
+    Get {
+        /// The tenant's name.
+        name: Option<String>,
+    },
+    /// Remove a tenant that owns no changefeed and no plugin, with its
+    /// tokens (admin).
+    Remove {
+        /// The tenant's name.
+        name: String,
+    },
+    /// A tenant's quotas (admin).
+    #[command(subcommand)]
+    Quota(QuotaCommand),
+}
+
+/// `sluice cli tenant quota ...`.
+#[derive(Debug, Subcommand)]
+pub enum QuotaCommand {
+    /// Change some of a tenant's quotas (the others stay); `none` removes
+    /// one. Sizes read like `64MiB`, `2GiB` or a number of bytes.
+    Set {
+        /// The tenant's name.
+        name: String,
+        /// Changefeeds that are not removed.
+        #[arg(long)]
+        max_changefeeds: Option<String>,
+        /// Bytes of uploaded plugins.
+        #[arg(long)]
+        max_plugin_bytes: Option<String>,
+        /// Uploaded plugin versions.
+        #[arg(long)]
+        max_plugin_versions: Option<String>,
+        /// Summed `limits.memory` of the plugins of its changefeeds.
+        #[arg(long)]
+        max_plugin_memory: Option<String>,
+    },
+}
+
+/// A flag's duration (`90d`, `12h`).
+fn duration_flag(flag: &str, text: &str) -> Result<std::time::Duration, tonic::Status> {
+    humantime::parse_duration(text).map_err(|e| {
+        tonic::Status::invalid_argument(format!("{flag} `{text}`: {e} (write it like 90d or 12h)"))
+    })
+}
+
+/// Now, since the Unix epoch.
+fn since_epoch() -> std::time::Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// A quota flag's new value: `None` to keep, `Some(None)` to remove.
+fn quota_flag(
+    flag: &str,
+    value: Option<&String>,
+    size: bool,
+) -> Result<Option<Option<u64>>, tonic::Status> {
+    let Some(text) = value else { return Ok(None) };
+    if text == "none" {
+        return Ok(Some(None));
+    }
+    let parsed = if size {
+        text.parse::<sluice_config::ByteSize>().map(|b| b.0)
+    } else {
+        text.parse::<u64>().map_err(|e| e.to_string())
+    };
+    parsed
+        .map(|n| Some(Some(n)))
+        .map_err(|e| tonic::Status::invalid_argument(format!("{flag} `{text}`: {e} (or `none`)")))
+}
+
+/// `sluice cli token ...`.
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a token in --tenant (by default the caller's) and print it once:
+    /// it cannot be read again.
+    Create {
+        /// admin, tenant-admin or viewer.
+        #[arg(long)]
+        role: String,
+        /// How long it works (`90d`, `12h`); without it, until revoked.
+        #[arg(long)]
+        expires_in: Option<String>,
+        /// What it is for.
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// The tokens of --tenant (by default the caller's); never their secrets.
+    List {
+        /// Every tenant's tokens (admin).
+        #[arg(long)]
+        all_tenants: bool,
+    },
+    /// Revoke a token: it never works again.
+    Revoke {
+        /// The token's id (the 16 hex digits after `sluice_`).
+        id: String,
+    },
+    /// The token this command runs with: its id, tenant and role.
+    Whoami,
+}
+
+/// Adds the bearer token to every call.
+#[derive(Clone)]
+pub struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl Bearer {
+    /// `authorization: Bearer TOKEN` on every call (none for `None`).
+    pub fn new(token: Option<&str>) -> anyhow::Result<Self> {
+        token
+            .map(|t| {
+                format!("Bearer {}", t.trim())
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("the token is not printable ASCII text"))
+            })
+            .transpose()
+            .map(Self)
+    }
+}
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// A channel that sends the token with every call.
+pub type Authorized = tonic::service::interceptor::InterceptedService<Channel, Bearer>;
+
+/// The token `sluice cli` runs with: `--token-file`, else `SLUICE_TOKEN`,
+/// else the admin token of a server on this machine at `server` (the note
+/// it left), else the default data dir's admin token, else none.
+pub fn find_token(
+    token_file: Option<&std::path::Path>,
+    server: &str,
+) -> anyhow::Result<Option<String>> {
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path)
+            .map(|t| t.trim().to_string())
+            .with_context(|| format!("cannot read the token file {}", path.display()))
+    };
+    if let Some(path) = token_file {
+        return read(path).map(Some);
+    }
+    if let Ok(token) = std::env::var("SLUICE_TOKEN")
+        && !token.trim().is_empty()
+    {
+        return Ok(Some(token.trim().to_string()));
+    }
+    if let Some(file) = sluice_auth::local::noted_token_file(server)
+        && let Ok(token) = std::fs::read_to_string(&file)
+    {
+        return Ok(Some(token.trim().to_string()));
+    }
+    let default = std::path::Path::new(".sluice-server").join(sluice_auth::ADMIN_TOKEN_FILE);
+    if default.exists() {
+        return read(&default).map(Some);
+    }
+    Ok(None)
+}
+
 /// `sluice cli capture ...`.
 #[derive(Debug, Subcommand)]
 pub enum CaptureCommand {
@@ -288,22 +497,24 @@ pub enum CaptureCommand {
 
 /// Runs one CLI command; a server error becomes one line.
 pub async fn run(args: CliArgs) -> anyhow::Result<()> {
-    let channel = Channel::from_shared(args.server.clone())
-        .with_context(|| format!("--server `{}` is not a URL", args.server))?
+    let channel = endpoint(&args.server, args.ca.as_deref())?
         .connect()
         .await
         .with_context(|| format!("cannot reach the server at {}", args.server))?;
-    let out = execute(&args, channel).await.map_err(|status| {
-        anyhow::anyhow!(
-            "{}: {}",
-            code_name(status.code()),
-            status
-                .message()
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ")
-        )
-    })?;
+    let token = find_token(args.token_file.as_deref(), &args.server)?;
+    let out = execute(&args, channel, Bearer::new(token.as_deref())?)
+        .await
+        .map_err(|status| {
+            anyhow::anyhow!(
+                "{}: {}",
+                code_name(status.code()),
+                status
+                    .message()
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )
+        })?;
     // A closed stdout (`sluice cli ... | head`) ends the output quietly.
     match print(&mut std::io::stdout().lock(), args.output, &out) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
@@ -311,8 +522,39 @@ pub async fn run(args: CliArgs) -> anyhow::Result<()> {
     }
 }
 
+/// The server at `url`; over TLS when `ca` (the CA's certificate) is given.
+pub fn endpoint(
+    url: &str,
+    ca: Option<&std::path::Path>,
+) -> anyhow::Result<tonic::transport::Endpoint> {
+    let Some(ca) = ca else {
+        if url.starts_with("https://") {
+            anyhow::bail!(
+                "--server {url} speaks TLS: give the CA certificate that signed its certificate with --ca FILE (or SLUICE_CA)"
+            );
+        }
+        return Channel::from_shared(url.to_string())
+            .with_context(|| format!("--server `{url}` is not a URL"));
+    };
+    let url = match url.strip_prefix("http://") {
+        Some(rest) => format!("https://{rest}"),
+        None => url.to_string(),
+    };
+    let pem = std::fs::read(ca).with_context(|| format!("cannot read --ca {}", ca.display()))?;
+    let endpoint = Channel::from_shared(url.clone())
+        .with_context(|| format!("--server `{url}` is not a URL"))?;
+    let host = endpoint.uri().host().unwrap_or("localhost").to_string();
+    endpoint
+        .tls_config(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(pem))
+                .domain_name(host.trim_start_matches('[').trim_end_matches(']')),
+        )
+        .with_context(|| format!("--ca {}", ca.display()))
+}
+
 /// What kind of refusal a gRPC code is, as the first part of the one-line error.
-fn code_name(code: tonic::Code) -> &'static str {
+pub(crate) fn code_name(code: tonic::Code) -> &'static str {
     use tonic::Code::*;
     match code {
         Ok => "ok",
@@ -384,11 +626,12 @@ fn read(path: &PathBuf) -> Result<String, tonic::Status> {
     Ok(text)
 }
 
-async fn execute(args: &CliArgs, channel: Channel) -> Result<Out, tonic::Status> {
-    let tenant = args.tenant.as_str();
-    let mut feeds = ChangefeedServiceClient::new(channel.clone());
-    let mut plugins = PluginServiceClient::new(channel.clone());
-    let mut cluster = ClusterServiceClient::new(channel);
+async fn execute(args: &CliArgs, channel: Channel, bearer: Bearer) -> Result<Out, tonic::Status> {
+    let tenant = args.tenant.as_deref().unwrap_or("");
+    let mut feeds = ChangefeedServiceClient::with_interceptor(channel.clone(), bearer.clone());
+    let mut plugins = PluginServiceClient::with_interceptor(channel.clone(), bearer.clone());
+    let mut tenants = TenantServiceClient::with_interceptor(channel.clone(), bearer.clone());
+    let mut cluster = ClusterServiceClient::with_interceptor(channel, bearer);
     let one = |c: pb::Changefeed| Out::One(changefeed_json(&c));
     Ok(match &args.command {
         CliCommand::Changefeed(cmd) => match cmd {
@@ -407,14 +650,21 @@ async fn execute(args: &CliArgs, channel: Channel) -> Result<Out, tonic::Status>
                 .await?
                 .into_inner()),
             ChangefeedCommand::List { all_tenants } => {
+                // An empty tenant lists every tenant the token may see; without
+                // --all-tenants, only --tenant or the token's own.
+                let tenant = match (all_tenants, tenant) {
+                    (true, _) => String::new(),
+                    (false, "") => {
+                        tenants
+                            .who_am_i(pb::WhoAmIRequest {})
+                            .await?
+                            .into_inner()
+                            .tenant
+                    }
+                    (false, t) => t.to_string(),
+                };
                 let list = feeds
-                    .list_changefeeds(pb::ListChangefeedsRequest {
-                        tenant: if *all_tenants {
-                            String::new()
-                        } else {
-                            tenant.into()
-                        },
-                    })
+                    .list_changefeeds(pb::ListChangefeedsRequest { tenant })
                     .await?
                     .into_inner();
                 Out::Rows(
@@ -660,6 +910,159 @@ async fn execute(args: &CliArgs, channel: Channel) -> Result<Out, tonic::Status>
                 }
             }
         },
+        CliCommand::Tenant(cmd) => {
+            let named = |name: &str| pb::TenantRef { name: name.into() };
+            match cmd {
+                TenantCommand::Create { name } => Out::One(tenant_json(
+                    &tenants.create_tenant(named(name)).await?.into_inner(),
+                )),
+                TenantCommand::List => {
+                    let list = tenants
+                        .list_tenants(pb::ListTenantsRequest {})
+                        .await?
+                        .into_inner();
+                    Out::Rows(
+                        vec!["name", "changefeeds", "plugins", "plugin-bytes", "tokens"],
+                        list.tenants.iter().map(tenant_json).collect(),
+                    )
+                }
+                TenantCommand::Get { name } => Out::One(tenant_json(
+                    &tenants
+                        .get_tenant(named(name.as_deref().unwrap_or(tenant)))
+                        .await?
+                        .into_inner(),
+                )),
+                TenantCommand::Remove { name } => Out::One(tenant_json(
+                    &tenants.remove_tenant(named(name)).await?.into_inner(),
+                )),
+                TenantCommand::Quota(QuotaCommand::Set {
+                    name,
+                    max_changefeeds,
+                    max_plugin_bytes,
+                    max_plugin_versions,
+                    max_plugin_memory,
+                }) => {
+                    let current = tenants.get_tenant(named(name)).await?.into_inner();
+                    let mut quota = current.quota.unwrap_or_default();
+                    for (slot, flag, value, size) in [
+                        (
+                            &mut quota.max_changefeeds,
+                            "--max-changefeeds",
+                            max_changefeeds,
+                            false,
+                        ),
+                        (
+                            &mut quota.max_plugin_bytes,
+                            "--max-plugin-bytes",
+                            max_plugin_bytes,
+                            true,
+                        ),
+                        (
+                            &mut quota.max_plugin_versions,
+                            "--max-plugin-versions",
+                            max_plugin_versions,
+                            false,
+                        ),
+                        (
+                            &mut quota.max_plugin_memory,
+                            "--max-plugin-memory",
+                            max_plugin_memory,
+                            true,
+                        ),
+                    ] {
+                        if let Some(v) = quota_flag(flag, value.as_ref(), size)? {
+                            *slot = v;
+                        }
+                    }
+                    Out::One(tenant_json(
+                        &tenants
+                            .set_tenant_quota(pb::SetTenantQuotaRequest {
+                                name: name.clone(),
+                                quota: Some(quota),
+                            })
+                            .await?
+                            .into_inner(),
+                    ))
+                }
+            }
+        }
+        CliCommand::Token(cmd) => match cmd {
+            TokenCommand::Create {
+                role,
+                expires_in,
+                description,
+            } => {
+                let expires_at_ms = match expires_in {
+                    None => 0,
+                    Some(text) => {
+                        let (now, d) = (since_epoch(), duration_flag("--expires-in", text)?);
+                        u64::try_from((now + d).as_millis()).map_err(|_| {
+                            tonic::Status::invalid_argument("--expires-in is too far away")
+                        })?
+                    }
+                };
+                let made = tenants
+                    .create_token(pb::CreateTokenRequest {
+                        tenant: tenant.into(),
+                        role: role.clone(),
+                        expires_at_ms,
+                        description: description.clone(),
+                    })
+                    .await?
+                    .into_inner();
+                let mut v = token_json(&made.info.unwrap_or_default());
+                v["token"] = Value::String(made.token);
+                Out::One(v)
+            }
+            TokenCommand::List { all_tenants } => {
+                let list = tenants
+                    .list_tokens(pb::ListTokensRequest {
+                        tenant: if *all_tenants {
+                            "*".into()
+                        } else {
+                            tenant.into()
+                        },
+                    })
+                    .await?
+                    .into_inner();
+                Out::Rows(
+                    vec!["id", "tenant", "role", "state", "expires", "description"],
+                    list.tokens.iter().map(token_json).collect(),
+                )
+            }
+            TokenCommand::Revoke { id } => Out::One(token_json(
+                &tenants
+                    .revoke_token(pb::TokenRef { id: id.clone() })
+                    .await?
+                    .into_inner(),
+            )),
+            TokenCommand::Whoami => Out::One(token_json(
+                &tenants.who_am_i(pb::WhoAmIRequest {}).await?.into_inner(),
+            )),
+        },
+        CliCommand::Audit { since, limit } => {
+            let since_ms = match since {
+                None => 0,
+                Some(text) => {
+                    let d = duration_flag("--since", text)?;
+                    since_epoch().saturating_sub(d).as_millis() as u64
+                }
+            };
+            let list = tenants
+                .list_audit(pb::ListAuditRequest {
+                    tenant: tenant.into(),
+                    since_ms,
+                    limit: *limit,
+                })
+                .await?
+                .into_inner();
+            Out::Rows(
+                vec![
+                    "at", "token", "role", "address", "action", "tenant", "outcome", "message",
+                ],
+                list.entries.iter().map(audit_json).collect(),
+            )
+        }
         CliCommand::Capture(CaptureCommand::List) => {
             let list = cluster
                 .list_captures(pb::ListCapturesRequest {})

@@ -1,6 +1,7 @@
 //! The one place where domain errors become gRPC codes and HTTP statuses.
 
 use axum::http::StatusCode;
+use sluice_auth::AuthError;
 use sluice_owner::OwnerError;
 use sluice_registry::RegistryError;
 use tonic::Status;
@@ -30,6 +31,48 @@ pub fn http_status(e: &OwnerError) -> StatusCode {
         OwnerError::DataLoss(_) | OwnerError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         OwnerError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
     }
+}
+
+/// The gRPC status of an authentication, authorization or tenancy error.
+pub fn auth_status(e: AuthError) -> Status {
+    match e {
+        AuthError::Unauthenticated(m) => Status::unauthenticated(m),
+        AuthError::Denied(m) => Status::permission_denied(m),
+        AuthError::Invalid(m) => Status::invalid_argument(m),
+        AuthError::NotFound(m) => Status::not_found(m),
+        AuthError::AlreadyExists(m) => Status::already_exists(m),
+        AuthError::InUse(m) => Status::failed_precondition(m),
+        AuthError::Exhausted(m) => Status::resource_exhausted(m),
+        e @ AuthError::Store(_) => Status::unavailable(chain(&e)),
+        e @ AuthError::Io { .. } => Status::internal(chain(&e)),
+    }
+}
+
+/// The HTTP status of an authentication, authorization or tenancy error.
+pub fn auth_http_status(e: &AuthError) -> StatusCode {
+    match e {
+        AuthError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        AuthError::Denied(_) => StatusCode::FORBIDDEN,
+        AuthError::Invalid(_) => StatusCode::BAD_REQUEST,
+        AuthError::NotFound(_) => StatusCode::NOT_FOUND,
+        AuthError::AlreadyExists(_) => StatusCode::CONFLICT,
+        AuthError::InUse(_) => StatusCode::PRECONDITION_FAILED,
+        AuthError::Exhausted(_) => StatusCode::TOO_MANY_REQUESTS,
+        AuthError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+        AuthError::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// An error with its causes, `: `-joined.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
 }
 
 /// The gRPC status of a registry error (uploads, listings, lookups).

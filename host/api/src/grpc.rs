@@ -7,6 +7,7 @@ use crate::v1 as pb;
 use crate::v1::changefeed_service_server::{ChangefeedService, ChangefeedServiceServer};
 use crate::v1::cluster_service_server::{ClusterService, ClusterServiceServer};
 use crate::v1::plugin_service_server::{PluginService, PluginServiceServer};
+use crate::v1::tenant_service_server::TenantServiceServer;
 use sluice_capture::CaptureInfo;
 use sluice_core::{CheckpointTs, CommitTs};
 use sluice_meta::keys::{self, MetaKey};
@@ -18,10 +19,13 @@ use sluice_runtime::PluginKind;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::error::{registry_status, status};
+use crate::auth::caller;
+use crate::error::{auth_status, registry_status, status};
 use crate::node::{MAX_GRPC_MESSAGE_BYTES, Node, SYNCED_QUIET_MS};
+use crate::tenants::plugin_memory;
+use sluice_auth::{Access, Caller};
 
-/// The three gRPC services of the admin API.
+/// The gRPC services of the admin API.
 #[derive(Clone)]
 pub struct Api {
     node: Arc<Node>,
@@ -52,6 +56,21 @@ impl Api {
         Self { node }
     }
 
+    pub(crate) fn node(&self) -> &Node {
+        &self.node
+    }
+
+    /// The changefeeds a listing naming `tenant` shows `caller`: that
+    /// tenant's, or for an empty name every tenant the caller may see.
+    fn visible(&self, caller: &Caller, tenant: &str) -> Result<Vec<FeedView>, Status> {
+        let scope = caller.scope(tenant).map_err(auth_status)?;
+        Ok(self
+            .node
+            .owner
+            .snapshot()
+            .list(scope.as_deref().unwrap_or("")))
+    }
+
     /// After an admin job: waits, reading the owner's snapshot, until the
     /// changefeed's old work (if the job stopped or replaced it) has ended and
     /// been taken in, so that the answer shows where it stopped. Holds nothing
@@ -72,6 +91,10 @@ impl Api {
     /// `sluice.v1.ClusterService`.
     pub fn cluster(&self) -> ClusterServiceServer<Api> {
         ClusterServiceServer::new(self.clone()).max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
+    }
+    /// `sluice.v1.TenantService`.
+    pub fn tenants(&self) -> TenantServiceServer<Api> {
+        TenantServiceServer::new(self.clone()).max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
     }
     /// `sluice.v1.PluginService`.
     pub fn plugins(&self) -> PluginServiceServer<Api> {
@@ -103,33 +126,35 @@ fn describe(
     Ok(info)
 }
 
-fn changefeed_id(r: Option<&pb::ChangefeedRef>) -> Result<ChangefeedId, Status> {
+/// The changefeed a request names, in the tenant `caller` may `access`
+/// (its own when the request names none).
+fn changefeed_id(
+    caller: &Caller,
+    r: Option<&pb::ChangefeedRef>,
+    access: Access,
+) -> Result<ChangefeedId, Status> {
     let r = r.ok_or_else(|| Status::invalid_argument("the request names no changefeed (id)"))?;
-    let tenant = if r.tenant.is_empty() {
-        sluice_owner::DEFAULT_TENANT
-    } else {
-        &r.tenant
-    };
+    let tenant = caller.tenant(&r.tenant, access).map_err(auth_status)?;
     ChangefeedId::new(tenant, &r.name).map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
-fn plugin_id(r: Option<&pb::PluginRef>) -> Result<(String, PluginId), Status> {
+/// The plugin a request names, in the tenant `caller` may `access`.
+fn plugin_id(
+    caller: &Caller,
+    r: Option<&pb::PluginRef>,
+    access: Access,
+) -> Result<(String, PluginId), Status> {
     let r = r.ok_or_else(|| Status::invalid_argument("the request names no plugin (id)"))?;
-    let tenant = if r.tenant.is_empty() {
-        sluice_owner::DEFAULT_TENANT.to_string()
-    } else {
-        r.tenant.clone()
-    };
-    sluice_owner::validate_name(sluice_owner::NameKind::Tenant, &tenant)
-        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    let tenant = caller.tenant(&r.tenant, access).map_err(auth_status)?;
     let id =
         PluginId::new(&r.name, &r.version).map_err(|e| Status::invalid_argument(e.to_string()))?;
     Ok((tenant, id))
 }
 
-fn tenant_name(tenant: &str) -> Result<(), Status> {
-    sluice_owner::validate_name(sluice_owner::NameKind::Tenant, tenant)
-        .map_err(|e| Status::invalid_argument(e.to_string()))
+/// How records (swaps, shadows) name who asked: the tenant, the token and
+/// the caller's address.
+fn asked_by<T>(request: &Request<T>, caller: &Caller, tenant: &str) -> String {
+    format!("tenant {tenant} token {}{}", caller.token_id, peer(request))
 }
 
 /// Refuses a ts ahead of this server's clock (TiCDC refuses one past PD's).
@@ -381,7 +406,7 @@ fn swap_ask(
 
 /// ` from ADDRESS` of the request's peer, for a record's `by`; empty when
 /// unknown.
-fn caller<T>(request: &Request<T>) -> String {
+fn peer<T>(request: &Request<T>) -> String {
     request
         .remote_addr()
         .map(|a| format!(" from {a}"))
@@ -539,11 +564,24 @@ impl ChangefeedService for Api {
         &self,
         request: Request<pb::CreateChangefeedRequest>,
     ) -> Result<Response<pb::Changefeed>, Status> {
+        let caller = caller(&request)?;
         let r = request.into_inner();
-        let id = changefeed_id(r.id.as_ref())?;
+        let id = changefeed_id(&caller, r.id.as_ref(), Access::Write)?;
+        self.node
+            .tenancy
+            .require(id.tenant())
+            .await
+            .map_err(auth_status)?;
         let start_ts = CommitTs::new(r.start_ts);
         not_future("start-ts", start_ts)?;
         let info = describe(&self.node, &id, &r.config_toml, start_ts, ts(r.target_ts))?;
+        let _turn = self.node.feed_turns.enter(id.tenant()).await;
+        let memory = plugin_memory(&info);
+        self.admit(id.tenant(), |u| {
+            u.changefeeds += 1;
+            u.plugin_memory += memory;
+        })
+        .await?;
         let view = self.node.owner.create(info).await.map_err(status)?;
         Ok(Response::new(changefeed_pb(&view)))
     }
@@ -552,7 +590,7 @@ impl ChangefeedService for Api {
         &self,
         request: Request<pb::ChangefeedRef>,
     ) -> Result<Response<pb::Changefeed>, Status> {
-        let id = changefeed_id(Some(request.get_ref()))?;
+        let id = changefeed_id(&caller(&request)?, Some(request.get_ref()), Access::Read)?;
         let view = self.node.owner.snapshot().get(&id).map_err(status)?;
         Ok(Response::new(changefeed_pb(&view)))
     }
@@ -561,12 +599,7 @@ impl ChangefeedService for Api {
         &self,
         request: Request<pb::ListChangefeedsRequest>,
     ) -> Result<Response<pb::ListChangefeedsResponse>, Status> {
-        let tenant = request.into_inner().tenant;
-        // Empty lists every tenant; anything else must be a tenant name.
-        if !tenant.is_empty() {
-            tenant_name(&tenant)?;
-        }
-        let views = self.node.owner.snapshot().list(&tenant);
+        let views = self.visible(&caller(&request)?, &request.get_ref().tenant)?;
         Ok(Response::new(pb::ListChangefeedsResponse {
             changefeeds: views.iter().map(changefeed_pb).collect(),
         }))
@@ -576,8 +609,9 @@ impl ChangefeedService for Api {
         &self,
         request: Request<pb::UpdateChangefeedRequest>,
     ) -> Result<Response<pb::Changefeed>, Status> {
+        let caller = caller(&request)?;
         let r = request.into_inner();
-        let id = changefeed_id(r.id.as_ref())?;
+        let id = changefeed_id(&caller, r.id.as_ref(), Access::Write)?;
         // The start ts never changes; the target ts stays unless the request sets it.
         let current = self.node.owner.snapshot().get(&id).map_err(status)?;
         let (start_ts, target_ts) = (
@@ -589,6 +623,15 @@ impl ChangefeedService for Api {
             Some(t) => ts(t),
         };
         let info = describe(&self.node, &id, &r.config_toml, start_ts, target_ts)?;
+        let _turn = self.node.feed_turns.enter(id.tenant()).await;
+        let (old, new) = (
+            plugin_memory(&current.changefeed.info),
+            plugin_memory(&info),
+        );
+        self.admit(id.tenant(), |u| {
+            u.plugin_memory = (u.plugin_memory + new).saturating_sub(old);
+        })
+        .await?;
         self.node.owner.update(info).await.map_err(status)?;
         let view = self.settle(&id).await?;
         Ok(Response::new(changefeed_pb(&view)))
@@ -598,13 +641,24 @@ impl ChangefeedService for Api {
         &self,
         request: Request<pb::SwapSinkRequest>,
     ) -> Result<Response<pb::Changefeed>, Status> {
-        let caller = caller(&request);
+        let who = caller(&request)?;
+        let id = changefeed_id(&who, request.get_ref().id.as_ref(), Access::Write)?;
+        let by = asked_by(&request, &who, id.tenant());
         let r = request.into_inner();
-        let id = changefeed_id(r.id.as_ref())?;
         let current = self.node.owner.snapshot().get(&id).map_err(status)?;
         let running = &current.changefeed.info.config;
-        let ask = swap_ask(running, &r, format!("tenant {}{caller}", id.tenant()))?;
+        let ask = swap_ask(running, &r, by)?;
         self.within_limits(running, ask.role, &ask.to)?;
+        let _turn = self.node.feed_turns.enter(id.tenant()).await;
+        let old = match ask.role {
+            sluice_owner::PluginRole::Sink => running.sink.limits.memory.0,
+            sluice_owner::PluginRole::Filter(i) => running.filters[i].limits.memory.0,
+        };
+        let new = ask.to.limits.memory.0;
+        self.admit(id.tenant(), |u| {
+            u.plugin_memory = (u.plugin_memory + new).saturating_sub(old);
+        })
+        .await?;
         let view = self.node.owner.swap(&id, ask).await.map_err(status)?;
         Ok(Response::new(changefeed_pb(&view)))
     }
@@ -613,9 +667,10 @@ impl ChangefeedService for Api {
         &self,
         request: Request<pb::StartShadowRequest>,
     ) -> Result<Response<pb::Changefeed>, Status> {
-        let caller = caller(&request);
+        let who = caller(&request)?;
+        let id = changefeed_id(&who, request.get_ref().id.as_ref(), Access::Write)?;
+        let by = asked_by(&request, &who, id.tenant());
         let r = request.into_inner();
-        let id = changefeed_id(r.id.as_ref())?;
         let current = self.node.owner.snapshot().get(&id).map_err(status)?;
         let running = &current.changefeed.info.config;
         let role = role_of(running, &r.filter)?;
@@ -630,10 +685,14 @@ impl ChangefeedService for Api {
             candidate,
             max_lag_ms: r.max_lag_ms.unwrap_or(30_000),
             max_queued_bytes: r.max_queued_bytes.unwrap_or(64 << 20),
-            by: format!("tenant {}{caller}", id.tenant()),
+            by,
             expect: Some(live.plugin.clone()),
         };
         ask.validate().map_err(Status::invalid_argument)?;
+        let _turn = self.node.feed_turns.enter(id.tenant()).await;
+        let memory = ask.candidate.limits.memory.0;
+        self.admit(id.tenant(), |u| u.plugin_memory += memory)
+            .await?;
         let view = self
             .node
             .owner
@@ -647,7 +706,7 @@ impl ChangefeedService for Api {
         &self,
         request: Request<pb::ChangefeedRef>,
     ) -> Result<Response<pb::ShadowStatus>, Status> {
-        let id = changefeed_id(Some(request.get_ref()))?;
+        let id = changefeed_id(&caller(&request)?, Some(request.get_ref()), Access::Read)?;
         let view = self.node.owner.snapshot().get(&id).map_err(status)?;
         Ok(Response::new(shadow_status_pb(&view)))
     }
@@ -656,7 +715,7 @@ impl ChangefeedService for Api {
         &self,
         request: Request<pb::ChangefeedRef>,
     ) -> Result<Response<pb::Changefeed>, Status> {
-        let id = changefeed_id(Some(request.get_ref()))?;
+        let id = changefeed_id(&caller(&request)?, Some(request.get_ref()), Access::Write)?;
         let view = self.node.owner.shadow_stop(&id).await.map_err(status)?;
         Ok(Response::new(changefeed_pb(&view)))
     }
@@ -665,11 +724,11 @@ impl ChangefeedService for Api {
         &self,
         request: Request<pb::PromoteShadowRequest>,
     ) -> Result<Response<pb::Changefeed>, Status> {
-        let caller = caller(&request);
+        let who = caller(&request)?;
+        let id = changefeed_id(&who, request.get_ref().id.as_ref(), Access::Write)?;
+        let by = format!("{} (promote)", asked_by(&request, &who, id.tenant()));
         let r = request.into_inner();
-        let id = changefeed_id(r.id.as_ref())?;
         let probation = probation_of(r.probation_ms, r.probation_flushes, r.probation_retries)?;
-        let by = format!("tenant {}{caller} (promote)", id.tenant());
         let view = self
             .node
             .owner
@@ -683,7 +742,7 @@ impl ChangefeedService for Api {
         &self,
         request: Request<pb::ChangefeedRef>,
     ) -> Result<Response<pb::Changefeed>, Status> {
-        let id = changefeed_id(Some(request.get_ref()))?;
+        let id = changefeed_id(&caller(&request)?, Some(request.get_ref()), Access::Write)?;
         self.node.owner.pause(&id).await.map_err(status)?;
         let view = self.settle(&id).await?;
         Ok(Response::new(changefeed_pb(&view)))
@@ -693,8 +752,9 @@ impl ChangefeedService for Api {
         &self,
         request: Request<pb::ResumeChangefeedRequest>,
     ) -> Result<Response<pb::Changefeed>, Status> {
+        let caller = caller(&request)?;
         let r = request.into_inner();
-        let id = changefeed_id(r.id.as_ref())?;
+        let id = changefeed_id(&caller, r.id.as_ref(), Access::Write)?;
         if let Some(ts) = r.overwrite_checkpoint_ts {
             not_future("overwrite-checkpoint-ts", CommitTs::new(ts))?;
         }
@@ -712,7 +772,7 @@ impl ChangefeedService for Api {
         &self,
         request: Request<pb::ChangefeedRef>,
     ) -> Result<Response<pb::Changefeed>, Status> {
-        let id = changefeed_id(Some(request.get_ref()))?;
+        let id = changefeed_id(&caller(&request)?, Some(request.get_ref()), Access::Write)?;
         self.node.owner.remove(&id).await.map_err(status)?;
         let view = self.settle(&id).await?;
         Ok(Response::new(changefeed_pb(&view)))
@@ -722,7 +782,7 @@ impl ChangefeedService for Api {
         &self,
         request: Request<pb::ChangefeedRef>,
     ) -> Result<Response<pb::ChangefeedStatus>, Status> {
-        let id = changefeed_id(Some(request.get_ref()))?;
+        let id = changefeed_id(&caller(&request)?, Some(request.get_ref()), Access::Read)?;
         let view = self.node.owner.snapshot().get(&id).map_err(status)?;
         let dir = self.node.sink_data_dir(&view);
         Ok(Response::new(status_pb(&view, dir.as_deref())))
@@ -732,7 +792,7 @@ impl ChangefeedService for Api {
         &self,
         request: Request<pb::ChangefeedRef>,
     ) -> Result<Response<pb::SyncedStatus>, Status> {
-        let id = changefeed_id(Some(request.get_ref()))?;
+        let id = changefeed_id(&caller(&request)?, Some(request.get_ref()), Access::Read)?;
         let view = self.node.owner.snapshot().get(&id).map_err(status)?;
         Ok(Response::new(synced_pb(&view, SYNCED_QUIET_MS)))
     }
@@ -778,8 +838,10 @@ pub async fn captures(node: &Node) -> Result<Vec<pb::Capture>, Status> {
 impl ClusterService for Api {
     async fn list_captures(
         &self,
-        _: Request<pb::ListCapturesRequest>,
+        request: Request<pb::ListCapturesRequest>,
     ) -> Result<Response<pb::ListCapturesResponse>, Status> {
+        // Any valid token may see where the cluster's captures are.
+        caller(&request)?;
         Ok(Response::new(pb::ListCapturesResponse {
             captures: captures(&self.node).await?,
         }))
@@ -789,11 +851,7 @@ impl ClusterService for Api {
         &self,
         request: Request<pb::ListProcessorsRequest>,
     ) -> Result<Response<pb::ListProcessorsResponse>, Status> {
-        let tenant = request.into_inner().tenant;
-        if !tenant.is_empty() {
-            tenant_name(&tenant)?;
-        }
-        let views = self.node.owner.snapshot().list(&tenant);
+        let views = self.visible(&caller(&request)?, &request.get_ref().tenant)?;
         let processors = views
             .iter()
             .filter(|v| v.progress.is_some())
@@ -809,8 +867,9 @@ impl ClusterService for Api {
 
     async fn get_owner(
         &self,
-        _: Request<pb::GetOwnerRequest>,
+        request: Request<pb::GetOwnerRequest>,
     ) -> Result<Response<pb::Capture>, Status> {
+        caller(&request)?;
         captures(&self.node)
             .await?
             .into_iter()
@@ -821,8 +880,9 @@ impl ClusterService for Api {
 
     async fn health(
         &self,
-        _: Request<pb::HealthRequest>,
+        request: Request<pb::HealthRequest>,
     ) -> Result<Response<pb::HealthResponse>, Status> {
+        caller(&request)?;
         let (healthy, detail) = self.node.health().await;
         Ok(Response::new(pb::HealthResponse { healthy, detail }))
     }
@@ -838,13 +898,12 @@ impl PluginService for Api {
         &self,
         request: Request<pb::RolloutRequest>,
     ) -> Result<Response<Self::RolloutPluginStream>, Status> {
-        let caller = caller(&request);
+        let who = caller(&request)?;
+        let tenant = who
+            .tenant(&request.get_ref().tenant, Access::Write)
+            .map_err(auth_status)?;
+        let caller = format!(" token {}{}", who.token_id, peer(&request));
         let r = request.into_inner();
-        let mut tenant = r.tenant.clone();
-        if tenant.is_empty() {
-            tenant = sluice_owner::DEFAULT_TENANT.into();
-        }
-        tenant_name(&tenant)?;
         let version = |field: &str, v: &str| -> Result<PluginId, Status> {
             v.parse()
                 .map_err(|e| Status::invalid_argument(format!("{field}: {e}")))
@@ -916,6 +975,7 @@ impl PluginService for Api {
         &self,
         request: Request<Streaming<pb::UploadPluginRequest>>,
     ) -> Result<Response<pb::Plugin>, Status> {
+        let caller = caller(&request)?;
         let mut stream = request.into_inner();
         let limit = self.node.registry.max_bytes();
         let header = match stream.next().await {
@@ -929,7 +989,12 @@ impl PluginService for Api {
                 ));
             }
         };
-        let (tenant, id) = plugin_id(header.id.as_ref())?;
+        let (tenant, id) = plugin_id(&caller, header.id.as_ref(), Access::Write)?;
+        self.node
+            .tenancy
+            .require(&tenant)
+            .await
+            .map_err(auth_status)?;
         let kind = match pb::PluginWorld::try_from(header.world) {
             Ok(pb::PluginWorld::Sink) => PluginKind::Sink,
             Ok(pb::PluginWorld::Filter) => PluginKind::Filter,
@@ -982,6 +1047,23 @@ impl PluginService for Api {
                 )));
             }
         }
+        let _turn = self.node.plugin_turns.enter(&tenant).await;
+        // Uploading the same bytes again adds nothing.
+        if self
+            .node
+            .registry
+            .get(&tenant, &id)
+            .await
+            .map_err(registry_status)?
+            .is_none()
+        {
+            let size = bytes.len() as u64;
+            self.admit(&tenant, |u| {
+                u.plugin_bytes += size;
+                u.plugin_versions += 1;
+            })
+            .await?;
+        }
         let record = self
             .node
             .registry
@@ -996,11 +1078,9 @@ impl PluginService for Api {
         &self,
         request: Request<pb::ListPluginsRequest>,
     ) -> Result<Response<pb::ListPluginsResponse>, Status> {
-        let mut tenant = request.into_inner().tenant;
-        if tenant.is_empty() {
-            tenant = sluice_owner::DEFAULT_TENANT.into();
-        }
-        tenant_name(&tenant)?;
+        let tenant = caller(&request)?
+            .tenant(&request.get_ref().tenant, Access::Read)
+            .map_err(auth_status)?;
         let records = self
             .node
             .registry
@@ -1024,7 +1104,7 @@ impl PluginService for Api {
         &self,
         request: Request<pb::PluginRef>,
     ) -> Result<Response<pb::Plugin>, Status> {
-        let (tenant, id) = plugin_id(Some(request.get_ref()))?;
+        let (tenant, id) = plugin_id(&caller(&request)?, Some(request.get_ref()), Access::Read)?;
         let record = self
             .node
             .registry
@@ -1045,7 +1125,7 @@ impl PluginService for Api {
         &self,
         request: Request<pb::PluginRef>,
     ) -> Result<Response<pb::Plugin>, Status> {
-        let (tenant, id) = plugin_id(Some(request.get_ref()))?;
+        let (tenant, id) = plugin_id(&caller(&request)?, Some(request.get_ref()), Access::Write)?;
         let record = self
             .node
             .registry

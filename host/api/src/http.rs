@@ -19,22 +19,40 @@ use sluice_core::CommitTs;
 use sluice_owner::{ChangefeedId, Clock, FeedState, FeedView, SystemClock};
 use sluice_runtime::LatencyHistogram;
 
+use crate::auth::{auth_error_response, require_token};
 use crate::error::http_status;
 use crate::grpc;
 use crate::node::Node;
+use sluice_auth::{Access, Caller, TenantQuota, TenantUsage};
 
 type State = Arc<Node>;
 
-/// The HTTP endpoints, answering from `node`.
+/// The HTTP endpoints, answering from `node`. Every `/api/v1` route needs a
+/// token; `/metrics` and `/healthz` too unless `node.open_metrics`.
 pub fn router(state: Arc<Node>) -> axum::Router {
-    axum::Router::new()
-        .route("/metrics", get(metrics))
-        .route("/healthz", get(healthz))
+    let authenticated = || axum::middleware::from_fn_with_state(state.clone(), require_token);
+    let api = axum::Router::new()
         .route("/api/v1/status", get(status))
         .route("/api/v1/captures", get(captures))
         .route("/api/v1/changefeeds", get(changefeeds))
         .route("/api/v1/changefeeds/{tenant}/{name}", get(changefeed))
-        .with_state(state)
+        .route_layer(authenticated());
+    let mut ops = axum::Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz));
+    if !state.open_metrics {
+        ops = ops.route_layer(authenticated());
+    }
+    api.merge(ops).with_state(state)
+}
+
+/// The caller of an authenticated route.
+type Authed = axum::Extension<Caller>;
+
+/// Which changefeeds `caller` may see through a listing naming `tenant`
+/// (every tenant's for an admin naming none).
+fn scope(caller: &Caller, tenant: &str) -> Result<String, sluice_auth::AuthError> {
+    caller.scope(tenant).map(Option::unwrap_or_default)
 }
 
 type S = axum::extract::State<State>;
@@ -57,9 +75,13 @@ async fn healthz(axum::extract::State(s): S) -> Response {
         .into_response()
 }
 
-async fn status(axum::extract::State(s): S) -> Response {
+async fn status(axum::extract::State(s): S, axum::Extension(caller): Authed) -> Response {
     let (healthy, detail) = s.health().await;
-    let feeds = s.owner.snapshot().list("");
+    let tenant = match scope(&caller, "") {
+        Ok(t) => t,
+        Err(e) => return auth_error_response(&e),
+    };
+    let feeds = s.owner.snapshot().list(&tenant);
     let mut by_state = serde_json::Map::new();
     for v in &feeds {
         let n = by_state
@@ -119,15 +141,27 @@ pub fn view_json(node: &Node, v: &FeedView) -> Value {
     out
 }
 
-async fn changefeeds(axum::extract::State(s): S, Query(q): Query<ListQuery>) -> Response {
-    let feeds = s.owner.snapshot().list(&q.tenant);
+async fn changefeeds(
+    axum::extract::State(s): S,
+    axum::Extension(caller): Authed,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    let tenant = match scope(&caller, &q.tenant) {
+        Ok(t) => t,
+        Err(e) => return auth_error_response(&e),
+    };
+    let feeds = s.owner.snapshot().list(&tenant);
     Json(feeds.iter().map(|v| view_json(&s, v)).collect::<Vec<_>>()).into_response()
 }
 
 async fn changefeed(
     axum::extract::State(s): S,
+    axum::Extension(caller): Authed,
     Path((tenant, name)): Path<(String, String)>,
 ) -> Response {
+    if let Err(e) = caller.check(&tenant, Access::Read) {
+        return auth_error_response(&e);
+    }
     let id = match ChangefeedId::new(tenant, name) {
         Ok(id) => id,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
@@ -205,6 +239,58 @@ fn histogram(h: &LatencyHistogram) -> Histogram {
             })
             .collect(),
     );
+    out
+}
+
+/// Each tenant's use and quotas (`sluice_tenant_*`), from its records.
+pub fn render_tenant_metrics(tenants: &[(String, TenantQuota, TenantUsage)]) -> String {
+    let mut f = Families(Vec::new());
+    for (tenant, quota, usage) in tenants {
+        let l = [("tenant", tenant.as_str())];
+        f.gauge(
+            "sluice_tenant_changefeeds",
+            "Changefeeds of the tenant that are not removed.",
+            &l,
+            usage.changefeeds as f64,
+        );
+        f.gauge(
+            "sluice_tenant_plugin_versions",
+            "Plugin versions the tenant uploaded.",
+            &l,
+            usage.plugin_versions as f64,
+        );
+        f.gauge(
+            "sluice_tenant_plugin_bytes",
+            "Bytes of the plugins the tenant uploaded.",
+            &l,
+            usage.plugin_bytes as f64,
+        );
+        f.gauge(
+            "sluice_tenant_plugin_memory_bytes",
+            "Summed limits.memory of the plugins of the tenant's changefeeds (sinks, filters, shadow candidates).",
+            &l,
+            usage.plugin_memory as f64,
+        );
+        for (name, max) in [
+            ("changefeeds", quota.max_changefeeds),
+            ("plugin-versions", quota.max_plugin_versions),
+            ("plugin-bytes", quota.max_plugin_bytes),
+            ("plugin-memory", quota.max_plugin_memory),
+        ] {
+            if let Some(max) = max {
+                f.gauge(
+                    "sluice_tenant_quota",
+                    "A quota of the tenant, in the unit of the gauge it bounds (absent: no limit).",
+                    &[("tenant", tenant.as_str()), ("quota", name)],
+                    max as f64,
+                );
+            }
+        }
+    }
+    let mut out = String::new();
+    if let Err(e) = prometheus::TextEncoder::new().encode_utf8(&f.0, &mut out) {
+        tracing::error!(error = %e, "Tenant metrics could not be encoded.");
+    }
     out
 }
 
@@ -537,12 +623,32 @@ pub fn render_metrics(
     out
 }
 
-async fn metrics(axum::extract::State(s): S) -> Response {
+async fn metrics(axum::extract::State(s): S, caller: Option<Authed>) -> Response {
     let (healthy, _) = s.health().await;
+    // A tenant's token sees its own tenant's series; no token (when
+    // `/metrics` is open) or an admin's, every tenant's.
+    let tenant = match caller {
+        Some(axum::Extension(c)) => match scope(&c, "") {
+            Ok(t) => t,
+            Err(e) => return auth_error_response(&e),
+        },
+        None => String::new(),
+    };
+    let mut tenants = Vec::new();
+    if let Ok(records) = s.tenancy.list_tenants().await {
+        for record in records {
+            if !tenant.is_empty() && record.name != tenant {
+                continue;
+            }
+            if let Ok(usage) = s.tenant_usage(&record.name).await {
+                tenants.push((record.name, record.quota, usage));
+            }
+        }
+    }
     let feeds: Vec<_> = s
         .owner
         .snapshot()
-        .list("")
+        .list(&tenant)
         .into_iter()
         .map(|v| {
             let plugins = s.capture.plugin_counters(v.changefeed.id());
@@ -552,7 +658,7 @@ async fn metrics(axum::extract::State(s): S) -> Response {
         .collect();
     (
         [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
-        render_metrics(&feeds, healthy),
+        render_metrics(&feeds, healthy) + &render_tenant_metrics(&tenants),
     )
         .into_response()
 }

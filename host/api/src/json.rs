@@ -221,6 +221,63 @@ pub fn plugin_json(p: &pb::Plugin) -> Value {
     })
 }
 
+/// A tenant as JSON, with what it owns.
+pub fn tenant_json(t: &pb::Tenant) -> Value {
+    json!({
+        "name": t.name,
+        "created-at-ms": t.created_at_ms,
+        "changefeeds": t.changefeeds,
+        "plugins": t.plugins,
+        "plugin-bytes": t.plugin_bytes,
+        "plugin-memory": t.plugin_memory,
+        "tokens": t.tokens,
+        "quota": t.quota.as_ref().map(|q| json!({
+            "max-changefeeds": q.max_changefeeds,
+            "max-plugin-bytes": q.max_plugin_bytes,
+            "max-plugin-versions": q.max_plugin_versions,
+            "max-plugin-memory": q.max_plugin_memory,
+        })),
+    })
+}
+
+/// A token's public part as JSON (never its secret).
+pub fn token_json(t: &pb::Token) -> Value {
+    let state = if t.revoked_at_ms > 0 {
+        "revoked"
+    } else if t.expires_at_ms > 0 && t.expires_at_ms <= now_ms() {
+        "expired"
+    } else {
+        "active"
+    };
+    json!({
+        "id": t.id,
+        "tenant": t.tenant,
+        "role": t.role,
+        "state": state,
+        "created-at-ms": t.created_at_ms,
+        "expires-at-ms": t.expires_at_ms,
+        "expires": if t.expires_at_ms > 0 { ms_time(t.expires_at_ms) } else { "never".to_string() },
+        "revoked-at-ms": t.revoked_at_ms,
+        "description": t.description,
+    })
+}
+
+/// An audit entry as JSON.
+pub fn audit_json(e: &pb::AuditEntry) -> Value {
+    json!({
+        "at": ms_time(e.at_ms),
+        "at-ms": e.at_ms,
+        "token": e.token,
+        "caller-tenant": e.caller_tenant,
+        "role": e.role,
+        "address": e.address,
+        "action": e.action,
+        "tenant": e.tenant,
+        "outcome": e.outcome,
+        "message": e.message,
+    })
+}
+
 /// A capture as JSON.
 pub fn capture_json(c: &pb::Capture) -> Value {
     json!({

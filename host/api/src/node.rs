@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sluice_auth::{Authenticator, Tenancy};
 use sluice_capture::Capture;
 use sluice_config::ServerLimits;
 use sluice_meta::MetaStore;
@@ -46,6 +47,41 @@ pub struct Node {
     pub limits: ServerLimits,
     /// How long a stopping processor may take (`--stop-timeout-ms`).
     pub stop_timeout: Duration,
+    /// Tenant and token records.
+    pub tenancy: Tenancy,
+    /// Checks every request's token.
+    pub auth: Arc<Authenticator>,
+    /// Where changes made through the API are recorded.
+    pub audit: sluice_auth::AuditLog,
+    /// Whether `/metrics` and `/healthz` answer without a token
+    /// (`--metrics-auth` off).
+    pub open_metrics: bool,
+    /// One quota check and change of a tenant's changefeeds at a time.
+    pub feed_turns: TenantTurns,
+    /// One quota check and upload of a tenant's plugins at a time.
+    pub plugin_turns: TenantTurns,
+}
+
+/// Per-tenant turns: what checks a tenant's quota and then spends it holds
+/// its tenant's turn, so two requests of one tenant cannot both pass a
+/// check that only one of them fits; other tenants never wait for it.
+#[derive(Default)]
+pub struct TenantTurns(
+    std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+);
+
+impl TenantTurns {
+    /// Waits for `tenant`'s turn; it ends when the guard is dropped.
+    pub async fn enter(&self, tenant: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let turn = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(tenant.to_string())
+            .or_default()
+            .clone();
+        turn.lock_owned().await
+    }
 }
 
 impl Node {
@@ -73,6 +109,25 @@ impl Node {
             .data_dir
             .is_granted()
             .then(|| self.capture.plugin_data_dir(&info.id, "sink"))
+    }
+
+    /// What `tenant` holds now: its changefeeds (not removed) and their
+    /// plugins' memory, its uploaded plugins.
+    pub async fn tenant_usage(
+        &self,
+        tenant: &str,
+    ) -> Result<sluice_auth::TenantUsage, sluice_registry::RegistryError> {
+        let feeds = self.owner.snapshot().list(tenant);
+        let plugins = self.registry.list(tenant).await?;
+        Ok(sluice_auth::TenantUsage {
+            changefeeds: feeds.len() as u64,
+            plugin_bytes: plugins.iter().map(|p| p.size_bytes).sum(),
+            plugin_versions: plugins.len() as u64,
+            plugin_memory: feeds
+                .iter()
+                .map(|v| crate::tenants::plugin_memory(&v.changefeed.info))
+                .sum(),
+        })
     }
 
     /// How long an admin job waits for stopped work to be taken in.

@@ -14,6 +14,15 @@ impl From<ByteSize> for u64 {
     }
 }
 
+impl std::str::FromStr for ByteSize {
+    type Err = String;
+
+    /// `64MiB`, `2 GiB`, `7B` or a number of bytes.
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_size(s).map(ByteSize)
+    }
+}
+
 impl<'de> Deserialize<'de> for ByteSize {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]

@@ -5,12 +5,13 @@
 //! /sluice/v1/capture/{capture}                                 leased by the capture
 //! /sluice/v1/owner/{lease-hex}                                 leased, one per owner candidate
 //! /sluice/v1/tenant/{tenant}/info
-//! /sluice/v1/tenant/{tenant}/token/{token}
 //! /sluice/v1/tenant/{tenant}/plugin/{plugin}@{version}
 //! /sluice/v1/tenant/{tenant}/changefeed/{changefeed}/info
 //! /sluice/v1/tenant/{tenant}/changefeed/{changefeed}/status
 //! /sluice/v1/tenant/{tenant}/changefeed/{changefeed}/task/{capture}
 //! /sluice/v1/assignment/{capture}/{tenant}/{changefeed}
+//! /sluice/v1/token/{token}
+//! /sluice/v1/audit/{at-ms:020}-{seq:016x}
 //! ```
 //!
 //! Builders validate every name part, so a key never holds a `/` or `@` from a
@@ -47,7 +48,7 @@ pub enum NameKind {
     /// A plugin's version; unlike the other names it may also contain `.` and `+`
     /// (so semver fits).
     PluginVersion,
-    /// An API token's id, unique within its tenant.
+    /// An API token's id, unique in the store.
     Token,
 }
 
@@ -116,12 +117,19 @@ pub enum MetaKey {
         /// The tenant's name.
         tenant: String,
     },
-    /// `/sluice/v1/tenant/{tenant}/token/{token}`
+    /// `/sluice/v1/token/{token}`: an API token (its record names its
+    /// tenant; tokens are looked up by id alone).
     Token {
-        /// The tenant the token belongs to.
-        tenant: String,
         /// The token's id.
         token: String,
+    },
+    /// `/sluice/v1/audit/{at-ms:020}-{seq:016x}`: one audit entry; keys sort
+    /// by time.
+    Audit {
+        /// When it was written (ms since the Unix epoch).
+        at_ms: u64,
+        /// Tells entries of one millisecond apart.
+        seq: u64,
     },
     /// `/sluice/v1/tenant/{tenant}/plugin/{plugin}@{version}`
     Plugin {
@@ -178,10 +186,11 @@ impl MetaKey {
             }
             Self::OwnerCandidate { lease } => owner_candidate(*lease),
             Self::TenantInfo { tenant } => format!("{}info", tenant_prefix(tenant)?),
-            Self::Token { tenant, token } => {
+            Self::Token { token } => {
                 validate_name(N::Token, token)?;
-                format!("{}token/{token}", tenant_prefix(tenant)?)
+                format!("{ROOT}token/{token}")
             }
+            Self::Audit { at_ms, seq } => format!("{ROOT}audit/{at_ms:020}-{seq:016x}"),
             Self::Plugin {
                 tenant,
                 plugin,
@@ -238,10 +247,16 @@ impl MetaKey {
             ["tenant", tenant, "info"] => Self::TenantInfo {
                 tenant: name(N::Tenant, tenant)?,
             },
-            ["tenant", tenant, "token", token] => Self::Token {
-                tenant: name(N::Tenant, tenant)?,
+            ["token", token] => Self::Token {
                 token: name(N::Token, token)?,
             },
+            ["audit", entry] => {
+                let (at, seq) = entry.split_once('-')?;
+                Self::Audit {
+                    at_ms: at.parse().ok()?,
+                    seq: u64::from_str_radix(seq, 16).ok()?,
+                }
+            }
             ["tenant", tenant, "plugin", entry] => {
                 let (plugin, version) = entry.split_once('@')?;
                 Self::Plugin {
@@ -317,6 +332,29 @@ pub fn tenant_info(tenant: &str) -> Result<String, MetaError> {
         tenant: tenant.to_owned(),
     }
     .key()
+}
+
+/// `/sluice/v1/token/`: every API token.
+pub fn tokens_prefix() -> String {
+    format!("{ROOT}token/")
+}
+
+/// `/sluice/v1/token/{token}`.
+pub fn token(token: &str) -> Result<String, MetaError> {
+    MetaKey::Token {
+        token: token.to_owned(),
+    }
+    .key()
+}
+
+/// `/sluice/v1/audit/`: the audit log, oldest first.
+pub fn audit_prefix() -> String {
+    format!("{ROOT}audit/")
+}
+
+/// `/sluice/v1/audit/{at-ms:020}-{seq:016x}`.
+pub fn audit(at_ms: u64, seq: u64) -> String {
+    format!("{ROOT}audit/{at_ms:020}-{seq:016x}")
 }
 
 /// `/sluice/v1/tenant/{tenant}/plugin/`: a tenant's plugin registry.
@@ -567,7 +605,8 @@ mod tests {
             name().prop_map(|capture| MetaKey::Capture { capture }),
             any::<i64>().prop_map(|l| MetaKey::OwnerCandidate { lease: LeaseId(l) }),
             name().prop_map(|tenant| MetaKey::TenantInfo { tenant }),
-            (name(), name()).prop_map(|(tenant, token)| MetaKey::Token { tenant, token }),
+            name().prop_map(|token| MetaKey::Token { token }),
+            (any::<u64>(), any::<u64>()).prop_map(|(at_ms, seq)| MetaKey::Audit { at_ms, seq }),
             (name(), name(), "[0-9]{1,3}(\\.[0-9a-z]{1,3}){0,3}").prop_map(
                 |(tenant, plugin, version)| MetaKey::Plugin {
                     tenant,

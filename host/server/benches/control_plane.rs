@@ -12,9 +12,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use sluice_api::client::Authorized;
 use sluice_api::v1 as pb;
 use sluice_api::v1::changefeed_service_client::ChangefeedServiceClient;
-use tonic::transport::Channel;
 
 mod common;
 use common::{Server, connect, id, median, upload};
@@ -34,7 +34,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i]
 }
 
-async fn wait_state(c: &mut ChangefeedServiceClient<Channel>, name: &str, state: pb::FeedState) {
+async fn wait_state(c: &mut ChangefeedServiceClient<Authorized>, name: &str, state: pb::FeedState) {
     loop {
         let cf = c.get_changefeed(id(name)).await.unwrap().into_inner();
         if cf.state == state as i32 {
@@ -54,7 +54,7 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("server");
     let (server, _) = Server::start(&data, &[]);
-    let channel = connect(&server.url).await;
+    let channel = connect(&server).await;
     upload(channel.clone(), "sink-blackhole", pb::PluginWorld::Sink).await;
     let mut c = ChangefeedServiceClient::new(channel.clone());
 
@@ -146,7 +146,7 @@ async fn main() {
         let (s, started) = Server::start(&data, &[]);
         server = s;
         ready.push(started.elapsed());
-        let mut c = ChangefeedServiceClient::new(connect(&server.url).await);
+        let mut c = ChangefeedServiceClient::new(connect(&server).await);
         let mut at_load = Vec::new();
         for (name, _) in recovering {
             let status = c.get_status(id(name)).await.unwrap().into_inner();

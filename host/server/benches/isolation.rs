@@ -9,9 +9,9 @@
 
 use std::time::{Duration, Instant};
 
+use sluice_api::client::Authorized;
 use sluice_api::v1 as pb;
 use sluice_api::v1::changefeed_service_client::ChangefeedServiceClient;
-use tonic::transport::Channel;
 
 mod common;
 use common::{Server, connect, id, median, upload};
@@ -28,7 +28,7 @@ fn spinner() -> String {
     "[source]\ntype = \"datagen\"\ntotal-rows = 0\n\n[sink]\nplugin = \"misbehave@0.1.0\"\nconfig = { mode = \"loop\" }\n[sink.limits]\ncall-timeout-ms = 600000\nhost-call-timeout-ms = 600000\n".into()
 }
 
-async fn create(c: &mut ChangefeedServiceClient<Channel>, name: &str, text: String) {
+async fn create(c: &mut ChangefeedServiceClient<Authorized>, name: &str, text: String) {
     c.create_changefeed(pb::CreateChangefeedRequest {
         id: Some(id(name)),
         config_toml: text,
@@ -40,7 +40,7 @@ async fn create(c: &mut ChangefeedServiceClient<Channel>, name: &str, text: Stri
 }
 
 /// Rows the healthy changefeed writes per second over `WINDOW`.
-async fn rate(c: &mut ChangefeedServiceClient<Channel>) -> f64 {
+async fn rate(c: &mut ChangefeedServiceClient<Authorized>) -> f64 {
     let rows = |s: pb::ChangefeedStatus| s.rows_written as f64;
     let before = rows(c.get_status(id("healthy")).await.unwrap().into_inner());
     let started = Instant::now();
@@ -63,7 +63,7 @@ async fn main() {
             "500",
         ],
     );
-    let channel = connect(&server.url).await;
+    let channel = connect(&server).await;
     upload(channel.clone(), "sink-blackhole", pb::PluginWorld::Sink).await;
     upload(channel.clone(), "misbehave", pb::PluginWorld::Sink).await;
     let mut c = ChangefeedServiceClient::new(channel);

@@ -15,6 +15,11 @@ use sluice_tests::plugin_path;
 mod common;
 use common::server::Server;
 
+#[path = "hardening/auth.rs"]
+mod auth;
+#[path = "hardening/tls.rs"]
+mod tls;
+
 const BASE: &str = r#"
 [source]
 type = "datagen"
@@ -570,12 +575,8 @@ impl tonic::codec::Decoder for RawCodec {
     }
 }
 
-async fn raw_call(server: &str, path: &'static str, body: Vec<u8>) -> tonic::Status {
-    let channel = tonic::transport::Channel::from_shared(server.to_string())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+async fn raw_call(server: &Server, path: &'static str, body: Vec<u8>) -> tonic::Status {
+    let channel = server.channel().await;
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
     grpc.unary::<Vec<u8>, Vec<u8>, _>(
@@ -597,11 +598,7 @@ fn api_errors_have_the_documented_form_and_code() {
     upload_plugins(&server);
     let rt = runtime();
     rt.block_on(async {
-        let channel = tonic::transport::Channel::from_shared(server.grpc.clone())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+        let channel = server.channel().await;
         let mut feeds = ChangefeedServiceClient::new(channel.clone());
         let mut plugins = PluginServiceClient::new(channel.clone());
 
@@ -670,7 +667,7 @@ fn api_errors_have_the_documented_form_and_code() {
                 good[..good.len() / 2].to_vec(),
             ),
         ] {
-            let err = raw_call(&server.grpc, path, body).await;
+            let err = raw_call(&server, path, body).await;
             assert_eq!(err.code(), tonic::Code::InvalidArgument, "{what}: {err:?}");
             assert!(
                 err.message()
@@ -777,11 +774,7 @@ fn uploads_in_flight_are_bounded_server_wide() {
     );
     let rt = runtime();
     rt.block_on(async {
-        let channel = tonic::transport::Channel::from_shared(server.grpc.clone())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+        let channel = server.channel().await;
         let header = |name: &str| pb::UploadPluginRequest {
             part: Some(pb::upload_plugin_request::Part::Header(pb::PluginHeader {
                 id: Some(pb::PluginRef {
@@ -847,6 +840,7 @@ fn the_cli_ends_quietly_when_its_stdout_closes() {
     for _ in 0..20 {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .args(["cli", "--server", &server.grpc, "plugin", "list"])
+            .env("SLUICE_TOKEN", server.admin_token())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

@@ -34,7 +34,7 @@ fn pause_in_background(
     server: &Server,
     name: &str,
 ) -> std::thread::JoinHandle<(Instant, std::process::Output)> {
-    let (grpc, name) = (server.grpc.clone(), name.to_string());
+    let (grpc, name, token) = (server.grpc.clone(), name.to_string(), server.admin_token());
     std::thread::spawn(move || {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
             .args([
@@ -48,6 +48,7 @@ fn pause_in_background(
                 "-c",
             ])
             .arg(&name)
+            .env("SLUICE_TOKEN", token)
             .output()
             .unwrap();
         (Instant::now(), out)
@@ -268,6 +269,7 @@ fn one_tenant_cannot_take_the_plugin_instances_others_need() {
         &["--max-tenant-plugin-instances", "3"],
     );
     for tenant in ["a", "b"] {
+        server.json(&["tenant", "create", tenant]);
         server.upload_as(tenant, "sink-blackhole", "sink");
         server.upload_as(tenant, "filter-mask", "filter");
     }

@@ -801,6 +801,7 @@ fn malformed_upload_streams_are_refused_with_what_to_fix() {
     use sluice_api::v1::plugin_service_client::PluginServiceClient;
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&dir.path().join("server"), &[]);
+    server.json(&["tenant", "create", "acme"]);
     let bytes = std::fs::read(plugin_path("sink-blackhole")).unwrap();
     let header = |sha256: &str, world: pb::PluginWorld| pb::UploadPluginRequest {
         part: Some(pb::upload_plugin_request::Part::Header(pb::PluginHeader {
@@ -817,10 +818,9 @@ fn malformed_upload_streams_are_refused_with_what_to_fix() {
         part: Some(pb::upload_plugin_request::Part::Chunk(b.to_vec())),
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let url = server.grpc.clone();
     let upload = |messages: Vec<pb::UploadPluginRequest>| {
         runtime.block_on(async {
-            let mut client = PluginServiceClient::connect(url.clone()).await.unwrap();
+            let mut client = PluginServiceClient::new(server.channel().await);
             client.upload_plugin(tokio_stream::iter(messages)).await
         })
     };

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sluice_api::client::{Authorized, Bearer};
 use sluice_api::v1 as pb;
 use sluice_api::v1::plugin_service_client::PluginServiceClient;
 use tonic::transport::Channel;
@@ -14,6 +15,8 @@ use tonic::transport::Channel;
 pub struct Server {
     pub child: Child,
     pub url: String,
+    /// The admin token the server keeps in its data dir.
+    pub token_file: PathBuf,
 }
 
 impl Server {
@@ -46,6 +49,7 @@ impl Server {
             Server {
                 child,
                 url: format!("http://{addr}"),
+                token_file: data.join("admin-token"),
             },
             started,
         )
@@ -87,14 +91,18 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-pub async fn connect(url: &str) -> Channel {
+/// A connection to `server` that sends its admin token with every call.
+pub async fn connect(server: &Server) -> Authorized {
+    let url = &server.url;
+    let token = std::fs::read_to_string(&server.token_file).expect("the admin token");
+    let bearer = Bearer::new(Some(&token)).unwrap();
     for _ in 0..100 {
         if let Ok(c) = Channel::from_shared(url.to_string())
             .unwrap()
             .connect()
             .await
         {
-            return c;
+            return Authorized::new(c, bearer);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -102,7 +110,7 @@ pub async fn connect(url: &str) -> Channel {
 }
 
 /// Uploads the built plugin `name` as `name@0.1.0`.
-pub async fn upload(channel: Channel, name: &str, world: pb::PluginWorld) {
+pub async fn upload(channel: Authorized, name: &str, world: pb::PluginWorld) {
     let bytes = std::fs::read(plugin(name)).expect("run cargo xtask build-plugins");
     let messages = vec![
         pb::UploadPluginRequest {

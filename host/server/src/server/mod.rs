@@ -90,6 +90,22 @@ pub struct ServeArgs {
     /// data dir, which a disaster that takes the data dir takes too.
     #[arg(long)]
     pub redo_storage: Option<String>,
+    /// Ask for a token on `/metrics` and `/healthz` too (by default they
+    /// answer anyone who reaches the HTTP listener, for Prometheus and load
+    /// balancers; `/api/v1` always needs one). A tenant's token then sees
+    /// only its own tenant's series.
+    #[arg(long)]
+    pub metrics_auth: bool,
+    /// Serve both listeners over TLS with this certificate chain (PEM; with
+    /// --tls-key). Both files are read again on SIGHUP.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Audit entries kept in the meta store (the newest; 100 to 1000000).
+    #[arg(long, default_value_t = 10_000)]
+    pub audit_retention: u64,
 }
 
 /// A stable capture id per data dir: task positions are saved under it, so a
@@ -153,6 +169,12 @@ impl ServeArgs {
                 self.stop_timeout_ms
             );
         }
+        if !(100..=1_000_000).contains(&self.audit_retention) {
+            anyhow::bail!(
+                "--audit-retention is {}; it must be between 100 and 1000000",
+                self.audit_retention
+            );
+        }
         if !(16..=65_536).contains(&self.max_plugin_resources) {
             anyhow::bail!(
                 "--max-plugin-resources is {}; it must be between 16 and 65536",
@@ -194,6 +216,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     backoff.validate()?;
 
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(sluice_api::tls::Tls::load(cert, key)?),
+        _ => None,
+    };
     // Listeners first, so that a taken port fails before anything starts.
     let grpc_listener = tokio::net::TcpListener::bind(args.addr)
         .await
@@ -214,6 +240,32 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             return Err(e);
         }
     };
+    // Tenants made before tenants had records keep working; the first start
+    // writes the admin token `sluice cli` finds in the data dir.
+    let tenancy = sluice_auth::Tenancy::new(store.clone());
+    let adopted = tenancy.adopt_tenants().await?;
+    if !adopted.is_empty() {
+        tracing::info!(tenants = ?adopted, "Tenants without a record were given one.");
+    }
+    let (token_file, token_works) = tenancy
+        .bootstrap_admin(&data_dir, started_at_ms)
+        .await
+        .context("the server's admin token")?;
+    if token_works {
+        tracing::info!(file = %token_file.display(), "The admin token is in this file (sluice cli reads it); keep it private.");
+    } else {
+        tracing::warn!(file = %token_file.display(), "The admin token in this file was revoked; use another admin token, or delete the file and restart to have a new one made.");
+    }
+    if token_works {
+        // `sluice cli` on this machine finds the token by the server's address.
+        if let Err(e) = sluice_auth::local::leave_note(addr, &token_file) {
+            tracing::debug!(error = %e, "No note of the admin token for local clients.");
+        }
+    }
+    let auth = Arc::new(sluice_auth::Authenticator::new(tenancy.clone()));
+    let audit = sluice_auth::AuditLog::start(store.clone(), args.audit_retention)
+        .await
+        .context("the audit log")?;
     let (fatal, mut fatal_rx) = tokio::sync::watch::channel(None);
     // Stops the server: it can no longer act safely.
     let give_up: GiveUp = Arc::new(move |why: String| {
@@ -300,6 +352,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         upload_budget_mib: args.max_uploads_mib,
         limits,
         stop_timeout,
+        tenancy,
+        auth: auth.clone(),
+        audit: audit.clone(),
+        open_metrics: !args.metrics_auth,
+        feed_turns: sluice_api::TenantTurns::default(),
+        plugin_turns: sluice_api::TenantTurns::default(),
     });
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -312,35 +370,67 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         health_reporter.clone(),
         stop_rx.clone(),
     ));
-    let grpc_server = tokio::spawn({
-        let mut stop = stop_rx.clone();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
-        async move {
-            tonic::transport::Server::builder()
-                .layer(tower::util::MapResponseLayer::new(
-                    sluice_api::remap_codec_errors::<tonic::body::Body>,
-                ))
-                .add_service(health_service)
-                .add_service(api.changefeeds())
-                .add_service(api.cluster())
-                .add_service(api.plugins())
-                .serve_with_incoming_shutdown(incoming, async move {
-                    let _ = stop.changed().await;
-                })
-                .await
+    let routes = tonic::transport::Server::builder()
+        .layer(tower::util::MapResponseLayer::new(
+            sluice_api::remap_codec_errors::<tonic::body::Body>,
+        ))
+        .layer(sluice_api::auth::AuthLayer::new(auth, audit))
+        .add_service(health_service)
+        .add_service(api.changefeeds())
+        .add_service(api.cluster())
+        .add_service(api.plugins())
+        .add_service(api.tenants());
+    let app = sluice_api::http::router(node.clone());
+    let stopped = |mut stop: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stop.changed().await;
+    };
+    let (grpc_server, http_server) = match &tls {
+        None => (
+            tokio::spawn(routes.serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
+                stopped(stop_rx.clone()),
+            )),
+            tokio::spawn(
+                axum::serve(http_listener, app)
+                    .with_graceful_shutdown(stopped(stop_rx.clone()))
+                    .into_future(),
+            ),
+        ),
+        Some(tls) => {
+            let incoming = tokio_stream::StreamExt::map(
+                tokio_stream::wrappers::ReceiverStream::new(
+                    tls.accept(grpc_listener, sluice_api::tls::Listener::Grpc),
+                ),
+                |(stream, _)| Ok::<_, std::io::Error>(stream),
+            );
+            let http = sluice_api::tls::TlsListener::new(tls, http_listener)?;
+            (
+                tokio::spawn(
+                    routes.serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone())),
+                ),
+                tokio::spawn(
+                    axum::serve(http, app)
+                        .with_graceful_shutdown(stopped(stop_rx.clone()))
+                        .into_future(),
+                ),
+            )
         }
-    });
-    let http_server = tokio::spawn({
-        let mut stop = stop_rx.clone();
-        let app = sluice_api::http::router(node.clone());
-        async move {
-            axum::serve(http_listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.changed().await;
-                })
-                .await
-        }
-    });
+    };
+    if let Some(tls) = tls.clone() {
+        // SIGHUP reads the certificate and key again (a renewed certificate).
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                match tls.reload() {
+                    Ok(()) => tracing::info!("The TLS certificate was read again."),
+                    Err(e) => tracing::warn!(
+                        error = format!("{e:#}"),
+                        "The TLS certificate could not be read again; the one in use stays."
+                    ),
+                }
+            }
+        });
+    }
     // One line on stdout for scripts and tests: where to connect.
     println!(
         "sluice server ready: grpc {addr} http {http_addr} capture {id} data-dir {}",
@@ -427,6 +517,7 @@ async fn report_health(
         "sluice.v1.ChangefeedService",
         "sluice.v1.ClusterService",
         "sluice.v1.PluginService",
+        "sluice.v1.TenantService",
     ];
     loop {
         let (healthy, _) = node.health().await;

@@ -13,6 +13,8 @@ pub struct Server {
     pub grpc: String,
     pub http: String,
     pub stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    /// The admin token the server wrote into its data dir at its first start.
+    pub token_file: std::path::PathBuf,
 }
 
 impl Server {
@@ -23,6 +25,8 @@ impl Server {
             .args(["--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
             .args(extra)
             .env("SLUICE_LOG", "warn,sluice=info")
+            // The note for local clients goes beside the data dir, not home.
+            .env("XDG_CONFIG_HOME", data_dir.with_extension("config"))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -56,16 +60,48 @@ impl Server {
             grpc: format!("http://{}", words[4]),
             http: format!("http://{}", words[6]),
             stderr,
+            token_file: data_dir.join("admin-token"),
         }
     }
 
-    /// `sluice cli --server .. ARGS`: (success, stdout, stderr).
-    pub fn cli(&self, args: &[&str]) -> (bool, String, String) {
-        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["cli", "--server", &self.grpc])
-            .args(args)
-            .output()
+    /// A gRPC connection that sends the admin token with every call.
+    pub async fn channel(&self) -> sluice_api::client::Authorized {
+        let channel = tonic::transport::Channel::from_shared(self.grpc.clone())
+            .unwrap()
+            .connect()
+            .await
             .unwrap();
+        let bearer = sluice_api::client::Bearer::new(Some(&self.admin_token())).unwrap();
+        sluice_api::client::Authorized::new(channel, bearer)
+    }
+
+    /// The server's admin token.
+    pub fn admin_token(&self) -> String {
+        std::fs::read_to_string(&self.token_file)
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    /// `sluice cli --server .. ARGS` with the server's admin token:
+    /// (success, stdout, stderr).
+    pub fn cli(&self, args: &[&str]) -> (bool, String, String) {
+        self.cli_with_token(&self.admin_token(), args)
+    }
+
+    /// `sluice cli --server .. ARGS` with `token` (none when empty).
+    pub fn cli_with_token(&self, token: &str, args: &[&str]) -> (bool, String, String) {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        cmd.args(["cli", "--server", &self.grpc])
+            .args(args)
+            .env_remove("SLUICE_TOKEN_FILE")
+            .env_remove("SLUICE_TENANT")
+            .env("SLUICE_TOKEN", token)
+            .env(
+                "XDG_CONFIG_HOME",
+                self.token_file.with_extension("no-config"),
+            );
+        let out = cmd.output().unwrap();
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -124,7 +160,13 @@ impl Server {
         err
     }
 
+    /// `GET path` with the admin token.
     pub fn http_get(&self, path: &str) -> (u16, String) {
+        self.http_get_with(path, Some(&self.admin_token()))
+    }
+
+    /// `GET path` with `token` as the bearer (none for `None`).
+    pub fn http_get_with(&self, path: &str, token: Option<&str>) -> (u16, String) {
         let url = format!("{}{path}", self.http);
         let addr = url.trim_start_matches("http://");
         let (host, rest) = addr.split_once('/').unwrap();
@@ -132,7 +174,10 @@ impl Server {
         let mut s = std::net::TcpStream::connect(host).unwrap();
         write!(
             s,
-            "GET /{rest} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+            "GET /{rest} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{}\r\n",
+            token
+                .map(|t| format!("Authorization: Bearer {t}\r\n"))
+                .unwrap_or_default()
         )
         .unwrap();
         let mut text = String::new();
