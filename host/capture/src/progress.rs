@@ -315,8 +315,29 @@ impl MetaProgressStore {
 }
 
 impl Key {
-    /// Writes the record as last written, changed by `change`.
-    async fn save(&self, change: impl FnOnce(&mut TaskPosition)) -> Result<(), ProgressStoreError> {
+    /// Writes the record as last written, changed by `change`. The write and
+    /// the note of its revision run on a task of their own: a caller that goes
+    /// away mid-write (a future dropped in a `select!`, an aborted task) would
+    /// otherwise leave the store written but the note behind it, and every
+    /// later save of this run, its end included, would find itself fenced.
+    async fn save(
+        self: &Arc<Self>,
+        change: impl FnOnce(&mut TaskPosition) + Send + 'static,
+    ) -> Result<(), ProgressStoreError> {
+        let key = self.clone();
+        tokio::spawn(async move { key.save_now(change).await })
+            .await
+            .map_err(|e| {
+                ProgressStoreError::Unavailable(format!(
+                    "the write of the task position ended abnormally: {e}"
+                ))
+            })?
+    }
+
+    async fn save_now(
+        &self,
+        change: impl FnOnce(&mut TaskPosition),
+    ) -> Result<(), ProgressStoreError> {
         let _turn = self.turn.lock().await;
         let (mut record, revision) = self.last.lock().expect("not poisoned").clone();
         change(&mut record);
@@ -365,7 +386,7 @@ impl Reporter {
         }
         let base = self.key.base;
         self.key
-            .save(|record| {
+            .save(move |record| {
                 record.state = state;
                 if let Some(c) = counters {
                     record.counters = base.plus(c);
@@ -379,7 +400,9 @@ impl Reporter {
         &self,
         report: sluice_owner::SwapReport,
     ) -> Result<(), ProgressStoreError> {
-        self.key.save(|record| record.swap = Some(report)).await
+        self.key
+            .save(move |record| record.swap = Some(report))
+            .await
     }
 
     /// Writes what the shadow this run carries out did (none: it ended).
@@ -387,7 +410,7 @@ impl Reporter {
         &self,
         report: Option<sluice_owner::ShadowReport>,
     ) -> Result<(), ProgressStoreError> {
-        self.key.save(|record| record.shadow = report).await
+        self.key.save(move |record| record.shadow = report).await
     }
 
     /// Writes what this run's continuous validator found.
@@ -396,7 +419,7 @@ impl Reporter {
         report: sluice_core::ValidatorReport,
     ) -> Result<(), ProgressStoreError> {
         self.key
-            .save(|record| record.validator = Some(report))
+            .save(move |record| record.validator = Some(report))
             .await
     }
 }
@@ -433,6 +456,39 @@ impl ProgressStore for MetaProgressStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_save_dropped_mid_write_does_not_fence_the_runs_next_saves() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetaStore> = Arc::new(
+            sluice_meta::EmbeddedMetaStore::open(dir.path().join("meta.redb"))
+                .await
+                .unwrap(),
+        );
+        let (mut progress, _) =
+            MetaProgressStore::claim(store.clone(), Claim::local("orders"), None, None)
+                .await
+                .unwrap();
+        let reporter = progress.reporter();
+        for round in 0..20u64 {
+            // Polled once (the write is under way on the store's blocking
+            // pool), then dropped, as a select! drops the branch it did not take.
+            let dropped = progress.save_fence(CommitTs::new(100 + round));
+            let _ = tokio::time::timeout(std::time::Duration::ZERO, dropped).await;
+            progress
+                .save_fence(CommitTs::new(200 + round))
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        }
+        reporter.report(TaskState::Finished, None).await.unwrap();
+        let kv = store
+            .get(&keys::task_position(RUN_TENANT, "orders", RUN_CAPTURE).unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let saved: TaskPosition = keys::decode(&kv.key, &kv.value).unwrap();
+        assert_eq!((saved.fence_ts, saved.state), (219, TaskState::Finished));
+    }
 
     #[tokio::test]
     async fn a_second_claim_fences_the_first_and_positions_survive_reopening() {
