@@ -996,9 +996,11 @@ async fn execute(args: &CliArgs, channel: Channel, bearer: Bearer) -> Result<Out
                     None => 0,
                     Some(text) => {
                         let (now, d) = (since_epoch(), duration_flag("--expires-in", text)?);
-                        u64::try_from((now + d).as_millis()).map_err(|_| {
-                            tonic::Status::invalid_argument("--expires-in is too far away")
-                        })?
+                        now.checked_add(d)
+                            .and_then(|at| u64::try_from(at.as_millis()).ok())
+                            .ok_or_else(|| {
+                                tonic::Status::invalid_argument("--expires-in is too far away")
+                            })?
                     }
                 };
                 let made = tenants

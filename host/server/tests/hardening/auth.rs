@@ -597,6 +597,11 @@ fn a_tenant_sees_and_changes_only_its_own_and_tokens_show_nowhere_else() {
         err,
         "error: not allowed now: tenant `acme` still owns changefeeds orders; remove them first"
     );
+    // Expiries past any clock, or in the past, are refused in one line.
+    for far in ["500000000000y", "0s"] {
+        let err = server.error(&["token", "create", "--role", "viewer", "--expires-in", far]);
+        assert!(err.starts_with("error: invalid argument: "), "{far}: {err}");
+    }
     let whoami = as_acme(&["token", "whoami"]);
     assert_eq!(
         (whoami["tenant"].as_str(), whoami["role"].as_str()),
