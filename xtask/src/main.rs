@@ -29,6 +29,9 @@
 //! - `bench-isolation`: build the plugins and run the neighbour-isolation
 //!   benchmark (release build): a healthy changefeed's throughput next to 1, 2
 //!   and 4 spinning sinks against alone.
+//! - `bench-tenancy [noisy|density]`: build the plugins and run the
+//!   multi-tenant benchmark (release build): quiet tenants' throughput and API
+//!   p99 with and without noisy neighbours, and 1,000 changefeeds' footprint.
 //! - `bench-e2e [--runs N] [--against PATH]`: build the plugins and the release
 //!   `sluice`, and time `sluice run` end to end on `examples/bench-blackhole.toml`
 //!   and `examples/bench-mask-file.toml` with 200 k and 1 M rows: rows per second
@@ -115,6 +118,12 @@ fn main() -> Result<()> {
             build_plugins(&root)?;
             cargo(&["bench", "-p", "sluice-server", "--bench", "isolation"])
         }
+        Some("bench-tenancy") => {
+            build_plugins(&root)?;
+            let mut cmd = vec!["bench", "-p", "sluice-server", "--bench", "tenancy", "--"];
+            cmd.extend(args[1..].iter().map(String::as_str));
+            cargo(&cmd)
+        }
         Some("bench-e2e") => bench_e2e(&root, &args[1..]),
         Some("bench-binlog") => bench_binlog(&root),
         Some("bench-swap") => bench_swap(&root),
@@ -123,7 +132,7 @@ fn main() -> Result<()> {
         Some("schema-evolution") => schema_evolution(&root, &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server | bench-isolation | bench-e2e | bench-binlog | bench-swap | bench-replication | bench-redo | schema-evolution>"
+                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server | bench-isolation | bench-tenancy [noisy|density] | bench-e2e | bench-binlog | bench-swap | bench-replication | bench-redo | schema-evolution>"
             );
             bail!("unknown or missing command")
         }

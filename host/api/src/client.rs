@@ -330,7 +330,7 @@ pub enum TenantCommand {
     },
     /// A tenant's quotas (admin).
     #[command(subcommand)]
-    Quota(QuotaCommand),
+    Quota(Box<QuotaCommand>),
 }
 
 /// `sluice cli tenant quota ...`.
@@ -353,6 +353,29 @@ pub enum QuotaCommand {
         /// Summed `limits.memory` of the plugins of its changefeeds.
         #[arg(long)]
         max_plugin_memory: Option<String>,
+        /// Summed host-side buffers of its changefeeds (event caches and
+        /// shadow queues).
+        #[arg(long)]
+        max_buffer_bytes: Option<String>,
+        /// Summed connections its plugins may open to granted databases.
+        #[arg(long)]
+        max_sql_connections: Option<String>,
+        /// Its share of the plugin threads against other busy tenants
+        /// (1-10000; without one, 100).
+        #[arg(long)]
+        cpu_weight: Option<String>,
+        /// The most CPU its plugins may use, in thousandths of a core
+        /// (`500`: half a core).
+        #[arg(long)]
+        max_cpu_millicores: Option<String>,
+        /// The most of its plugin calls running guest code at once.
+        #[arg(long)]
+        max_plugin_concurrency: Option<String>,
+        /// What its changefeeds may grant their plugins: comma-separated
+        /// `HOST[:PORT]` rules (a name, `*.name`, an address or a network
+        /// like `10.0.0.0/8`); `''` grants nothing, `none` anything.
+        #[arg(long)]
+        egress: Option<String>,
     },
 }
 
@@ -935,15 +958,32 @@ async fn execute(args: &CliArgs, channel: Channel, bearer: Bearer) -> Result<Out
                 TenantCommand::Remove { name } => Out::One(tenant_json(
                     &tenants.remove_tenant(named(name)).await?.into_inner(),
                 )),
-                TenantCommand::Quota(QuotaCommand::Set {
-                    name,
-                    max_changefeeds,
-                    max_plugin_bytes,
-                    max_plugin_versions,
-                    max_plugin_memory,
-                }) => {
+                TenantCommand::Quota(quota) => {
+                    let QuotaCommand::Set {
+                        name,
+                        max_changefeeds,
+                        max_plugin_bytes,
+                        max_plugin_versions,
+                        max_plugin_memory,
+                        max_buffer_bytes,
+                        max_sql_connections,
+                        cpu_weight,
+                        max_cpu_millicores,
+                        max_plugin_concurrency,
+                        egress,
+                    } = &**quota;
                     let current = tenants.get_tenant(named(name)).await?.into_inner();
                     let mut quota = current.quota.unwrap_or_default();
+                    if let Some(text) = egress {
+                        quota.egress = (text != "none").then(|| pb::Egress {
+                            rules: text
+                                .split(',')
+                                .map(str::trim)
+                                .filter(|r| !r.is_empty())
+                                .map(String::from)
+                                .collect(),
+                        });
+                    }
                     for (slot, flag, value, size) in [
                         (
                             &mut quota.max_changefeeds,
@@ -968,6 +1008,31 @@ async fn execute(args: &CliArgs, channel: Channel, bearer: Bearer) -> Result<Out
                             "--max-plugin-memory",
                             max_plugin_memory,
                             true,
+                        ),
+                        (
+                            &mut quota.max_buffer_bytes,
+                            "--max-buffer-bytes",
+                            max_buffer_bytes,
+                            true,
+                        ),
+                        (
+                            &mut quota.max_sql_connections,
+                            "--max-sql-connections",
+                            max_sql_connections,
+                            false,
+                        ),
+                        (&mut quota.cpu_weight, "--cpu-weight", cpu_weight, false),
+                        (
+                            &mut quota.max_cpu_millicores,
+                            "--max-cpu-millicores",
+                            max_cpu_millicores,
+                            false,
+                        ),
+                        (
+                            &mut quota.max_plugin_concurrency,
+                            "--max-plugin-concurrency",
+                            max_plugin_concurrency,
+                            false,
                         ),
                     ] {
                         if let Some(v) = quota_flag(flag, value.as_ref(), size)? {

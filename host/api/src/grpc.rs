@@ -22,8 +22,8 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::auth::caller;
 use crate::error::{auth_status, registry_status, status};
 use crate::node::{MAX_GRPC_MESSAGE_BYTES, Node, SYNCED_QUIET_MS};
-use crate::tenants::plugin_memory;
-use sluice_auth::{Access, Caller};
+use crate::tenants::{feed_footprint, feed_grants, footprint};
+use sluice_auth::{Access, Caller, TenantUsage};
 
 /// The gRPC services of the admin API.
 #[derive(Clone)]
@@ -33,13 +33,13 @@ pub struct Api {
 
 impl Api {
     /// Refuses a table for the plugin in `role` of `running` that passes
-    /// the server's limits.
+    /// the server's limits; else the changefeed's config with it in place.
     fn within_limits(
         &self,
         running: &sluice_config::ChangefeedConfig<PluginId>,
         role: sluice_owner::PluginRole,
         table: &sluice_config::PluginConfig,
-    ) -> Result<(), Status> {
+    ) -> Result<sluice_config::ChangefeedConfig<PluginId>, Status> {
         let mut probe = running.clone();
         match role {
             sluice_owner::PluginRole::Sink => probe.sink = table.clone(),
@@ -48,7 +48,8 @@ impl Api {
         self.node
             .limits
             .check(&probe)
-            .map_err(Status::invalid_argument)
+            .map_err(Status::invalid_argument)?;
+        Ok(probe)
     }
 
     /// The services, answering from `node`.
@@ -571,11 +572,12 @@ impl ChangefeedService for Api {
         not_future("start-ts", start_ts)?;
         let info = describe(&self.node, &id, &r.config_toml, start_ts, ts(r.target_ts))?;
         let _turn = self.node.feed_turns.enter(id.tenant()).await;
-        let memory = plugin_memory(&info);
-        self.admit(id.tenant(), |u| {
-            u.changefeeds += 1;
-            u.plugin_memory += memory;
-        })
+        self.admit(
+            id.tenant(),
+            &TenantUsage::default(),
+            &footprint(&info),
+            &feed_grants(&info.config),
+        )
         .await?;
         let view = self.node.owner.create(info).await.map_err(status)?;
         Ok(Response::new(changefeed_pb(&view)))
@@ -619,13 +621,12 @@ impl ChangefeedService for Api {
         };
         let info = describe(&self.node, &id, &r.config_toml, start_ts, target_ts)?;
         let _turn = self.node.feed_turns.enter(id.tenant()).await;
-        let (old, new) = (
-            plugin_memory(&current.changefeed.info),
-            plugin_memory(&info),
-        );
-        self.admit(id.tenant(), |u| {
-            u.plugin_memory = (u.plugin_memory + new).saturating_sub(old);
-        })
+        self.admit(
+            id.tenant(),
+            &footprint(&current.changefeed.info),
+            &footprint(&info),
+            &feed_grants(&info.config),
+        )
         .await?;
         self.node.owner.update(info).await.map_err(status)?;
         let view = self.settle(&id).await?;
@@ -643,16 +644,18 @@ impl ChangefeedService for Api {
         let current = self.node.owner.snapshot().get(&id).map_err(status)?;
         let running = &current.changefeed.info.config;
         let ask = swap_ask(running, &r, by)?;
-        self.within_limits(running, ask.role, &ask.to)?;
+        let swapped = self.within_limits(running, ask.role, &ask.to)?;
         let _turn = self.node.feed_turns.enter(id.tenant()).await;
-        let old = match ask.role {
-            sluice_owner::PluginRole::Sink => running.sink.limits.memory.0,
-            sluice_owner::PluginRole::Filter(i) => running.filters[i].limits.memory.0,
-        };
-        let new = ask.to.limits.memory.0;
-        self.admit(id.tenant(), |u| {
-            u.plugin_memory = (u.plugin_memory + new).saturating_sub(old);
-        })
+        let info = &current.changefeed.info;
+        let shadow = info
+            .running_shadow()
+            .map(|s| (&s.candidate, s.max_queued_bytes));
+        self.admit(
+            id.tenant(),
+            &footprint(info),
+            &feed_footprint(&swapped, shadow),
+            &ask.to.capabilities.hosts(&ask.role.key()),
+        )
         .await?;
         let view = self.node.owner.swap(&id, ask).await.map_err(status)?;
         Ok(Response::new(changefeed_pb(&view)))
@@ -685,9 +688,14 @@ impl ChangefeedService for Api {
         };
         ask.validate().map_err(Status::invalid_argument)?;
         let _turn = self.node.feed_turns.enter(id.tenant()).await;
-        let memory = ask.candidate.limits.memory.0;
-        self.admit(id.tenant(), |u| u.plugin_memory += memory)
-            .await?;
+        let info = &current.changefeed.info;
+        self.admit(
+            id.tenant(),
+            &footprint(info),
+            &feed_footprint(&info.config, Some((&ask.candidate, ask.max_queued_bytes))),
+            &ask.candidate.capabilities.hosts("shadow"),
+        )
+        .await?;
         let view = self
             .node
             .owner
@@ -1052,12 +1060,13 @@ impl PluginService for Api {
             .map_err(registry_status)?
             .is_none()
         {
-            let size = bytes.len() as u64;
-            self.admit(&tenant, |u| {
-                u.plugin_bytes += size;
-                u.plugin_versions += 1;
-            })
-            .await?;
+            let upload = TenantUsage {
+                plugin_bytes: bytes.len() as u64,
+                plugin_versions: 1,
+                ..TenantUsage::default()
+            };
+            self.admit(&tenant, &TenantUsage::default(), &upload, &[])
+                .await?;
         }
         let record = self
             .node

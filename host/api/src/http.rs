@@ -24,6 +24,7 @@ use crate::error::http_status;
 use crate::grpc;
 use crate::node::Node;
 use sluice_auth::{Access, Caller, TenantQuota, TenantUsage};
+use sluice_runtime::ShareUsage;
 
 type State = Arc<Node>;
 
@@ -242,11 +243,35 @@ fn histogram(h: &LatencyHistogram) -> Histogram {
     out
 }
 
+/// One tenant's records for `/metrics`: its quota, what it holds, and what
+/// its plugins used of this server's plugin threads (if they ran here).
+pub type TenantSeries = (String, TenantQuota, TenantUsage, Option<ShareUsage>);
+
 /// Each tenant's use and quotas (`sluice_tenant_*`), from its records.
-pub fn render_tenant_metrics(tenants: &[(String, TenantQuota, TenantUsage)]) -> String {
+pub fn render_tenant_metrics(tenants: &[TenantSeries]) -> String {
     let mut f = Families(Vec::new());
-    for (tenant, quota, usage) in tenants {
+    for (tenant, quota, usage, cpu) in tenants {
         let l = [("tenant", tenant.as_str())];
+        if let Some(cpu) = cpu {
+            f.counter(
+                "sluice_tenant_plugin_cpu_seconds_total",
+                "Guest CPU time of the tenant's plugin calls on this server's plugin threads (past a call's first slice).",
+                &l,
+                cpu.cpu_nanos as f64 / 1e9,
+            );
+            f.counter(
+                "sluice_tenant_plugin_turn_waits_total",
+                "Polls of the tenant's plugin calls that waited for a turn (other tenants first by weight, or its concurrency limit).",
+                &l,
+                cpu.waits as f64,
+            );
+            f.counter(
+                "sluice_tenant_plugin_throttled_total",
+                "Polls of the tenant's plugin calls that waited for its CPU cap to refill.",
+                &l,
+                cpu.throttled as f64,
+            );
+        }
         f.gauge(
             "sluice_tenant_changefeeds",
             "Changefeeds of the tenant that are not removed.",
@@ -271,11 +296,28 @@ pub fn render_tenant_metrics(tenants: &[(String, TenantQuota, TenantUsage)]) -> 
             &l,
             usage.plugin_memory as f64,
         );
+        f.gauge(
+            "sluice_tenant_buffer_bytes",
+            "Summed host-side buffer bounds of the tenant's changefeeds (event caches, shadow queues).",
+            &l,
+            usage.buffer_bytes as f64,
+        );
+        f.gauge(
+            "sluice_tenant_sql_connections",
+            "Summed connections the tenant's plugins may open to granted databases.",
+            &l,
+            usage.sql_connections as f64,
+        );
         for (name, max) in [
             ("changefeeds", quota.max_changefeeds),
             ("plugin-versions", quota.max_plugin_versions),
             ("plugin-bytes", quota.max_plugin_bytes),
             ("plugin-memory", quota.max_plugin_memory),
+            ("buffer-bytes", quota.max_buffer_bytes),
+            ("sql-connections", quota.max_sql_connections),
+            ("cpu-weight", quota.cpu_weight),
+            ("cpu-millicores", quota.max_cpu_millicores),
+            ("plugin-concurrency", quota.max_plugin_concurrency),
         ] {
             if let Some(max) = max {
                 f.gauge(
@@ -635,13 +677,15 @@ async fn metrics(axum::extract::State(s): S, caller: Option<Authed>) -> Response
         None => String::new(),
     };
     let mut tenants = Vec::new();
+    let shares = s.registry.runtime().shares().usage();
     if let Ok(records) = s.tenancy.list_tenants().await {
         for record in records {
             if !tenant.is_empty() && record.name != tenant {
                 continue;
             }
             if let Ok(usage) = s.tenant_usage(&record.name).await {
-                tenants.push((record.name, record.quota, usage));
+                let cpu = shares.iter().find(|u| u.tenant == record.name).cloned();
+                tenants.push((record.name, record.quota, usage, cpu));
             }
         }
     }

@@ -230,12 +230,20 @@ pub fn tenant_json(t: &pb::Tenant) -> Value {
         "plugins": t.plugins,
         "plugin-bytes": t.plugin_bytes,
         "plugin-memory": t.plugin_memory,
+        "buffer-bytes": t.buffer_bytes,
+        "sql-connections": t.sql_connections,
         "tokens": t.tokens,
         "quota": t.quota.as_ref().map(|q| json!({
             "max-changefeeds": q.max_changefeeds,
             "max-plugin-bytes": q.max_plugin_bytes,
             "max-plugin-versions": q.max_plugin_versions,
             "max-plugin-memory": q.max_plugin_memory,
+            "max-buffer-bytes": q.max_buffer_bytes,
+            "max-sql-connections": q.max_sql_connections,
+            "cpu-weight": q.cpu_weight,
+            "max-cpu-millicores": q.max_cpu_millicores,
+            "max-plugin-concurrency": q.max_plugin_concurrency,
+            "egress": q.egress.as_ref().map(|e| e.rules.clone()),
         })),
     })
 }

@@ -22,6 +22,7 @@ pub mod tls;
 pub use error::{auth_http_status, auth_status, http_status, registry_status, status};
 pub use grpc::{Api, remap_codec_errors};
 pub use node::{MAX_GRPC_MESSAGE_BYTES, Node, SYNCED_QUIET_MS, TenantTurns};
+pub use tenants::{apply_shares, share_config};
 
 /// Package `sluice.v1`.
 #[allow(

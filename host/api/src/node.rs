@@ -111,23 +111,23 @@ impl Node {
             .then(|| self.capture.plugin_data_dir(&info.id, "sink"))
     }
 
-    /// What `tenant` holds now: its changefeeds (not removed) and their
-    /// plugins' memory, its uploaded plugins.
+    /// What `tenant` holds now: its changefeeds (not removed) with what
+    /// they hold (plugin memory, buffers, database connections), its
+    /// uploaded plugins.
     pub async fn tenant_usage(
         &self,
         tenant: &str,
     ) -> Result<sluice_auth::TenantUsage, sluice_registry::RegistryError> {
         let feeds = self.owner.snapshot().list(tenant);
         let plugins = self.registry.list(tenant).await?;
-        Ok(sluice_auth::TenantUsage {
-            changefeeds: feeds.len() as u64,
+        let held = sluice_auth::TenantUsage {
             plugin_bytes: plugins.iter().map(|p| p.size_bytes).sum(),
             plugin_versions: plugins.len() as u64,
-            plugin_memory: feeds
-                .iter()
-                .map(|v| crate::tenants::plugin_memory(&v.changefeed.info))
-                .sum(),
-        })
+            ..sluice_auth::TenantUsage::default()
+        };
+        Ok(feeds.iter().fold(held, |sum, v| {
+            sum.plus(&crate::tenants::footprint(&v.changefeed.info))
+        }))
     }
 
     /// How long an admin job waits for stopped work to be taken in.

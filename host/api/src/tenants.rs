@@ -3,6 +3,7 @@
 use sluice_auth::{
     Access, AuthError, Caller, Role, TenantQuota, TenantRecord, TenantUsage, TokenRecord,
 };
+use sluice_config::{ChangefeedConfig, GrantedHost, PluginConfig, PluginId};
 use sluice_owner::ChangefeedInfo;
 use sluice_owner::{Clock, SystemClock};
 use tonic::{Request, Response, Status};
@@ -33,17 +34,103 @@ fn quota_pb(q: &TenantQuota) -> pb::TenantQuota {
         max_plugin_bytes: q.max_plugin_bytes,
         max_plugin_versions: q.max_plugin_versions,
         max_plugin_memory: q.max_plugin_memory,
+        max_buffer_bytes: q.max_buffer_bytes,
+        max_sql_connections: q.max_sql_connections,
+        cpu_weight: q.cpu_weight,
+        max_cpu_millicores: q.max_cpu_millicores,
+        max_plugin_concurrency: q.max_plugin_concurrency,
+        egress: q.egress.as_ref().map(|rules| pb::Egress {
+            rules: rules.clone(),
+        }),
     }
 }
 
-/// The linear memory the plugins of `info` may take: its sink's and
-/// filters' `limits.memory`, and a running shadow candidate's.
-pub(crate) fn plugin_memory(info: &ChangefeedInfo) -> u64 {
-    let plugins: u64 = info.config.plugins().map(|(_, p)| p.limits.memory.0).sum();
-    plugins
-        + info
-            .running_shadow()
-            .map_or(0, |s| s.candidate.limits.memory.0)
+/// A quota as a request sets it.
+fn quota_from_pb(q: pb::TenantQuota) -> TenantQuota {
+    TenantQuota {
+        max_changefeeds: q.max_changefeeds,
+        max_plugin_bytes: q.max_plugin_bytes,
+        max_plugin_versions: q.max_plugin_versions,
+        max_plugin_memory: q.max_plugin_memory,
+        max_buffer_bytes: q.max_buffer_bytes,
+        max_sql_connections: q.max_sql_connections,
+        cpu_weight: q.cpu_weight,
+        max_cpu_millicores: q.max_cpu_millicores,
+        max_plugin_concurrency: q.max_plugin_concurrency,
+        egress: q.egress.map(|e| e.rules),
+    }
+}
+
+/// How a tenant with `quota` shares the plugin threads.
+pub fn share_config(quota: &TenantQuota) -> sluice_runtime::ShareConfig {
+    sluice_runtime::ShareConfig {
+        weight: quota.cpu_weight.unwrap_or(sluice_auth::DEFAULT_CPU_WEIGHT),
+        max_concurrency: quota
+            .max_plugin_concurrency
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        max_millicores: quota.max_cpu_millicores,
+    }
+}
+
+/// Applies every tenant's CPU settings to this server's plugin threads now
+/// (each server does this every few seconds, so a change made through
+/// another server arrives too).
+pub async fn apply_shares(node: &crate::Node) -> Result<(), AuthError> {
+    let shares = node.registry.runtime().shares();
+    for record in node.tenancy.list_tenants().await? {
+        shares.configure(&record.name, share_config(&record.quota));
+    }
+    Ok(())
+}
+
+/// What a changefeed running `config` (and the shadow candidate `shadow`
+/// with its queue bound, if one runs) holds against its tenant's quotas:
+/// one changefeed, its plugins' `limits.memory`, its event cache (which
+/// holds its replay buffer and redo share) and the shadow's queue, and the
+/// connections its plugins may open to their granted databases.
+pub(crate) fn feed_footprint(
+    config: &ChangefeedConfig<PluginId>,
+    shadow: Option<(&PluginConfig, u64)>,
+) -> TenantUsage {
+    let mut usage = TenantUsage {
+        changefeeds: 1,
+        buffer_bytes: config
+            .pipeline
+            .event_cache_bytes
+            .0
+            .saturating_add(shadow.map_or(0, |(_, queued)| queued)),
+        ..TenantUsage::default()
+    };
+    let plugins = config
+        .plugins()
+        .map(|(_, p)| p)
+        .chain(shadow.map(|(c, _)| c));
+    for p in plugins {
+        usage.plugin_memory = usage.plugin_memory.saturating_add(p.limits.memory.0);
+        usage.sql_connections = usage.sql_connections.saturating_add(
+            p.limits
+                .sql_connections
+                .saturating_mul(p.capabilities.sql.len() as u64),
+        );
+    }
+    usage
+}
+
+/// [`feed_footprint`] of a stored changefeed.
+pub(crate) fn footprint(info: &ChangefeedInfo) -> TenantUsage {
+    feed_footprint(
+        &info.config,
+        info.running_shadow()
+            .map(|s| (&s.candidate, s.max_queued_bytes)),
+    )
+}
+
+/// Every host the plugins of `config` are granted.
+pub(crate) fn feed_grants(config: &ChangefeedConfig<PluginId>) -> Vec<GrantedHost> {
+    config
+        .plugins()
+        .flat_map(|(key, p)| p.capabilities.hosts(&key))
+        .collect()
 }
 
 fn tenant_ref(r: &pb::TenantRef) -> Result<&str, Status> {
@@ -66,12 +153,16 @@ impl Api {
             .map_err(registry_status)
     }
 
-    /// Admits a request that changes what `tenant` (which must exist) holds
-    /// by `change`, against its quota. Call it in the tenant's turn.
+    /// Admits a request that replaces `before` (what a changefeed held, or
+    /// nothing) by `after` in what `tenant` (which must exist) holds, and
+    /// grants its plugins `grants`, against the tenant's quotas and egress
+    /// allowlist. Call it in the tenant's turn.
     pub(crate) async fn admit(
         &self,
         tenant: &str,
-        change: impl FnOnce(&mut TenantUsage),
+        before: &TenantUsage,
+        after: &TenantUsage,
+        grants: &[GrantedHost],
     ) -> Result<(), Status> {
         let record = self
             .node()
@@ -79,12 +170,22 @@ impl Api {
             .require(tenant)
             .await
             .map_err(auth_status)?;
+        if let Some(rules) = &record.quota.egress {
+            let egress = sluice_auth::Egress::parse(rules).map_err(auth_status)?;
+            egress
+                .check(
+                    tenant,
+                    rules,
+                    grants
+                        .iter()
+                        .map(|g| (g.key.as_str(), g.grant.as_str(), g.host.as_str(), g.port)),
+                )
+                .map_err(auth_status)?;
+        }
         let now = self.usage(tenant).await?;
-        let mut after = now;
-        change(&mut after);
         record
             .quota
-            .admit(tenant, &now, &after)
+            .admit(tenant, &now, &now.replace(before, after))
             .map_err(auth_status)
     }
 
@@ -109,6 +210,8 @@ impl Api {
             tokens,
             quota: Some(quota_pb(&record.quota)),
             plugin_memory: usage.plugin_memory,
+            buffer_bytes: usage.buffer_bytes,
+            sql_connections: usage.sql_connections,
         })
     }
 
@@ -239,19 +342,18 @@ impl TenantService for Api {
         })?
         .to_string();
         caller.check(&name, Access::Server).map_err(auth_status)?;
-        let q = r.quota.unwrap_or_default();
-        let quota = TenantQuota {
-            max_changefeeds: q.max_changefeeds,
-            max_plugin_bytes: q.max_plugin_bytes,
-            max_plugin_versions: q.max_plugin_versions,
-            max_plugin_memory: q.max_plugin_memory,
-        };
+        let quota = quota_from_pb(r.quota.unwrap_or_default());
         let record = self
             .node()
             .tenancy
-            .set_quota(&name, quota)
+            .set_quota(&name, quota.clone())
             .await
             .map_err(auth_status)?;
+        self.node()
+            .registry
+            .runtime()
+            .shares()
+            .configure(&name, share_config(&quota));
         tracing::info!(tenant = %name, quota = ?quota, token = %caller.token_id, "Tenant quota set.");
         Ok(Response::new(self.tenant_pb(&record).await?))
     }

@@ -15,6 +15,7 @@
 
 mod audit;
 mod caller;
+mod egress;
 mod error;
 /// The note that lets `sluice cli` on the server's machine find its admin token.
 pub mod local;
@@ -24,8 +25,9 @@ mod token;
 
 pub use audit::{AuditEntry, AuditLog};
 pub use caller::{Access, Caller};
+pub use egress::{Egress, MAX_EGRESS_RULES};
 pub use error::AuthError;
-pub use quota::{TenantQuota, TenantUsage};
+pub use quota::{DEFAULT_CPU_WEIGHT, TenantQuota, TenantUsage};
 pub use tenancy::{
     ADMIN_TOKEN_FILE, Authenticator, DEFAULT_TENANT, Tenancy, TenantRecord, TokenGrant,
 };

@@ -146,7 +146,7 @@ impl Tenancy {
                 }
                 None => return Err(not_found(tenant)),
             };
-            record.quota = quota;
+            record.quota = quota.clone();
             let put = Txn::new()
                 .when([compare])
                 .and_then([Op::put(&key, keys::encode(&record)?)]);
@@ -637,12 +637,18 @@ mod tests {
             max_changefeeds: Some(3),
             ..TenantQuota::default()
         };
-        assert_eq!(t.set_quota("acme", quota).await.unwrap().quota, quota);
+        assert_eq!(
+            t.set_quota("acme", quota.clone()).await.unwrap().quota,
+            quota
+        );
         assert_eq!(t.require("acme").await.unwrap().quota, quota);
-        assert_eq!(t.set_quota("default", quota).await.unwrap().quota, quota);
+        assert_eq!(
+            t.set_quota("default", quota.clone()).await.unwrap().quota,
+            quota
+        );
         assert_eq!(t.require("default").await.unwrap().quota, quota);
         assert!(matches!(
-            t.set_quota("nobody", quota).await,
+            t.set_quota("nobody", quota.clone()).await,
             Err(AuthError::NotFound(_))
         ));
         let names: Vec<String> = t

@@ -148,6 +148,11 @@ fn world_name(kind: PluginKind) -> &'static str {
 }
 
 impl PluginRegistry {
+    /// The runtime plugins are checked and run with.
+    pub fn runtime(&self) -> &PluginRuntime {
+        &self.runtime
+    }
+
     /// A registry keeping component bytes under `dir` (created if missing).
     pub fn new(
         store: Arc<dyn MetaStore>,

@@ -23,6 +23,9 @@ pub struct RuntimeConfig {
     pub max_tables_per_component: u32,
     /// Most core instances one component may create.
     pub max_core_instances_per_component: u32,
+    /// Polls of guest code on plugin threads that may run at once, shared
+    /// between tenants by weight (`None`: one per core).
+    pub plugin_turns: Option<usize>,
 }
 
 impl Default for RuntimeConfig {
@@ -35,6 +38,7 @@ impl Default for RuntimeConfig {
             max_memories_per_component: 4,
             max_tables_per_component: 16,
             max_core_instances_per_component: 32,
+            plugin_turns: None,
         }
     }
 }
@@ -118,6 +122,15 @@ pub struct PluginSettings {
 }
 
 impl PluginSettings {
+    /// The tenant whose CPU share the plugin runs in: the part of
+    /// `changefeed` before its `/` (`default` without one).
+    pub fn tenant(&self) -> &str {
+        match self.changefeed.split_once('/') {
+            Some((tenant, _)) if !tenant.is_empty() => tenant,
+            _ => "default",
+        }
+    }
+
     /// Settings with default limits and no capabilities.
     pub fn new(name: impl Into<String>, config_json: impl Into<String>) -> Self {
         Self {

@@ -14,6 +14,7 @@ use crate::bindings::types as wit;
 use crate::component::PluginComponent;
 use crate::config::PluginSettings;
 use crate::convert;
+use crate::share::TenantShare;
 use crate::state::{PluginState, PluginStats};
 use crate::thread::PluginThread;
 
@@ -46,13 +47,17 @@ pub(crate) struct Slot<B> {
     /// at once.
     on_thread: bool,
     thread: Option<PluginThread>,
+    /// The turns its tenant's calls take on plugin threads.
+    share: TenantShare,
     /// The pools of the databases granted to the plugin (a sink's).
     pub(crate) sql: crate::sql::SharedPools,
 }
 
 impl<B> Slot<B> {
     pub(crate) fn new(component: PluginComponent, settings: PluginSettings) -> Self {
+        let share = component.runtime.inner.shares.tenant(settings.tenant());
         Self {
+            share,
             component,
             settings,
             stats: Arc::new(PluginStats::default()),
@@ -70,7 +75,8 @@ impl<B> Slot<B> {
     /// used 5 ms of CPU (seen at an epoch tick) it moves to the slot's own thread
     /// and finishes there, so a guest that computes for long never holds the
     /// caller's threads for more than about two ticks. A call after one that needed the thread
-    /// starts there. `None` if the thread is gone.
+    /// starts there. On the thread, every poll takes a turn of its tenant's
+    /// share (`share.rs`). `None` if the thread is gone.
     pub(crate) async fn drive<R: Send + 'static>(
         &mut self,
         call: impl Future<Output = R> + Send + 'static,
@@ -103,8 +109,11 @@ impl<B> Slot<B> {
             }
             self.on_thread = true;
         }
+        let share = self.share.clone();
         let thread = self.thread().ok()?;
-        thread.run(move || call).await
+        thread
+            .run(move || share.run(call, crate::state::thread_cpu_nanos))
+            .await
     }
 
     /// After a call ended: whether the next one starts on the thread (this one

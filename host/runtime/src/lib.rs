@@ -9,6 +9,8 @@
 //!   timeouts and only the capabilities granted. A trap, OOM or timeout drops the
 //!   instance and reports [`sluice_core::PluginError::Stopped`]; the next call gets
 //!   a fresh instance.
+//! - [`CpuShares`] shares the plugin threads between tenants by weight, with a
+//!   concurrency limit and a CPU cap per tenant.
 
 mod bindings;
 mod cache;
@@ -19,6 +21,7 @@ mod error;
 mod filter;
 mod instance;
 mod runtime;
+mod share;
 mod sink;
 mod sql;
 mod state;
@@ -30,6 +33,7 @@ pub use config::{Capabilities, PluginLimits, PluginSettings, RuntimeConfig, reac
 pub use error::{LoadError, RuntimeError};
 pub use filter::WasmFilter;
 pub use runtime::PluginRuntime;
+pub use share::{BURST, CpuShares, DEFAULT_WEIGHT, ShareConfig, ShareUsage, TenantShare, Turn};
 pub use sink::WasmSink;
 pub use sql::{GrantError, MAX_GROUPS, MAX_QUERY_ROWS, MAX_STATEMENTS, SqlPools};
 pub use state::{LATENCY_BUCKETS, LatencyHistogram, PluginStats};

@@ -12,6 +12,7 @@ use crate::cache::PrecompileCache;
 use crate::component::{PluginComponent, PluginKind};
 use crate::config::RuntimeConfig;
 use crate::error::{LoadError, RuntimeError};
+use crate::share::CpuShares;
 use crate::state::PluginState;
 
 /// Owns the wasmtime engine. Cheap to clone; share one per process.
@@ -25,6 +26,7 @@ pub(crate) struct Inner {
     pub(crate) sink_linker: Linker<PluginState>,
     pub(crate) filter_linker: Linker<PluginState>,
     pub(crate) cache: Option<PrecompileCache>,
+    pub(crate) shares: CpuShares,
     stop_ticker: Arc<AtomicBool>,
 }
 
@@ -93,9 +95,19 @@ impl PluginRuntime {
                 sink_linker,
                 filter_linker,
                 cache,
+                shares: match config.plugin_turns {
+                    Some(n) => CpuShares::new(n),
+                    None => CpuShares::per_core(),
+                },
                 stop_ticker,
             }),
         })
+    }
+
+    /// How plugin threads are shared between tenants: configure a tenant's
+    /// weight, concurrency and CPU cap here; read what each used.
+    pub fn shares(&self) -> &CpuShares {
+        &self.inner.shares
     }
 
     /// Check `bytes` as a plugin of `kind`, precompile it (or take it from the

@@ -382,3 +382,99 @@ fn pausing_a_changefeed_whose_sink_hangs_in_close_holds_up_nothing_else() {
     assert_eq!(paused["state"], "stopped", "{paused}");
     server.stop();
 }
+
+/// The value of `name{tenant="..."}` on `/metrics` (0 when absent).
+fn tenant_metric(server: &Server, name: &str, tenant: &str) -> f64 {
+    let (_, metrics) = server.http_get("/metrics");
+    metrics
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}{{tenant=\"{tenant}\"}}")))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn tenants_share_the_plugin_threads_by_weight_not_by_thread_and_a_cpu_cap_holds() {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        &dir.path().join("data"),
+        &[
+            "--max-call-timeout-ms",
+            "600000",
+            "--max-host-call-timeout-ms",
+            "600000",
+            "--stop-timeout-ms",
+            "2000",
+        ],
+    );
+    let spinning = write_file(
+        dir.path(),
+        "spinning",
+        &feed(
+            "misbehave@0.1.0",
+            "config = { mode = \"loop\" }\n[sink.limits]\ncall-timeout-ms = 600000\nhost-call-timeout-ms = 600000",
+            0,
+        ),
+    );
+    // `greedy` spins on three threads per core, `fair` on one thread: left
+    // to the operating system, fair would get 1 / (3 * cores + 1) of the CPU.
+    for (tenant, feeds) in [("greedy", 3 * cores), ("fair", 1)] {
+        server.json(&["tenant", "create", tenant]);
+        server.upload_as(tenant, "misbehave", "sink");
+        for i in 0..feeds {
+            server.json(&[
+                "--tenant",
+                tenant,
+                "changefeed",
+                "create",
+                "-c",
+                &format!("spin{i}"),
+                "--config",
+                spinning.to_str().unwrap(),
+            ]);
+        }
+    }
+    let cpu =
+        |tenant: &str| tenant_metric(&server, "sluice_tenant_plugin_cpu_seconds_total", tenant);
+    // Let every spinner get into its endless call, then measure.
+    std::thread::sleep(Duration::from_secs(3));
+    let (g0, f0) = (cpu("greedy"), cpu("fair"));
+    std::thread::sleep(Duration::from_secs(4));
+    let (g1, f1) = (cpu("greedy"), cpu("fair"));
+    let (greedy, fair) = (g1 - g0, f1 - f0);
+    // Equal weights: fair's one thread holds one of the `cores` turns
+    // whenever it asks, so it gets 1 / cores of the plugin CPU (a half on two
+    // cores), far above its per-thread share.
+    let share = fair / (fair + greedy);
+    let per_thread = 1.0 / (3 * cores + 1) as f64;
+    assert!(
+        share > 0.7 / cores as f64 && share > 2.0 * per_thread,
+        "fair's share of the plugin CPU is {share:.2} (greedy {greedy:.2} s, fair {fair:.2} s); per thread it would be {per_thread:.2}"
+    );
+    assert!(
+        tenant_metric(&server, "sluice_tenant_plugin_turn_waits_total", "greedy") > 0.0,
+        "greedy's calls waited for turns"
+    );
+    // A cap of a fifth of a core holds greedy there, whatever is idle.
+    server.json(&[
+        "tenant",
+        "quota",
+        "set",
+        "greedy",
+        "--max-cpu-millicores",
+        "200",
+    ]);
+    std::thread::sleep(Duration::from_secs(1));
+    let g0 = cpu("greedy");
+    std::thread::sleep(Duration::from_secs(4));
+    let capped = (cpu("greedy") - g0) / 4.0;
+    assert!(
+        capped < 0.3,
+        "greedy used {capped:.2} cores under a cap of 0.2"
+    );
+    assert!(tenant_metric(&server, "sluice_tenant_plugin_throttled_total", "greedy") > 0.0);
+    let quota = server.json(&["tenant", "get", "greedy"]);
+    assert_eq!(quota["quota"]["max-cpu-millicores"], 200, "{quota}");
+    server.stop();
+}

@@ -109,16 +109,33 @@ pub async fn connect(server: &Server) -> Authorized {
     panic!("cannot connect to {url}");
 }
 
-/// Uploads the built plugin `name` as `name@0.1.0`.
+/// Uploads the built plugin `name` as `name@0.1.0` of tenant `default`.
 pub async fn upload(channel: Authorized, name: &str, world: pb::PluginWorld) {
     let bytes = std::fs::read(plugin(name)).expect("run cargo xtask build-plugins");
+    upload_bytes(channel, "default", name, "0.1.0", world, bytes).await;
+}
+
+/// The bytes of the built plugin `name`.
+pub fn plugin_bytes(name: &str) -> Vec<u8> {
+    std::fs::read(plugin(name)).expect("run cargo xtask build-plugins")
+}
+
+/// Uploads `bytes` as `tenant`'s `name@version` of world `world`.
+pub async fn upload_bytes(
+    channel: Authorized,
+    tenant: &str,
+    name: &str,
+    version: &str,
+    world: pb::PluginWorld,
+    bytes: Vec<u8>,
+) {
     let messages = vec![
         pb::UploadPluginRequest {
             part: Some(pb::upload_plugin_request::Part::Header(pb::PluginHeader {
                 id: Some(pb::PluginRef {
-                    tenant: "default".into(),
+                    tenant: tenant.into(),
                     name: name.into(),
-                    version: "0.1.0".into(),
+                    version: version.into(),
                 }),
                 world: world.into(),
                 sha256: String::new(),
@@ -131,5 +148,5 @@ pub async fn upload(channel: Authorized, name: &str, world: pb::PluginWorld) {
     PluginServiceClient::new(channel)
         .upload_plugin(tokio_stream::iter(messages))
         .await
-        .expect("upload");
+        .unwrap_or_else(|e| panic!("upload {tenant}/{name}@{version}: {e}"));
 }

@@ -370,6 +370,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         health_reporter.clone(),
         stop_rx.clone(),
     ));
+    tokio::spawn(keep_shares(node.clone(), stop_rx.clone()));
     let routes = tonic::transport::Server::builder()
         .layer(tower::util::MapResponseLayer::new(
             sluice_api::remap_codec_errors::<tonic::body::Body>,
@@ -506,6 +507,21 @@ async fn warn_if_records_lost(
 
 /// Keeps the standard health service's answer in step with the server's health
 /// (the meta store answers), every second, until the server stops.
+/// Applies the tenants' CPU settings (weight, concurrency, cap) to this
+/// server's plugin threads at start and every few seconds, so that a quota
+/// set through another server arrives here too.
+async fn keep_shares(node: Arc<Node>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        if let Err(e) = sluice_api::apply_shares(&node).await {
+            tracing::debug!(error = %e, "Tenant CPU shares not refreshed; the last ones stay.");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(3)) => {}
+            _ = stop.changed() => break,
+        }
+    }
+}
+
 async fn report_health(
     node: Arc<Node>,
     reporter: tonic_health::server::HealthReporter,

@@ -963,6 +963,144 @@ fn each_tenant_quota_refuses_what_passes_it_and_use_returns_to_zero() {
 }
 
 #[test]
+fn buffer_connection_and_egress_quotas_refuse_what_passes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"), &[]);
+    server.json(&["tenant", "create", "acme"]);
+    server.upload_as("acme", "sink-blackhole", "sink");
+    let set = server.json(&[
+        "tenant",
+        "quota",
+        "set",
+        "acme",
+        "--max-buffer-bytes",
+        "100MiB",
+        "--max-sql-connections",
+        "4",
+        "--egress",
+        "*.example.com, 10.0.0.0/8:5432",
+    ]);
+    assert_eq!(
+        set["quota"]["egress"],
+        serde_json::json!(["*.example.com", "10.0.0.0/8:5432"]),
+        "{set}"
+    );
+    // A feed: its event cache, and its sink's grants and connections.
+    let file = |name: &str, cache: &str, sink: &str| {
+        crate::common::write_file(
+            dir.path(),
+            name,
+            &format!(
+                "[source]\ntype = \"datagen\"\ntotal-rows = 0\nrate = 10\n\n[sink]\nplugin = \"sink-blackhole@0.1.0\"\n{sink}\n[pipeline]\nevent-cache-bytes = \"{cache}\"\n"
+            ),
+        )
+    };
+    let create = |name: &str, config: &std::path::Path| {
+        server.cli(&[
+            "--tenant",
+            "acme",
+            "--output",
+            "json",
+            "changefeed",
+            "create",
+            "-c",
+            name,
+            "--config",
+            config.to_str().unwrap(),
+        ])
+    };
+    let pg = "[sink.capabilities.sql]\nwarehouse = \"postgres://u:secret@10.1.2.3:5432/w\"\n[sink.limits]\nsql-connections = ";
+    let one = file("one", "64MiB", &format!("{pg}3"));
+    assert!(create("one", &one).0);
+    // Buffers: 64 MiB held, 64 more would pass 100 MiB.
+    let (ok, _, err) = create("two", &file("big", "64MiB", ""));
+    assert!(!ok);
+    assert!(err.trim().starts_with("error: too large: tenant `acme` is over its quota: buffer-bytes would be 134217728 bytes (it holds 67108864 bytes, this request adds 67108864 bytes); the quota is 104857600 bytes."), "{err}");
+    // Connections: 3 held, 2 more would pass 4.
+    let (ok, _, err) = create("two", &file("conns", "16MiB", &format!("{pg}2")));
+    assert!(!ok);
+    assert!(err.contains("sql-connections would be 5 (it holds 3, this request adds 2); the quota is 4. Remove something, or an admin raises it with `sluice cli tenant quota set acme --max-sql-connections N`"), "{err}");
+    // Egress: a host outside the list, a port outside a network's rule, and
+    // an HTTP host without a port (every port) under a rule with one.
+    for (grant, says) in [
+        (
+            "[sink.capabilities]\nhttp = [\"hooks.evil.test\"]",
+            "sink.capabilities.http[0]: `hooks.evil.test` is outside tenant `acme`'s egress allowlist [*.example.com, 10.0.0.0/8:5432]",
+        ),
+        (
+            "[sink.capabilities]\ntcp = [\"10.9.9.9:6379\"]",
+            "sink.capabilities.tcp[0]: `10.9.9.9:6379` is outside tenant `acme`'s egress allowlist",
+        ),
+        (
+            "[sink.capabilities]\nhttp = [\"10.1.1.1\"]",
+            "only a rule without a port covers it",
+        ),
+    ] {
+        let (ok, _, err) = create("two", &file("egress", "16MiB", grant));
+        assert!(!ok, "{grant}");
+        assert!(
+            err.trim().starts_with("error: permission denied: ") && err.contains(says),
+            "{grant}: {err}"
+        );
+    }
+    // Inside the list: a name under the wildcard and a TCP peer in the network.
+    let inside = file(
+        "inside",
+        "16MiB",
+        "[sink.capabilities]\nhttp = [\"api.example.com:443\"]\ntcp = [\"10.9.9.9:5432\"]",
+    );
+    assert!(create("two", &inside).0);
+    let held = server.json(&["tenant", "get", "acme"]);
+    assert_eq!(
+        (
+            held["buffer-bytes"].as_u64(),
+            held["sql-connections"].as_u64()
+        ),
+        (Some(80 << 20), Some(3)),
+        "{held}"
+    );
+    let (_, metrics) = server.http_get("/metrics");
+    assert!(
+        metrics.contains(&format!(
+            "sluice_tenant_buffer_bytes{{tenant=\"acme\"}} {}",
+            80 << 20
+        )),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sluice_tenant_sql_connections{tenant=\"acme\"} 3"),
+        "{metrics}"
+    );
+    // `none` lifts the list; removing the feeds frees what they held.
+    let set = server.json(&["tenant", "quota", "set", "acme", "--egress", "none"]);
+    assert!(set["quota"]["egress"].is_null(), "{set}");
+    for name in ["one", "two"] {
+        server.json(&["--tenant", "acme", "changefeed", "remove", "-c", name]);
+    }
+    let held = server.json(&["tenant", "get", "acme"]);
+    assert_eq!(
+        (
+            held["buffer-bytes"].as_u64(),
+            held["sql-connections"].as_u64()
+        ),
+        (Some(0), Some(0)),
+        "{held}"
+    );
+    // Bad rules and ranges are refused naming them.
+    let err = server.error(&["tenant", "quota", "set", "acme", "--egress", "10.0.0.0/40"]);
+    assert!(
+        err.contains("--egress rule `10.0.0.0/40`: `10.0.0.0/40` is not a network"),
+        "{err}"
+    );
+    let err = server.error(&["tenant", "quota", "set", "acme", "--cpu-weight", "0"]);
+    assert_eq!(
+        err,
+        "error: invalid argument: --cpu-weight is 0; it must be between 1 and 10000"
+    );
+    server.stop();
+}
+
+#[test]
 fn every_change_and_every_refused_attempt_is_audited_and_the_log_stays_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&dir.path().join("data"), &["--audit-retention", "100"]);
