@@ -622,6 +622,12 @@ pub fn render_metrics(
                 &pl,
                 stats.instantiations.load(Ordering::Relaxed) as f64,
             );
+            f.counter(
+                "sluice_plugin_idle_releases_total",
+                "Instances released after the changefeed was idle (pipeline.release-idle-ms); the next rows start a new one.",
+                &pl,
+                stats.idle_releases.load(Ordering::Relaxed) as f64,
+            );
             // What the plugin reports itself (`host.counter-add`, `host.gauge-set`):
             // two families whose names do not collide (a counter `x_total` is the
             // family `x`). The host import refuses empty names and non-finite

@@ -44,6 +44,12 @@ pub struct PipelineConfig {
     /// crash.
     #[serde(default = "default_fence_ms")]
     pub fence_ahead_ms: u64,
+    /// How long the plugins' instances stay alive with nothing going
+    /// through (everything written flushed and acknowledged) before they are
+    /// released, in milliseconds; the next rows start a new instance from the
+    /// precompiled plugin. 0 keeps them for the changefeed's life.
+    #[serde(default = "default_release_idle_ms")]
+    pub release_idle_ms: u64,
 }
 
 fn default_batch_rows() -> usize {
@@ -73,6 +79,15 @@ fn default_checkpoint_ms() -> u64 {
 fn default_fence_ms() -> u64 {
     2_000
 }
+fn default_release_idle_ms() -> u64 {
+    60_000
+}
+
+/// Shortest idle time before instances are released (a shorter one would
+/// only trade memory for instantiations).
+const MIN_RELEASE_IDLE_MS: u64 = 1_000;
+/// Longest: a day.
+const MAX_RELEASE_IDLE_MS: u64 = 86_400_000;
 
 impl Default for PipelineConfig {
     fn default() -> Self {
@@ -86,6 +101,7 @@ impl Default for PipelineConfig {
             max_retries: default_retries(),
             checkpoint_interval_ms: default_checkpoint_ms(),
             fence_ahead_ms: default_fence_ms(),
+            release_idle_ms: default_release_idle_ms(),
         }
     }
 }
@@ -125,6 +141,14 @@ impl PipelineConfig {
         }
         if self.flush_interval_ms == 0 {
             return invalid!("pipeline.flush-interval-ms must be at least 1");
+        }
+        if self.release_idle_ms != 0
+            && !(MIN_RELEASE_IDLE_MS..=MAX_RELEASE_IDLE_MS).contains(&self.release_idle_ms)
+        {
+            return invalid!(
+                "pipeline.release-idle-ms is {}; it must be 0 (never) or between {MIN_RELEASE_IDLE_MS} and {MAX_RELEASE_IDLE_MS} (a day)",
+                self.release_idle_ms
+            );
         }
         for (key, value) in [
             ("flush-interval-ms", self.flush_interval_ms),

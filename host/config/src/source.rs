@@ -120,6 +120,10 @@ pub struct DatagenConfig {
     /// Database name the tables live in.
     #[serde(default = "default_schema")]
     pub schema: String,
+    /// After `total-rows`, stay open with nothing more (an upstream gone
+    /// quiet) instead of ending.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_open: bool,
 }
 
 fn default_seed() -> u64 {
@@ -149,6 +153,7 @@ impl Default for DatagenConfig {
             mix: Mix::default(),
             start_millis: default_start_ms(),
             schema: default_schema(),
+            keep_open: false,
         }
     }
 }

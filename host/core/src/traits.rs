@@ -122,6 +122,12 @@ pub trait Sink: Send {
     fn checkpoint_saved(&mut self, ts: crate::CheckpointTs) {
         let _ = ts;
     }
+    /// Nothing has gone through for a while and everything written is
+    /// flushed: give back what an idle sink holds (a plugin instance); the
+    /// next call starts over as after `open`. Default: nothing.
+    fn release_idle(&mut self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// A batch transform between source and sink.
@@ -136,4 +142,9 @@ pub trait Filter: Send {
         schemas: &[Arc<TableSchema>],
         batch: &mut Batch,
     ) -> impl Future<Output = Result<(), PluginError>> + Send;
+    /// Nothing has gone through for a while: give back what an idle filter
+    /// holds (a plugin instance). Default: nothing.
+    fn release_idle(&mut self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }

@@ -36,6 +36,9 @@ pub struct PipelineConfig {
     /// Rows with commit ts <= this are flagged as replay: after a restart, the
     /// fence saved before the crash (they may have reached the sink already).
     pub replay_until: sluice_core::CommitTs,
+    /// Release the plugins' instances after this long with nothing going
+    /// through (`None`: never).
+    pub release_idle: Option<Duration>,
 }
 
 impl Default for PipelineConfig {
@@ -64,6 +67,7 @@ impl From<&sluice_config::PipelineConfig> for PipelineConfig {
             checkpoint_interval: Duration::from_millis(p.checkpoint_interval_ms),
             fence_ahead: Duration::from_millis(p.fence_ahead_ms),
             replay_until: sluice_core::CommitTs::ZERO,
+            release_idle: (p.release_idle_ms > 0).then(|| Duration::from_millis(p.release_idle_ms)),
         }
     }
 }

@@ -106,6 +106,14 @@ impl<K: Sink + 'static> LiveSink<K> {
         self.sink.close().await
     }
 
+    /// Gives back the idle sink's instance, unless a candidate runs in
+    /// shadow beside it or it is on trial (both watch it run).
+    pub(crate) async fn release_idle(&mut self) {
+        if self.shadow.is_none() && self.trial.is_none() {
+            self.sink.release_idle().await;
+        }
+    }
+
     /// Puts `sink` in the live one's place (the shadow, if any, stays);
     /// returns the one it replaced.
     pub(crate) fn replace(&mut self, sink: K) -> K {
@@ -276,6 +284,14 @@ impl<F: Filter + 'static> LiveFilter<F> {
     pub(crate) fn flushed(&mut self) {
         if let Some(trial) = &mut self.trial {
             trial.flushed();
+        }
+    }
+
+    /// Gives back the idle filter's instance, unless a candidate runs in
+    /// shadow beside it or it is on trial.
+    pub(crate) async fn release_idle(&mut self) {
+        if self.shadow.is_none() && self.trial.is_none() {
+            self.filter.release_idle().await;
         }
     }
 

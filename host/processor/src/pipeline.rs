@@ -428,6 +428,9 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
                 _ = ticker.tick() => {
                     if let Err(e) = self.flush_point().await { break Err(e); }
                     self.writer.judge_trials();
+                    if let Some(after) = self.config.release_idle {
+                        self.writer.release_idle(after).await;
+                    }
                 }
                 chunk = cache.rx.recv(), if !self.source_ended => {
                     let Some(chunk) = chunk else {

@@ -124,6 +124,13 @@ struct Failure {
 /// buffer (as a real sink's would be lost with its instance).
 #[derive(Default)]
 struct MemorySink {
+    /// Times the instance was released while idle, and written to again
+    /// after (a fresh instance each time).
+    idle_releases: usize,
+    reopened: usize,
+    released: bool,
+    /// Releases while rows were written but not flushed (there must be none).
+    released_unflushed: usize,
     /// `write` call index -> the error that call fails with.
     fail_writes: HashMap<usize, PluginError>,
     /// `flush` call index -> the error that call fails with.
@@ -273,6 +280,12 @@ impl Sink for MemorySink {
         batch: &mut Batch,
     ) -> Result<(), PluginError> {
         self.observe();
+        if self.released {
+            // A fresh instance, as the runtime makes at the next call.
+            self.released = false;
+            self.reopened += 1;
+            self.buffered.clear();
+        }
         let call = self.write_calls;
         self.write_calls += 1;
         if let Some(error) = self.fail_writes.remove(&call) {
@@ -361,6 +374,14 @@ impl Sink for MemorySink {
     async fn close(&mut self) -> Result<(), PluginError> {
         self.closed = true;
         Ok(())
+    }
+
+    async fn release_idle(&mut self) {
+        if !self.buffered.is_empty() {
+            self.released_unflushed += 1;
+        }
+        self.idle_releases += 1;
+        self.released = true;
     }
 }
 
@@ -2940,4 +2961,124 @@ async fn a_sink_in_shadow_under_redo_never_sees_past_the_fence() {
     );
     assert_not_past_redo("live", &live.above_redo);
     assert_not_past_redo("candidate", &candidate_above);
+}
+
+/// Datagen in bursts: `plan[i] = (at, n)` lets `n` more transactions out at
+/// `at` (tokio time after the first read); between bursts and after the
+/// last, nothing (the source is idle, not ended).
+struct Bursts {
+    inner: DatagenSource,
+    started: Option<tokio::time::Instant>,
+    plan: Vec<(Duration, u64)>,
+    sent: u64,
+}
+
+impl Source for Bursts {
+    type Error = <DatagenSource as Source>::Error;
+
+    async fn next_event(&mut self) -> Result<SourceEvent, Self::Error> {
+        let started = *self.started.get_or_insert_with(tokio::time::Instant::now);
+        loop {
+            let mut allowed = 0;
+            let mut next = None;
+            for (at, n) in &self.plan {
+                if started.elapsed() >= *at {
+                    allowed += n;
+                } else {
+                    next = Some(started + *at);
+                    break;
+                }
+            }
+            if self.sent < allowed {
+                let event = self.inner.next_event().await?;
+                if matches!(event, SourceEvent::Transaction(_)) {
+                    self.sent += 1;
+                }
+                return Ok(event);
+            }
+            match next {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending::<()>().await,
+            }
+        }
+    }
+
+    fn resume(&mut self, from: &Checkpoint) -> Result<(), ResumeError> {
+        self.inner.resume(from)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_sink_is_released_once_flushed_and_reopened_by_the_next_rows() {
+    // Ten transactions, two minutes idle, ten more, idle again; instances
+    // are released after a minute without rows.
+    let source = workload(1_000_000);
+    let mut generator = DatagenSource::new(source.clone()).unwrap();
+    let generated: Vec<Transaction> = (0..20)
+        .map(|_| generator.next_transaction().unwrap())
+        .collect();
+    let config = PipelineConfig {
+        flush_interval: Duration::from_millis(50),
+        release_idle: Some(Duration::from_secs(60)),
+        ..config()
+    };
+    let mut pipeline = Pipeline::new(
+        config,
+        no_filters(),
+        MemorySink::default(),
+        CheckpointTs::ZERO,
+    );
+    let bursts = Bursts {
+        inner: DatagenSource::new(source).unwrap(),
+        started: None,
+        plan: vec![(Duration::ZERO, 10), (Duration::from_secs(120), 10)],
+        sent: 0,
+    };
+    let report = pipeline
+        .run(bursts, tokio::time::sleep(Duration::from_secs(300)))
+        .await
+        .expect("the pipeline stops cleanly");
+    let sink = pipeline.sink();
+    assert_eq!(sink.idle_releases, 2, "once after each burst");
+    assert_eq!(sink.reopened, 1, "the second burst started a new instance");
+    assert_eq!(
+        sink.released_unflushed, 0,
+        "nothing written was waiting for a flush"
+    );
+    // Every row of both bursts is durable, once.
+    assert_eq!(
+        per_table(sink.durable_ids()),
+        per_table(row_ids(&generated))
+    );
+    assert_eq!(sink.durable.len(), row_ids(&generated).len());
+    assert_eq!(
+        report.progress.checkpoint_ts,
+        CheckpointTs::from(generated.last().unwrap().commit_ts)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_changefeed_that_keeps_its_instances_never_releases_them() {
+    let config = PipelineConfig {
+        flush_interval: Duration::from_millis(50),
+        release_idle: None,
+        ..config()
+    };
+    let mut pipeline = Pipeline::new(
+        config,
+        no_filters(),
+        MemorySink::default(),
+        CheckpointTs::ZERO,
+    );
+    let bursts = Bursts {
+        inner: DatagenSource::new(workload(1_000_000)).unwrap(),
+        started: None,
+        plan: vec![(Duration::ZERO, 10)],
+        sent: 0,
+    };
+    pipeline
+        .run(bursts, tokio::time::sleep(Duration::from_secs(300)))
+        .await
+        .expect("the pipeline stops cleanly");
+    assert_eq!(pipeline.sink().idle_releases, 0);
 }

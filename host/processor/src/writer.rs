@@ -71,6 +71,11 @@ pub(crate) struct SinkWriter<K, F> {
     unacked_bytes: usize,
     /// Written since the last successful flush.
     wrote_since_flush: bool,
+    /// When a row, a flush or a DDL last went through (for releasing idle
+    /// instances).
+    last_active: tokio::time::Instant,
+    /// The plugins' instances were released and nothing went through since.
+    released: bool,
     /// The ts of the last successful flush.
     flushed: CommitTs,
     /// Told of batches once acknowledged.
@@ -97,6 +102,8 @@ impl<K: Sink + 'static, F: Filter + 'static> SinkWriter<K, F> {
             unacked: Vec::new(),
             unacked_bytes: 0,
             wrote_since_flush: false,
+            last_active: tokio::time::Instant::now(),
+            released: false,
             flushed: from,
             ack_listener: None,
             saver,
@@ -163,6 +170,13 @@ impl<K: Sink + 'static, F: Filter + 'static> SinkWriter<K, F> {
         if target <= self.flushed && !self.wrote_since_flush {
             return Ok(());
         }
+        if self.released && !self.wrote_since_flush {
+            // Released while idle, and still nothing written: there is
+            // nothing to make durable, so the plugin is not started for it.
+            self.flushed = target;
+            self.sink.flushed(target);
+            return Ok(());
+        }
         self.call_sink(SinkCall::Flush(target)).await?;
         self.sink.flushed(target);
         for f in &mut self.filters {
@@ -170,6 +184,7 @@ impl<K: Sink + 'static, F: Filter + 'static> SinkWriter<K, F> {
         }
         self.flushed = target;
         self.wrote_since_flush = false;
+        self.active();
         match &mut self.ack_listener {
             Some(listener) => {
                 for p in std::mem::take(&mut self.unacked) {
@@ -188,7 +203,35 @@ impl<K: Sink + 'static, F: Filter + 'static> SinkWriter<K, F> {
             .raise_fence(ddl.commit_ts)
             .await
             .map_err(PipelineError::Persist)?;
+        self.active();
         self.call_sink(SinkCall::ApplyDdl(ddl)).await
+    }
+
+    fn active(&mut self) {
+        self.last_active = tokio::time::Instant::now();
+        self.released = false;
+    }
+
+    /// Releases the sink's and filters' instances once nothing has gone
+    /// through for `after`: everything written is flushed and acknowledged
+    /// (nothing to replay), and nothing is on trial. Each comes back at the
+    /// next row, from its precompiled plugin. Whether they were released now.
+    pub(crate) async fn release_idle(&mut self, after: std::time::Duration) -> bool {
+        if self.released
+            || self.wrote_since_flush
+            || !self.unacked.is_empty()
+            || self.on_trial()
+            || self.last_active.elapsed() < after
+        {
+            return false;
+        }
+        self.sink.release_idle().await;
+        for f in &mut self.filters {
+            f.release_idle().await;
+        }
+        self.released = true;
+        tracing::debug!(sink = self.sink.name(), idle = ?after, "Idle plugin instances released.");
+        true
     }
 
     /// A checkpoint save is due.
@@ -251,6 +294,7 @@ impl<K: Sink + 'static, F: Filter + 'static> SinkWriter<K, F> {
         new: K,
         flushed: Result<(), PipelineError>,
     ) -> Result<SinkSwap<K>, PipelineError> {
+        self.active();
         let mut old = self.sink.replace(new);
         let saved = self.saver.saved_checkpoint();
         self.sink.checkpoint_saved(saved);
@@ -319,6 +363,7 @@ impl<K: Sink + 'static, F: Filter + 'static> SinkWriter<K, F> {
         if let Err(error) = filter.open().await {
             return Err((filter, error));
         }
+        self.active();
         let live = &mut self.filters[index];
         let old = live.replace(filter);
         Ok(match probation {
@@ -478,6 +523,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Output for SinkWriter<K, F> {
         let result = self.sink.write(&last.schemas, &mut last.batch).await;
         self.retry_sink(result).await?;
         self.wrote_since_flush = true;
+        self.active();
         self.stats.rows_written += rows;
         self.stats.bytes_written += bytes as u64;
         Ok(())

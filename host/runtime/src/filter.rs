@@ -94,6 +94,17 @@ impl Filter for WasmFilter {
         &self.slot.settings.name
     }
 
+    /// Drops the live instance and gives its slot back; the next call
+    /// instantiates and opens a new one.
+    async fn release_idle(&mut self) {
+        if self.slot.live.take().is_some() {
+            self.slot
+                .stats
+                .idle_releases
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     async fn open(&mut self) -> Result<(), PluginError> {
         self.live().await
     }

@@ -177,6 +177,22 @@ impl Sink for WasmSink {
         result
     }
 
+    /// Closes the live instance (the plugin's `close`) and gives its slot
+    /// back; the next call instantiates and opens a new one from the
+    /// precompiled component.
+    async fn release_idle(&mut self) {
+        if self.slot.live.is_none() {
+            return;
+        }
+        if let Err(e) = self.close().await {
+            tracing::debug!(plugin = %self.slot.settings.name, error = %e, "An idle sink's close failed; its instance is released anyway.");
+        }
+        self.slot
+            .stats
+            .idle_releases
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
     fn checkpoint_saved(&mut self, ts: CheckpointTs) {
         self.slot
             .stats

@@ -83,6 +83,8 @@ pub struct PluginStats {
     pub call_latency: LatencyHistogram,
     /// Instances created.
     pub instantiations: AtomicU64,
+    /// Instances released after the changefeed was idle.
+    pub idle_releases: AtomicU64,
     /// Instances stopped by a trap, quota or timeout.
     pub stops: AtomicU64,
     /// Largest linear memory sum seen in one instance, in bytes.

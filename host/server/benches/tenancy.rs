@@ -10,10 +10,11 @@
 //!    tenants' summed rows/s and the p99 of `GetStatus` (one quiet tenant's
 //!    token) over each window; medians over the rounds.
 //! 2. **Density.** `SLUICE_BENCH_TENANTS` (100) tenants × `SLUICE_BENCH_FEEDS`
-//!    (10) changefeeds of datagen at one row a second -> sink-blackhole: the
-//!    server's RSS, open files, threads and CPU while they run, the time a
-//!    restarted server takes until every changefeed runs again, and the latency
-//!    of listing every changefeed.
+//!    (10) changefeeds of datagen -> sink-blackhole that write a few rows and go
+//!    quiet (their instances released after two idle seconds): the server's
+//!    RSS, open files, threads and CPU while they idle, the time a restarted
+//!    server takes until every processor runs again, and the latency of
+//!    listing every changefeed.
 //!
 //! Run with `cargo xtask bench-tenancy` (it builds the plugins first).
 
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 use sluice_api::client::{Authorized, Bearer};
 use sluice_api::v1 as pb;
 use sluice_api::v1::changefeed_service_client::ChangefeedServiceClient;
+use sluice_api::v1::cluster_service_client::ClusterServiceClient;
 use sluice_api::v1::plugin_service_client::PluginServiceClient;
 use sluice_api::v1::tenant_service_client::TenantServiceClient;
 use tonic::transport::Channel;
@@ -347,8 +349,9 @@ fn proc_figures(pid: u32) -> (u64, usize, usize, u64) {
     (rss, files, threads, ticks)
 }
 
-/// Waits until every changefeed of every tenant reports rows written; the time it took.
-async fn until_all_run(admin: Authorized, tenants: usize, feeds: usize) -> Duration {
+/// Waits until every changefeed of every tenant has written its rows; the
+/// time it took.
+async fn until_all_wrote(admin: Authorized, tenants: usize, feeds: usize) -> Duration {
     let started = Instant::now();
     let mut c = ChangefeedServiceClient::new(admin);
     let mut pending: Vec<(String, String)> = (0..tenants)
@@ -357,24 +360,49 @@ async fn until_all_run(admin: Authorized, tenants: usize, feeds: usize) -> Durat
     while !pending.is_empty() {
         let mut left = Vec::new();
         for (t, f) in pending {
-            let running = c
+            let wrote = c
                 .get_status(feed_ref(&t, &f))
                 .await
-                .is_ok_and(|s| s.into_inner().rows_written > 0);
-            if !running {
+                .is_ok_and(|s| s.into_inner().rows_written >= ROWS_PER_FEED);
+            if !wrote {
                 left.push((t, f));
             }
         }
         pending = left;
         if !pending.is_empty() {
-            if started.elapsed() > Duration::from_secs(600) {
-                panic!("{} changefeeds not running after 10 minutes", pending.len());
-            }
+            assert!(
+                started.elapsed() < Duration::from_secs(900),
+                "{} changefeeds have not written their rows after 15 minutes",
+                pending.len()
+            );
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
     started.elapsed()
 }
+
+/// Waits until `total` processors run; the time it took.
+async fn until_processors(admin: Authorized, total: usize) -> Duration {
+    let started = Instant::now();
+    let mut c = ClusterServiceClient::new(admin);
+    loop {
+        let running = c
+            .list_processors(pb::ListProcessorsRequest { tenant: "*".into() })
+            .await
+            .map_or(0, |r| r.into_inner().processors.len());
+        if running >= total {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(900),
+            "{running} of {total} processors after 15 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Rows each density changefeed writes before it goes quiet.
+const ROWS_PER_FEED: u64 = 20;
 
 async fn density(data: &std::path::Path) -> serde_json::Value {
     let tenants = env_usize("SLUICE_BENCH_TENANTS", 100);
@@ -386,7 +414,13 @@ async fn density(data: &std::path::Path) -> serde_json::Value {
         "--max-tenant-plugin-instances",
         "64",
     ];
+    // Each changefeed writes its rows, then its source goes quiet (open, with
+    // nothing more): after two idle seconds its sink instance is released.
+    let config = format!(
+        "[source]\ntype = \"datagen\"\ntotal-rows = {ROWS_PER_FEED}\nkeep-open = true\n\n[sink]\nplugin = \"sink-blackhole@0.1.0\"\n\n[pipeline]\nflush-interval-ms = 500\nevent-cache-bytes = \"1MiB\"\nrelease-idle-ms = 2000\n"
+    );
     let (server, _) = Server::start(data, &args);
+    let pid = server.child.id();
     let admin = connect(&server).await;
     let blackhole = plugin_bytes("sink-blackhole");
     let made = Instant::now();
@@ -402,13 +436,7 @@ async fn density(data: &std::path::Path) -> serde_json::Value {
         )
         .await;
         for f in 0..feeds {
-            create(
-                admin.clone(),
-                &tenant,
-                &format!("f{f:02}"),
-                datagen(1, "sink-blackhole@0.1.0", ""),
-            )
-            .await;
+            create(admin.clone(), &tenant, &format!("f{f:02}"), config.clone()).await;
         }
         if (t + 1) % 10 == 0 {
             eprintln!(
@@ -418,15 +446,19 @@ async fn density(data: &std::path::Path) -> serde_json::Value {
         }
     }
     let create_s = made.elapsed().as_secs_f64();
-    let first_run = until_all_run(admin.clone(), tenants, feeds).await;
+    let wrote = until_all_wrote(admin.clone(), tenants, feeds).await;
+    // Idle: every instance released.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let pid = server.child.id();
     let (_, _, _, t0) = proc_figures(pid);
     let idle = Duration::from_secs(10);
     tokio::time::sleep(idle).await;
     let (rss, files, threads, t1) = proc_figures(pid);
-    let ticks_per_s = 100.0;
-    let cpu_cores = (t1 - t0) as f64 / ticks_per_s / idle.as_secs_f64();
+    let peak = proc_peak_rss(pid);
+    let cpu_cores = (t1 - t0) as f64 / 100.0 / idle.as_secs_f64();
+    let (code, metrics) = http_metrics(&server);
+    let released = metric_sum(&metrics, "sluice_plugin_idle_releases_total");
+    let instantiated = metric_sum(&metrics, "sluice_plugin_instantiations_total");
+    assert_eq!(code, 200);
     // Listing every changefeed (all tenants, as the admin).
     let mut c = ChangefeedServiceClient::new(admin.clone());
     let mut list_ms = Vec::new();
@@ -444,38 +476,75 @@ async fn density(data: &std::path::Path) -> serde_json::Value {
     }
     let list_median = median(list_ms.clone());
     server.kill();
-    // A restart: until every changefeed runs again.
+    // A restart: the API answers, then every processor runs again.
     let (server, started) = Server::start(data, &args);
     let admin = connect(&server).await;
     let ready = started.elapsed();
-    let all_again = until_all_run(admin, tenants, feeds).await + ready;
+    let all_again = until_processors(admin, total).await + ready;
     server.kill();
     println!(
-        "density: {tenants} tenants x {feeds} changefeeds = {total} (datagen at 1 row/s -> sink-blackhole)"
+        "density: {tenants} tenants x {feeds} changefeeds = {total} (datagen, {ROWS_PER_FEED} rows then quiet -> sink-blackhole, release-idle-ms = 2000)"
     );
     println!(
-        "  created in {create_s:.1} s; all running {:.1} s later",
-        first_run.as_secs_f64()
+        "  created in {create_s:.1} s; every row written {:.1} s later",
+        wrote.as_secs_f64()
     );
     println!(
-        "  running: RSS {:.0} MiB, {files} open files, {threads} threads, {cpu_cores:.2} cores of CPU",
-        rss as f64 / (1 << 20) as f64
+        "  idle: RSS {:.0} MiB (peak {:.0} MiB), {files} open files, {threads} threads, {cpu_cores:.3} cores of CPU",
+        rss as f64 / (1 << 20) as f64,
+        peak as f64 / (1 << 20) as f64
     );
+    println!("  instances: {instantiated:.0} made, {released:.0} released while idle");
     println!("  changefeed list (all {total}): median {list_median:.1} ms");
     println!(
-        "  restart: API up in {:.2} s, every changefeed running in {:.1} s",
+        "  restart: API up in {:.2} s, every processor running in {:.1} s",
         ready.as_secs_f64(),
         all_again.as_secs_f64()
     );
     serde_json::json!({
         "tenants": tenants, "changefeeds": total,
         "create_seconds": create_s,
-        "rss_bytes": rss, "open_files": files, "threads": threads,
-        "cpu_cores": cpu_cores,
+        "rss_bytes": rss, "peak_rss_bytes": peak, "open_files": files, "threads": threads,
+        "idle_cpu_cores": cpu_cores,
+        "instantiations": instantiated, "idle_releases": released,
         "list_ms_median": list_median, "list_ms": list_ms,
         "restart_api_seconds": ready.as_secs_f64(),
         "restart_all_running_seconds": all_again.as_secs_f64(),
     })
+}
+
+/// Peak resident memory of process `pid`, bytes.
+fn proc_peak_rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
+}
+
+/// `GET /metrics` of `server` with its admin token.
+fn http_metrics(server: &Server) -> (u16, String) {
+    let token = std::fs::read_to_string(&server.token_file).unwrap();
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-w", "\n%{http_code}", "-H"])
+        .arg(format!("authorization: Bearer {}", token.trim()))
+        .arg(format!("{}/metrics", server.http))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// The sum of every series of `name`.
+fn metric_sum(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 #[tokio::main(flavor = "current_thread")]

@@ -478,3 +478,50 @@ fn tenants_share_the_plugin_threads_by_weight_not_by_thread_and_a_cpu_cap_holds(
     assert_eq!(quota["quota"]["max-cpu-millicores"], 200, "{quota}");
     server.stop();
 }
+
+/// The value of `name{...labels}` on `/metrics` for changefeed `feed` (0 when absent).
+fn feed_metric(server: &Server, name: &str, feed: &str) -> f64 {
+    let (_, metrics) = server.http_get("/metrics");
+    metrics
+        .lines()
+        .find(|l| {
+            l.starts_with(&format!("{name}{{"))
+                && l.contains(&format!("changefeed=\"{feed}\""))
+                && l.contains("role=\"sink\"")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn an_idle_changefeed_gives_its_plugin_instance_back_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"), &[]);
+    server.upload("sink-blackhole", "sink");
+    // 50 rows, then the source goes quiet; instances go after a second idle.
+    let quiet = write_file(
+        dir.path(),
+        "quiet",
+        "[source]\ntype = \"datagen\"\ntotal-rows = 50\nkeep-open = true\n\n[sink]\nplugin = \"sink-blackhole@0.1.0\"\n\n[pipeline]\nflush-interval-ms = 100\nrelease-idle-ms = 1000\n",
+    );
+    server.create("quiet", &quiet);
+    let until = Instant::now() + Duration::from_secs(30);
+    while feed_metric(&server, "sluice_plugin_idle_releases_total", "quiet") < 1.0 {
+        assert!(Instant::now() < until, "the idle sink was not released");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = server.state("quiet");
+    assert_eq!(status["state"], "normal", "{status}");
+    assert_eq!(status["status"]["rows-written"], 50, "{status}");
+    // Released once, and not again while it stays idle.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        feed_metric(&server, "sluice_plugin_idle_releases_total", "quiet"),
+        1.0
+    );
+    assert_eq!(
+        feed_metric(&server, "sluice_plugin_instantiations_total", "quiet"),
+        1.0
+    );
+    server.stop();
+}

@@ -552,6 +552,10 @@ impl Source for DatagenSource {
             return Ok(SourceEvent::Resolved(r));
         }
         if self.ended {
+            if self.config.keep_open {
+                // Quiet, not ended: nothing more ever comes.
+                std::future::pending::<()>().await;
+            }
             return Ok(SourceEvent::End);
         }
         let mut skipped = 0u32;
@@ -591,6 +595,10 @@ impl Source for DatagenSource {
                 // The last transaction's mark, then End.
                 if let Some(r) = self.unannounced.take() {
                     return Ok(SourceEvent::Resolved(r));
+                }
+                if self.config.keep_open {
+                    // Quiet, not ended: nothing more ever comes.
+                    std::future::pending::<()>().await;
                 }
                 return Ok(SourceEvent::End);
             };
@@ -690,6 +698,32 @@ mod tests {
     fn drain(config: DatagenConfig) -> Vec<Transaction> {
         let mut g = DatagenSource::new(config).unwrap();
         std::iter::from_fn(|| g.next_transaction()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_source_kept_open_goes_quiet_after_its_rows_instead_of_ending() {
+        let config = DatagenConfig {
+            total_rows: 500,
+            keep_open: true,
+            ..Default::default()
+        };
+        let expected = drain(config.clone());
+        let mut g = DatagenSource::new(config).unwrap();
+        let mut txns = Vec::new();
+        let quiet = loop {
+            match tokio::time::timeout(Duration::from_millis(500), g.next_event()).await {
+                Ok(Ok(SourceEvent::Transaction(t))) => txns.push(t),
+                Ok(Ok(SourceEvent::Resolved(_))) => {}
+                Ok(other) => panic!("{other:?}"),
+                Err(_elapsed) => break true,
+            }
+        };
+        assert!(quiet, "nothing more, and no End");
+        assert_eq!(txns.len(), expected.len());
+        assert_eq!(
+            txns.last().map(|t| t.commit_ts),
+            expected.last().map(|t| t.commit_ts)
+        );
     }
 
     #[tokio::test]

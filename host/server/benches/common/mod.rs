@@ -15,6 +15,8 @@ use tonic::transport::Channel;
 pub struct Server {
     pub child: Child,
     pub url: String,
+    /// `http://host:port` of the HTTP listener.
+    pub http: String,
     /// The admin token the server keeps in its data dir.
     pub token_file: PathBuf,
 }
@@ -36,11 +38,9 @@ impl Server {
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         out.read_line(&mut line).unwrap();
-        let addr = line
-            .split_whitespace()
-            .nth(4)
-            .expect("ready line")
-            .to_string();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let addr = words.get(4).expect("ready line").to_string();
+        let http = words.get(6).expect("ready line").to_string();
         std::thread::spawn(move || {
             let mut rest = String::new();
             while out.read_line(&mut rest).unwrap_or(0) > 0 {}
@@ -49,6 +49,7 @@ impl Server {
             Server {
                 child,
                 url: format!("http://{addr}"),
+                http: format!("http://{http}"),
                 token_file: data.join("admin-token"),
             },
             started,
