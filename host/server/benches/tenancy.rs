@@ -387,7 +387,9 @@ async fn until_processors(admin: Authorized, total: usize) -> Duration {
     let mut c = ClusterServiceClient::new(admin);
     loop {
         let running = c
-            .list_processors(pb::ListProcessorsRequest { tenant: "*".into() })
+            .list_processors(pb::ListProcessorsRequest {
+                tenant: String::new(),
+            })
             .await
             .map_or(0, |r| r.into_inner().processors.len());
         if running >= total {
@@ -465,7 +467,9 @@ async fn density(data: &std::path::Path) -> serde_json::Value {
     for _ in 0..20 {
         let t = Instant::now();
         let n = c
-            .list_changefeeds(pb::ListChangefeedsRequest { tenant: "*".into() })
+            .list_changefeeds(pb::ListChangefeedsRequest {
+                tenant: String::new(),
+            })
             .await
             .unwrap()
             .into_inner()
@@ -549,7 +553,11 @@ fn metric_sum(metrics: &str, name: &str) -> f64 {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let only = std::env::args().nth(1).unwrap_or_default();
+    // `cargo bench` passes `--bench`; the first other argument picks a phase.
+    let only = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with("--"))
+        .unwrap_or_default();
     let dir = tempfile::tempdir().unwrap();
     let mut out = serde_json::Map::new();
     if only.is_empty() || only == "noisy" {
