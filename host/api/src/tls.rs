@@ -126,6 +126,9 @@ impl Tls {
                 if tx.is_closed() {
                     return;
                 }
+                // Replies go out as written (a large one must not wait for a
+                // delayed acknowledgement of its first segments).
+                let _ = tcp.set_nodelay(true);
                 let acceptor = tokio_rustls::TlsAcceptor::from(tls.config(which));
                 let tx = tx.clone();
                 tokio::spawn(async move {

@@ -52,6 +52,10 @@ pub struct Ctx {
     pub stop_timeout: Duration,
     /// The server's own addresses, which no plugin may be granted.
     pub reserved: Reserved,
+    /// The runtime processors run on (and every task they start): apart from
+    /// the one serving the API and the owner, so a node busy moving rows still
+    /// answers at once.
+    pub work: tokio::runtime::Handle,
 }
 
 impl Ctx {

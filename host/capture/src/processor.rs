@@ -159,7 +159,7 @@ impl Processor {
         let span = tracing::info_span!("changefeed", id = %info.id, epoch = epoch.0);
         // Guest code does not run on this task's threads: every plugin call goes
         // to the plugin's own thread (sluice-runtime).
-        let task = tokio::spawn({
+        let task = ctx.work.spawn({
             let live = live.clone();
             let ctx = ctx.clone();
             async move {

@@ -222,13 +222,12 @@ impl PluginRegistry {
             // tenant's turn: no lock that another tenant's request needs is
             // held meanwhile.
             let _turn = self.compiles.enter(tenant).await;
-            let runtime = self.runtime.clone();
-            let owned = bytes.to_vec();
-            tokio::task::spawn_blocking(move || runtime.load(kind, &owned))
+            self.runtime
+                .load_in_background(kind, bytes.to_vec())
                 .await
-                .map_err(|e| RegistryError::Io {
+                .map_err(|source| RegistryError::Io {
                     path: "(compiling)".into(),
-                    source: std::io::Error::other(e.to_string()),
+                    source,
                 })?
                 .map_err(|source| RegistryError::NotAPlugin {
                     world: world_name(kind),

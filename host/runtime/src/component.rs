@@ -1,5 +1,7 @@
 //! Loading and checking a plugin component.
 
+use std::sync::Arc;
+
 use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
@@ -13,7 +15,7 @@ use crate::state::PluginState;
 pub const CONTRACT_VERSION: &str = "0.2.0";
 
 /// Which world a plugin implements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PluginKind {
     /// The `sink` world: exports `sluice:plugin/sink-api` (validate-config, open,
     /// write, flush, apply-ddl, close) and delivers rows downstream; run it with
@@ -68,7 +70,7 @@ pub struct PluginComponent {
     pub(crate) runtime: PluginRuntime,
     pub(crate) kind: PluginKind,
     pub(crate) digest: String,
-    pub(crate) pre: Pre,
+    pub(crate) pre: Arc<Pre>,
 }
 
 impl std::fmt::Debug for PluginComponent {
@@ -95,6 +97,17 @@ impl PluginComponent {
         let inner = &runtime.inner;
         let engine = &inner.engine;
         let digest = digest(bytes);
+        // Every changefeed running these bytes shares one compiled component
+        // (its code mapped once, one memory image), as long as one holds it.
+        let key = (digest.clone(), kind);
+        if let Some(pre) = inner.loaded(&key) {
+            return Ok(Self {
+                runtime: runtime.clone(),
+                kind,
+                digest,
+                pre,
+            });
+        }
         let cached = inner.cache.as_ref().and_then(|c| c.get(engine, &digest));
         let component = match cached {
             Some(c) => c,
@@ -168,6 +181,7 @@ impl PluginComponent {
                 Pre::Filter(bindings::filter::FilterPre::new(pre).map_err(wrong)?)
             }
         };
+        let pre = inner.keep_loaded(key, pre);
         Ok(Self {
             runtime: runtime.clone(),
             kind,
@@ -179,6 +193,12 @@ impl PluginComponent {
     /// The world this plugin implements.
     pub fn kind(&self) -> PluginKind {
         self.kind
+    }
+
+    /// Whether `self` and `other` run one compiled component (loads of the
+    /// same bytes share it while one of them is held).
+    pub fn shares_code_with(&self, other: &PluginComponent) -> bool {
+        Arc::ptr_eq(&self.pre, &other.pre)
     }
 
     /// Hex sha256 of the component's bytes.

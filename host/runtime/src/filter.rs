@@ -51,7 +51,7 @@ impl WasmFilter {
     }
 
     async fn instantiate(&mut self) -> Result<(), PluginError> {
-        let Pre::Filter(pre) = &self.slot.component.pre else {
+        let Pre::Filter(pre) = &*self.slot.component.pre else {
             unreachable!("checked in WasmFilter::new");
         };
         let pre = pre.clone();

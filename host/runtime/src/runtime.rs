@@ -1,15 +1,16 @@
 //! The engine, its linkers and the epoch ticker.
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::bindings;
 use crate::cache::PrecompileCache;
-use crate::component::{PluginComponent, PluginKind};
+use crate::component::{PluginComponent, PluginKind, Pre};
 use crate::config::RuntimeConfig;
 use crate::error::{LoadError, RuntimeError};
 use crate::share::CpuShares;
@@ -27,7 +28,33 @@ pub(crate) struct Inner {
     pub(crate) filter_linker: Linker<PluginState>,
     pub(crate) cache: Option<PrecompileCache>,
     pub(crate) shares: CpuShares,
+    /// The components loaded and still held, by digest and world.
+    loaded: std::sync::Mutex<HashMap<(String, PluginKind), Weak<Pre>>>,
     stop_ticker: Arc<AtomicBool>,
+}
+
+impl Inner {
+    /// The component `key` names, if something still holds it.
+    pub(crate) fn loaded(&self, key: &(String, PluginKind)) -> Option<Arc<Pre>> {
+        self.loaded
+            .lock()
+            .expect("not poisoned")
+            .get(key)
+            .and_then(Weak::upgrade)
+    }
+
+    /// Keeps `pre` findable under `key` while held (one that another load
+    /// made meanwhile wins, so both share it); drops entries nothing holds.
+    pub(crate) fn keep_loaded(&self, key: (String, PluginKind), pre: Pre) -> Arc<Pre> {
+        let mut loaded = self.loaded.lock().expect("not poisoned");
+        if let Some(held) = loaded.get(&key).and_then(Weak::upgrade) {
+            return held;
+        }
+        loaded.retain(|_, w| w.strong_count() > 0);
+        let pre = Arc::new(pre);
+        loaded.insert(key, Arc::downgrade(&pre));
+        pre
+    }
 }
 
 impl Drop for Inner {
@@ -56,6 +83,13 @@ impl PluginRuntime {
             .total_stacks(n)
             .max_memory_size(config.max_memory_bytes as usize);
 
+        // wasmtime compiles a component's functions on rayon's global pool:
+        // its threads run at compile priority too (if something built the
+        // pool before, it keeps its threads' priority).
+        let _ = rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("sluice-compile-{i}"))
+            .start_handler(|_| crate::thread::lower_priority(crate::thread::COMPILE_NICE))
+            .build_global();
         let mut wasm = Config::new();
         wasm.wasm_component_model(true)
             .epoch_interruption(true)
@@ -99,6 +133,7 @@ impl PluginRuntime {
                     Some(n) => CpuShares::new(n),
                     None => CpuShares::per_core(),
                 },
+                loaded: std::sync::Mutex::default(),
                 stop_ticker,
             }),
         })
@@ -108,6 +143,22 @@ impl PluginRuntime {
     /// weight, concurrency and CPU cap here; read what each used.
     pub fn shares(&self) -> &CpuShares {
         &self.inner.shares
+    }
+
+    /// [`PluginRuntime::load`] on a thread of its own at a low priority (as
+    /// wasmtime's compile threads run): uploads and first starts compile
+    /// there, so one tenant's compiles take what the node leaves idle rather
+    /// than the cores its neighbours' rows need. The outer error says the
+    /// thread could not start or the compile panicked.
+    pub async fn load_in_background(
+        &self,
+        kind: PluginKind,
+        bytes: Vec<u8>,
+    ) -> std::io::Result<Result<PluginComponent, LoadError>> {
+        let runtime = self.clone();
+        crate::thread::at_compile_priority(move || runtime.load(kind, &bytes))
+            .await?
+            .ok_or_else(|| std::io::Error::other("compiling the plugin panicked"))
     }
 
     /// Check `bytes` as a plugin of `kind`, precompile it (or take it from the

@@ -77,7 +77,7 @@ impl WasmSink {
     }
 
     async fn instantiate(&mut self) -> Result<(), PluginError> {
-        let Pre::Sink(pre) = &self.slot.component.pre else {
+        let Pre::Sink(pre) = &*self.slot.component.pre else {
             unreachable!("checked in WasmSink::new");
         };
         let pre = pre.clone();

@@ -32,16 +32,38 @@ pub fn live_plugin_threads() -> usize {
 /// only guest code that computes past one slice runs on them, and the host's own
 /// work (pipelines, the API, short plugin calls) goes first. Plugins share among
 /// themselves evenly.
-const PLUGIN_NICE: i32 = 10;
+const PLUGIN_NICE: i32 = 15;
 
-/// Lowers the calling thread's scheduling priority: on Linux, `setpriority` on
-/// the calling "process" sets the calling thread's nice value. Failing to is
-/// harmless: the thread keeps the host's priority.
-fn lower_priority() {
+/// How much lower than the host's threads compiles run: a tenant uploading
+/// plugins in a loop takes what the others leave, not a share of their cores
+/// (a compile on a busy node takes longer; an idle node compiles at full speed).
+pub(crate) const COMPILE_NICE: i32 = 19;
+
+/// Lowers the calling thread's scheduling priority to `nice`: on Linux,
+/// `setpriority` on the calling "process" sets the calling thread's nice
+/// value. Failing to is harmless: the thread keeps the host's priority.
+pub(crate) fn lower_priority(nice: i32) {
     #[cfg(target_os = "linux")]
-    if let Err(e) = rustix::process::setpriority_process(None, PLUGIN_NICE) {
-        tracing::debug!(error = %e, "Could not lower a plugin thread's priority.");
+    if let Err(e) = rustix::process::setpriority_process(None, nice) {
+        tracing::debug!(error = %e, nice, "Could not lower a thread's priority.");
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
+}
+
+/// Runs `work` on a thread of its own at compile priority ([`COMPILE_NICE`]);
+/// its result, or `None` if it panicked.
+pub(crate) async fn at_compile_priority<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<Option<T>> {
+    let (tx, rx) = oneshot::channel();
+    std::thread::Builder::new()
+        .name("sluice-compile".into())
+        .spawn(move || {
+            lower_priority(COMPILE_NICE);
+            let _ = tx.send(work());
+        })?;
+    Ok(rx.await.ok())
 }
 
 /// The thread of one plugin slot. Dropping it ends the thread once its current
@@ -62,7 +84,7 @@ impl PluginThread {
         let spawned = std::thread::Builder::new()
             .name(format!("p:{short}"))
             .spawn(move || {
-                lower_priority();
+                lower_priority(PLUGIN_NICE);
                 runtime.block_on(async move {
                     while let Some(job) = rx.recv().await {
                         job().await;

@@ -8,7 +8,11 @@
 //!    one that floods its log, and a tenant uploading large plugins (each
 //!    different, so each is precompiled) in a loop. Figures: the quiet
 //!    tenants' summed rows/s and the p99 of `GetStatus` (one quiet tenant's
-//!    token) over each window; medians over the rounds.
+//!    token) over each window; medians over the rounds; the server's CPU by
+//!    thread name in the last round of each. `SLUICE_BENCH_NOISY` (a
+//!    comma-separated subset of spin, oom, flood, upload) picks the
+//!    neighbours, `SLUICE_BENCH_ROUNDS` (5) and `SLUICE_BENCH_WINDOW_S` (8)
+//!    the rounds.
 //! 2. **Density.** `SLUICE_BENCH_TENANTS` (100) tenants × `SLUICE_BENCH_FEEDS`
 //!    (10) changefeeds of datagen -> sink-blackhole that write a few rows and go
 //!    quiet (their instances released after two idle seconds): the server's
@@ -31,8 +35,16 @@ use tonic::transport::Channel;
 mod common;
 use common::{Server, connect, median, plugin_bytes};
 
-const ROUNDS: usize = 5;
-const WINDOW: Duration = Duration::from_secs(5);
+/// Rounds of the noisy-neighbour phase (`SLUICE_BENCH_ROUNDS`, 5).
+fn rounds() -> usize {
+    env_usize("SLUICE_BENCH_ROUNDS", 5)
+}
+
+/// Each measuring window (`SLUICE_BENCH_WINDOW_S`, 8 s): the rows a changefeed
+/// wrote are reported about once a second.
+fn window() -> Duration {
+    Duration::from_secs(env_usize("SLUICE_BENCH_WINDOW_S", 8) as u64)
+}
 const QUIET: usize = 10;
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -120,7 +132,8 @@ async fn as_tenant(admin: Authorized, url: &str, tenant: &str) -> Authorized {
     Authorized::new(channel, Bearer::new(Some(&made.token)).unwrap())
 }
 
-async fn rows_written(c: &mut ChangefeedServiceClient<Authorized>, tenant: &str) -> f64 {
+/// The rows `tenant`'s changefeeds have written, and when that was read.
+async fn rows_written(c: &mut ChangefeedServiceClient<Authorized>, tenant: &str) -> (f64, Instant) {
     let list = c
         .list_changefeeds(pb::ListChangefeedsRequest {
             tenant: tenant.into(),
@@ -135,38 +148,82 @@ async fn rows_written(c: &mut ChangefeedServiceClient<Authorized>, tenant: &str)
             rows += s.into_inner().rows_written as f64;
         }
     }
-    rows
+    (rows, Instant::now())
 }
 
 fn quiet_name(i: usize) -> String {
     format!("quiet{i:02}")
 }
 
-/// The quiet tenants' summed rows/s over `WINDOW`, and the p99 of `GetStatus`
+/// The quiet tenants' summed rows/s over a window, and the p99 of `GetStatus`
 /// meanwhile (ms).
-async fn measure(admin: Authorized, probe: Authorized) -> (f64, f64) {
+async fn measure(admin: Authorized, probe: Authorized, pid: u32) -> (f64, f64, Threads) {
     let mut c = ChangefeedServiceClient::new(admin);
-    let mut before = 0.0;
+    let threads_before = thread_ticks(pid);
+    let mut before = Vec::new();
     for i in 0..QUIET {
-        before += rows_written(&mut c, &quiet_name(i)).await;
+        before.push(rows_written(&mut c, &quiet_name(i)).await);
     }
     let started = Instant::now();
     let mut p = ChangefeedServiceClient::new(probe);
     let mut latencies = Vec::new();
-    while started.elapsed() < WINDOW {
+    while started.elapsed() < window() {
         let t = Instant::now();
         p.get_status(feed_ref("", "feed")).await.unwrap();
         latencies.push(t.elapsed().as_secs_f64() * 1000.0);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    let mut after = 0.0;
-    for i in 0..QUIET {
-        after += rows_written(&mut c, &quiet_name(i)).await;
+    // Each tenant's rate over the time between its own two readings (a slow
+    // reading must not count rows written meanwhile as the window's).
+    let mut rate = 0.0;
+    for (i, (rows, at)) in before.into_iter().enumerate() {
+        let (after, then) = rows_written(&mut c, &quiet_name(i)).await;
+        rate += (after - rows) / then.duration_since(at).as_secs_f64();
     }
     latencies.sort_by(f64::total_cmp);
     let p99 = latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)];
-    ((after - before) / elapsed, p99)
+    let mut threads = thread_ticks(pid);
+    for (name, ticks) in threads.iter_mut() {
+        *ticks -= threads_before.get(name).copied().unwrap_or(0).min(*ticks);
+    }
+    (rate, p99, threads)
+}
+
+/// CPU ticks (1/100 s) of a process's threads, summed by thread name (digits
+/// at the end dropped: `sluice-work-3` counts as `sluice-work-`).
+type Threads = std::collections::BTreeMap<String, u64>;
+
+fn thread_ticks(pid: u32) -> Threads {
+    let mut out = Threads::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat[open + 1..close].trim_end_matches(|c: char| c.is_ascii_digit());
+        let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let ticks = f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+            + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        *out.entry(name.to_string()).or_default() += ticks;
+    }
+    out
+}
+
+/// The threads that used the most CPU, as "name cores" (cores: CPU seconds per
+/// second of `window`).
+fn top_threads(threads: &Threads, window: Duration) -> String {
+    let mut v: Vec<(&String, &u64)> = threads.iter().filter(|(_, t)| **t > 0).collect();
+    v.sort_by(|a, b| b.1.cmp(a.1));
+    v.iter()
+        .take(8)
+        .map(|(n, t)| format!("{n} {:.2}", **t as f64 / 100.0 / window.as_secs_f64()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 async fn noisy_neighbours(data: &std::path::Path) -> serde_json::Value {
@@ -182,6 +239,7 @@ async fn noisy_neighbours(data: &std::path::Path) -> serde_json::Value {
         ],
     );
     let admin = connect(&server).await;
+    let pid = server.child.id();
     let blackhole = plugin_bytes("sink-blackhole");
     let misbehave = plugin_bytes("misbehave");
     for i in 0..QUIET {
@@ -244,29 +302,48 @@ async fn noisy_neighbours(data: &std::path::Path) -> serde_json::Value {
             datagen(0, "misbehave@0.1.0", "config = { mode = \"log-flood\" }"),
         ),
     ];
+    // `SLUICE_BENCH_NOISY` picks which neighbours run (a comma-separated
+    // subset of spin, oom, flood, upload; all by default): one at a time shows
+    // what each costs.
+    let picked =
+        std::env::var("SLUICE_BENCH_NOISY").unwrap_or_else(|_| "spin,oom,flood,upload".into());
+    let picked: Vec<&str> = picked.split(',').map(str::trim).collect();
+    for kind in &picked {
+        assert!(
+            ["spin", "oom", "flood", "upload"].contains(kind),
+            "SLUICE_BENCH_NOISY: `{kind}` is none of spin, oom, flood, upload"
+        );
+    }
+    let noisy: Vec<_> = noisy
+        .into_iter()
+        .filter(|(t, _, _)| picked.contains(t))
+        .collect();
+    let uploading = picked.contains(&"upload");
     let big = plugin_bytes("sink-mysql");
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let mut alone = (Vec::new(), Vec::new());
     let mut with = (Vec::new(), Vec::new());
     let mut uploads_total = 0u64;
-    for round in 0..ROUNDS {
+    let (mut threads_alone, mut threads_with) = (Threads::new(), Threads::new());
+    for round in 0..rounds() {
         let mut order = [false, true];
         if round % 2 == 1 {
             order.reverse();
         }
         for noisy_on in order {
             if !noisy_on {
-                let (rate, p99) = measure(admin.clone(), probe.clone()).await;
+                let (rate, p99, threads) = measure(admin.clone(), probe.clone(), pid).await;
                 alone.0.push(rate);
                 alone.1.push(p99);
+                threads_alone = threads;
                 continue;
             }
             for (t, name, text) in &noisy {
                 create(admin.clone(), t, name, text.clone()).await;
             }
             // The uploader: large plugins, each new, in a loop; old ones deleted.
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(!uploading));
             let uploader = {
                 let (admin, big, stop) = (admin.clone(), big.clone(), stop.clone());
                 let base = uploads_total;
@@ -295,9 +372,10 @@ async fn noisy_neighbours(data: &std::path::Path) -> serde_json::Value {
                 })
             };
             tokio::time::sleep(Duration::from_millis(800)).await;
-            let (rate, p99) = measure(admin.clone(), probe.clone()).await;
+            let (rate, p99, threads) = measure(admin.clone(), probe.clone(), pid).await;
             with.0.push(rate);
             with.1.push(p99);
+            threads_with = threads;
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             uploads_total += uploader.await.unwrap();
             for (t, name, _) in &noisy {
@@ -308,13 +386,24 @@ async fn noisy_neighbours(data: &std::path::Path) -> serde_json::Value {
     let (ra, rw) = (median(alone.0.clone()), median(with.0.clone()));
     let (pa, pw) = (median(alone.1.clone()), median(with.1.clone()));
     println!(
-        "noisy neighbours: {QUIET} quiet tenants (datagen -> sink-blackhole), {ROUNDS} rounds of {WINDOW:?}"
+        "noisy neighbours: {QUIET} quiet tenants (datagen -> sink-blackhole), {} rounds of {:?}; neighbours: {}",
+        rounds(),
+        window(),
+        picked.join(", ")
     );
     println!("{:>22} {:>14} {:>14}", "", "quiet rows/s", "API p99 ms");
     println!("{:>22} {ra:>14.0} {pa:>14.1}", "alone");
     println!("{:>22} {rw:>14.0} {pw:>14.1}", "with noisy neighbours");
     println!("{:>22} {:>14.2} {:>14.2}", "ratio", rw / ra, pw / pa);
     println!("large plugins uploaded and precompiled meanwhile: {uploads_total}");
+    println!(
+        "where the CPU went in the last round (cores by thread), alone: {}",
+        top_threads(&threads_alone, window())
+    );
+    println!(
+        "  with noisy neighbours: {}",
+        top_threads(&threads_with, window())
+    );
     server.kill();
     serde_json::json!({
         "quiet_tenants": QUIET,
@@ -323,6 +412,7 @@ async fn noisy_neighbours(data: &std::path::Path) -> serde_json::Value {
         "api_p99_ms": { "alone": pa, "noisy": pw, "ratio": pw / pa,
             "rounds_alone": alone.1, "rounds_noisy": with.1 },
         "uploads": uploads_total,
+        "neighbours": picked,
     })
 }
 

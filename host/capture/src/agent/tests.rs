@@ -76,6 +76,7 @@ async fn fixture() -> Fixture {
         },
         stop_timeout: Duration::from_secs(10),
         reserved: crate::Reserved::default(),
+        work: tokio::runtime::Handle::current(),
     })));
     Fixture {
         _dir: dir,

@@ -273,6 +273,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         fatal.send_replace(Some(why));
     });
 
+    // Processors run on a runtime of their own: rows moving as fast as they go
+    // never queue the API's requests (or the owner's work) behind them.
+    let work = WorkRuntime::start()?;
     let runtime = PluginRuntime::new(RuntimeConfig {
         cache_dir: Some(data_dir.join("precompiled")),
         max_instances: args.max_plugin_instances,
@@ -313,6 +316,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             vec![("gRPC listener", addr), ("HTTP listener", http_addr)],
             args.etcd.clone(),
         ),
+        work: work.handle().clone(),
     })));
     let keeper = tokio::spawn(keep_alive(store.clone(), give_up.clone(), lease.0, lease.1));
     let context = Arc::new(ServerContext {
@@ -386,15 +390,29 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let _ = stop.changed().await;
     };
     let (grpc_server, http_server) = match &tls {
+        // Replies go out as written: without TCP_NODELAY a reply of several
+        // segments waits ~40 ms for the client's delayed acknowledgement.
         None => (
             tokio::spawn(routes.serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
+                tokio_stream::StreamExt::map(
+                    tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
+                    |accepted| {
+                        accepted.inspect(|tcp| {
+                            let _ = tcp.set_nodelay(true);
+                        })
+                    },
+                ),
                 stopped(stop_rx.clone()),
             )),
             tokio::spawn(
-                axum::serve(http_listener, app)
-                    .with_graceful_shutdown(stopped(stop_rx.clone()))
-                    .into_future(),
+                axum::serve(
+                    axum::serve::ListenerExt::tap_io(http_listener, |tcp| {
+                        let _ = tcp.set_nodelay(true);
+                    }),
+                    app,
+                )
+                .with_graceful_shutdown(stopped(stop_rx.clone()))
+                .into_future(),
             ),
         ),
         Some(tls) => {
@@ -638,6 +656,34 @@ async fn keep_alive(store: Arc<dyn MetaStore>, give_up: GiveUp, lease: LeaseId, 
             Err(e) => {
                 tracing::warn!(error = %e, "The capture's lease could not be renewed; retrying.")
             }
+        }
+    }
+}
+
+/// The runtime a server's processors run on, shut down (without waiting for
+/// what still runs on it: the agent has stopped every processor by then) when
+/// the server's `serve` returns.
+struct WorkRuntime(Option<tokio::runtime::Runtime>);
+
+impl WorkRuntime {
+    fn start() -> anyhow::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .thread_name("sluice-work")
+            .enable_all()
+            .build()
+            .context("the processors' runtime")?;
+        Ok(Self(Some(runtime)))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("running until dropped").handle()
+    }
+}
+
+impl Drop for WorkRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
         }
     }
 }
