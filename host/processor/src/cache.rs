@@ -82,7 +82,48 @@ pub(crate) enum Item {
     /// A source event other than a transaction that joined a run.
     Event(Result<SourceEvent, PipelineError>),
     /// Transactions in a row (see [`TransactionRun`]).
-    Run(TransactionRun),
+    Run(SharedRun),
+}
+
+/// A run the redo writer may hold too: it shares the run instead of copying
+/// it, and lets go of it before the fence passes it, so whoever takes the run
+/// from the fence gets it without a copy.
+#[derive(Debug)]
+pub(crate) struct SharedRun(Arc<TransactionRun>);
+
+impl SharedRun {
+    pub(crate) fn new(run: TransactionRun) -> Self {
+        Self(Arc::new(run))
+    }
+
+    /// Another holder of the run (the redo writer).
+    pub(crate) fn share(&self) -> Arc<TransactionRun> {
+        self.0.clone()
+    }
+
+    /// The run, copied only if another holder still has it.
+    pub(crate) fn into_inner(self) -> TransactionRun {
+        Arc::try_unwrap(self.0).unwrap_or_else(|shared| (*shared).clone())
+    }
+
+    /// The run to add to, if nobody else holds it yet.
+    pub(crate) fn get_mut(&mut self) -> Option<&mut TransactionRun> {
+        Arc::get_mut(&mut self.0)
+    }
+}
+
+impl std::ops::Deref for SharedRun {
+    type Target = TransactionRun;
+
+    fn deref(&self) -> &TransactionRun {
+        &self.0
+    }
+}
+
+impl From<TransactionRun> for SharedRun {
+    fn from(run: TransactionRun) -> Self {
+        Self::new(run)
+    }
 }
 
 /// Items read in a row, each with the wire bytes and the events it holds in the
@@ -172,7 +213,7 @@ impl Gather {
 
     /// Add a run the source wrote (its transactions' slots and bytes taken
     /// first); false if the pipeline is gone.
-    async fn push_run(&mut self, run: TransactionRun, budget: usize) -> bool {
+    async fn push_run(&mut self, run: SharedRun, budget: usize) -> bool {
         let events = run.len().max(1);
         let size = run.wire_bytes().min(budget);
         if !self.chunk.items.is_empty()
@@ -253,13 +294,16 @@ impl Gather {
             }
             Ok(SourceEvent::Transaction(txn)) => {
                 let txn = match self.chunk.items.last_mut() {
-                    Some((Item::Run(run), bytes, events)) => match run.push(txn) {
-                        Ok(()) => {
-                            *bytes += size;
-                            *events += 1;
-                            None
-                        }
-                        Err(txn) => Some(txn),
+                    Some((Item::Run(run), bytes, events)) => match run.get_mut() {
+                        Some(run) => match run.push(txn) {
+                            Ok(()) => {
+                                *bytes += size;
+                                *events += 1;
+                                None
+                            }
+                            Err(txn) => Some(txn),
+                        },
+                        None => Some(txn),
                     },
                     _ => Some(txn),
                 };
@@ -267,7 +311,7 @@ impl Gather {
                     let mut run = TransactionRun::new();
                     let pushed = run.push(txn);
                     debug_assert!(pushed.is_ok(), "an empty run takes any transaction");
-                    self.chunk.items.push((Item::Run(run), size, 1));
+                    self.chunk.items.push((Item::Run(run.into()), size, 1));
                 }
             }
             event => self.chunk.items.push((Item::Event(event), size, 1)),
@@ -346,19 +390,15 @@ impl EventCache {
                     };
                     match run {
                         Ok(Some(run)) => {
-                            let run = match &redo {
-                                Some(tee) => {
-                                    let item = Item::Run(run);
-                                    if let Err(e) = tee.log(&item).await {
-                                        let _ = gather.push(Err(e), 0).await && gather.send().await;
-                                        break;
-                                    }
-                                    let Item::Run(run) = item else {
-                                        unreachable!("a run")
-                                    };
-                                    run
-                                }
-                                None => run,
+                            let item = Item::Run(SharedRun::new(run));
+                            if let Some(tee) = &redo
+                                && let Err(e) = tee.log(&item).await
+                            {
+                                let _ = gather.push(Err(e), 0).await && gather.send().await;
+                                break;
+                            }
+                            let Item::Run(run) = item else {
+                                unreachable!("a run")
                             };
                             if !gather.push_run(run, budget).await {
                                 break;

@@ -522,7 +522,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             Item::Event(Ok(SourceEvent::End)) => return Some(Ok(())),
             Item::Event(Err(e)) => return Some(Err(e)),
             Item::Event(Ok(event)) => self.on_event(event, permit, cache).await,
-            Item::Run(run) => self.on_run(run, permit, cache).await,
+            Item::Run(run) => self.on_run(run.into_inner(), permit, cache).await,
         };
         result.err().map(Err)
     }

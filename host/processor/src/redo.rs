@@ -111,7 +111,8 @@ struct ToLog {
 
 enum Logged {
     Transaction(Transaction),
-    Run(TransactionRun),
+    /// Shared with the event cache's item, not copied.
+    Run(Arc<TransactionRun>),
     Ddl(DdlEvent),
     Resolved(CommitTs),
     /// Write out what is appended now (the source ended).
@@ -148,7 +149,7 @@ impl RedoTee {
     /// Copies `item` to the log (waiting for room in the redo share).
     pub(crate) async fn log(&self, item: &Item) -> Result<(), PipelineError> {
         let (event, bytes) = match item {
-            Item::Run(run) => (Logged::Run(run.clone()), run.wire_bytes()),
+            Item::Run(run) => (Logged::Run(run.share()), run.wire_bytes()),
             Item::Event(Ok(SourceEvent::Transaction(t))) => {
                 (Logged::Transaction(t.clone()), t.wire_bytes())
             }
@@ -336,7 +337,7 @@ impl Fence {
             let Item::Run(run) = item else {
                 unreachable!("checked")
             };
-            let txns = run.into_transactions();
+            let txns = run.into_inner().into_transactions();
             for txn in txns.into_iter().rev() {
                 let own = permit.split(txn.wire_bytes(), 1);
                 self.waiting.push_front((
@@ -633,7 +634,7 @@ mod tests {
             run.push(txn(ts)).unwrap();
         }
         fence
-            .admit(Item::Run(run), CachePermit::none())
+            .admit(Item::Run(run.into()), CachePermit::none())
             .await
             .unwrap();
         fence
@@ -672,7 +673,7 @@ mod tests {
             run.push(txn(ts)).unwrap();
         }
         fence
-            .admit(Item::Run(run), CachePermit::none())
+            .admit(Item::Run(run.into()), CachePermit::none())
             .await
             .unwrap();
         durable(&status, 70);
@@ -686,6 +687,36 @@ mod tests {
         assert!(matches!(log.try_recv().unwrap().event, Logged::Run(_)));
         assert!(matches!(log.try_recv().unwrap().event, Logged::FlushNow));
         assert_eq!(ts_of(&fence.next_passed().unwrap().0), [u64::MAX]);
+    }
+
+    #[tokio::test]
+    async fn a_run_is_shared_with_the_log_not_copied_and_passes_the_fence_unshared() {
+        let (mut fence, status, mut log) = fence();
+        let mut run = TransactionRun::new();
+        for ts in [10, 20] {
+            run.push(txn(ts)).unwrap();
+        }
+        fence
+            .admit(Item::Run(run.into()), CachePermit::none())
+            .await
+            .unwrap();
+        let logged = log.try_recv().unwrap();
+        let Logged::Run(shared) = &logged.event else {
+            panic!("a run")
+        };
+        assert_eq!(
+            Arc::strong_count(shared),
+            2,
+            "the log holds the fence's run, not a copy"
+        );
+        // The writer lets go of what a flush made durable before it says so.
+        drop(logged);
+        durable(&status, 20);
+        let (Item::Run(mut passed), _) = fence.next_passed().unwrap() else {
+            panic!("a run")
+        };
+        assert!(passed.get_mut().is_some(), "nobody else holds it");
+        assert_eq!(ts_of(&Item::Run(passed)), [10, 20]);
     }
 
     #[tokio::test]
