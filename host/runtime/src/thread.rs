@@ -32,7 +32,7 @@ pub fn live_plugin_threads() -> usize {
 /// only guest code that computes past one slice runs on them, and the host's own
 /// work (pipelines, the API, short plugin calls) goes first. Plugins share among
 /// themselves evenly.
-const PLUGIN_NICE: i32 = 15;
+const PLUGIN_NICE: i32 = 10;
 
 /// How much lower than the host's threads compiles run: a tenant uploading
 /// plugins in a loop takes what the others leave, not a share of their cores
