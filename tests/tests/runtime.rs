@@ -232,7 +232,7 @@ async fn loads_of_the_same_bytes_share_one_compiled_component_while_held() {
         sink.flush(CommitTs::new(1)).await.unwrap();
     }
     assert_eq!(rows, 2 * 50);
-    // Once nothing holds it, the next load makes it again.
+    // Once nothing holds it, it is made again, and later loads share that.
     drop(first);
     let again = rt.load(PluginKind::Sink, &bytes).unwrap();
     let twice = rt.load(PluginKind::Sink, &bytes).unwrap();

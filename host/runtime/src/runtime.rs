@@ -146,10 +146,11 @@ impl PluginRuntime {
     }
 
     /// [`PluginRuntime::load`] on a thread of its own at a low priority (as
-    /// wasmtime's compile threads run): uploads and first starts compile
-    /// there, so one tenant's compiles take what the node leaves idle rather
-    /// than the cores its neighbours' rows need. The outer error says the
-    /// thread could not start or the compile panicked.
+    /// wasmtime's compile threads run): an upload compiles there, so one
+    /// tenant's uploads take what the node leaves idle rather than the cores
+    /// its neighbours' rows need. (A changefeed's start loads on the caller's
+    /// blocking pool: it usually finds the precompiled artifact.) The outer
+    /// error says the thread could not start or the compile panicked.
     pub async fn load_in_background(
         &self,
         kind: PluginKind,

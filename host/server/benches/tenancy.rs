@@ -37,13 +37,13 @@ use common::{Server, connect, median, plugin_bytes};
 
 /// Rounds of the noisy-neighbour phase (`SLUICE_BENCH_ROUNDS`, 5).
 fn rounds() -> usize {
-    env_usize("SLUICE_BENCH_ROUNDS", 5)
+    env_usize("SLUICE_BENCH_ROUNDS", 5).max(1)
 }
 
 /// Each measuring window (`SLUICE_BENCH_WINDOW_S`, 8 s): the rows a changefeed
 /// wrote are reported about once a second.
 fn window() -> Duration {
-    Duration::from_secs(env_usize("SLUICE_BENCH_WINDOW_S", 8) as u64)
+    Duration::from_secs(env_usize("SLUICE_BENCH_WINDOW_S", 8).max(1) as u64)
 }
 const QUIET: usize = 10;
 
@@ -206,10 +206,7 @@ fn thread_ticks(pid: u32) -> Threads {
             continue;
         };
         let name = stat[open + 1..close].trim_end_matches(|c: char| c.is_ascii_digit());
-        let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        let ticks = f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-            + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        *out.entry(name.to_string()).or_default() += ticks;
+        *out.entry(name.to_string()).or_default() += stat_ticks(&stat);
     }
     out
 }
@@ -431,12 +428,16 @@ fn proc_figures(pid: u32) -> (u64, usize, usize, u64) {
     let threads = field("Threads:") as usize;
     let files = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    (rss, files, threads, stat_ticks(&stat))
+}
+
+/// User + system CPU ticks in a `/proc/.../stat` line.
+fn stat_ticks(stat: &str) -> u64 {
     let after_comm = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let f: Vec<&str> = after_comm.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of stat: 12 and 13 after `) `.
-    let ticks = f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    (rss, files, threads, ticks)
+    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
 }
 
 /// Waits until every changefeed of every tenant has written its rows; the
