@@ -82,7 +82,10 @@ struct Shared {
 }
 
 struct State {
+    /// Turns handed out now (1 to `max_turns`: see [`CpuShares::leave_to_host`]).
     turns: usize,
+    /// Turns at most (one per core by default).
+    max_turns: usize,
     running: usize,
     tenants: HashMap<Arc<str>, Tenant>,
 }
@@ -165,6 +168,7 @@ impl CpuShares {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
                     turns: turns.max(1),
+                    max_turns: turns.max(1),
                     running: 0,
                     tenants: HashMap::new(),
                 }),
@@ -182,6 +186,26 @@ impl CpuShares {
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The host's own work (pipelines, sources, short plugin calls) is keeping
+    /// `busy_cores` cores busy: hand out only the turns for the cores it
+    /// leaves (rounded to the nearest, at least one, at most the turns this
+    /// was made with). So guest code that computes for long takes what the
+    /// host leaves and, when the host is busy, one turn among all tenants
+    /// (still shared by virtual time): a tenant's spinning sinks cost the
+    /// others' pipelines one low-priority thread, however many it runs. The
+    /// turns that go are taken back at their holders' next slice.
+    pub fn leave_to_host(&self, busy_cores: f64) {
+        let mut state = self.lock();
+        let left = (state.max_turns as f64 - busy_cores.max(0.0)).round();
+        state.turns = (left as usize).clamp(1, state.max_turns);
+        state.dispatch();
+    }
+
+    /// The turns handed out now.
+    pub fn turns(&self) -> usize {
+        self.lock().turns
     }
 
     /// Sets how `tenant` shares; calls in progress keep their turns.
@@ -314,6 +338,10 @@ impl State {
             return false;
         };
         if mine.refill(Instant::now()).is_some() || !mine.waiting.is_empty() {
+            return false;
+        }
+        // Fewer turns than are held: give this one back.
+        if self.running > self.turns {
             return false;
         }
         let vtime = mine.vtime;
@@ -702,6 +730,46 @@ mod tests {
         assert_eq!(shares.lock().tenants["b"].vtime, 500_000_000);
         drop(held);
         assert!(poll(&mut wb).is_ready());
+    }
+
+    #[test]
+    fn a_busy_host_leaves_guest_code_the_cores_it_does_not_use() {
+        let shares = CpuShares::new(4);
+        let (a, b) = (shares.tenant("a"), shares.tenant("b"));
+        let mut held: Vec<Turn> = (0..3)
+            .map(|_| match poll(&mut a.turn()) {
+                Poll::Ready(mut t) => {
+                    t.charge(1_000_000);
+                    t
+                }
+                Poll::Pending => panic!("four turns are free"),
+            })
+            .collect();
+        // The host keeps 2.6 cores busy: one turn left (1.4 rounds to 1).
+        shares.leave_to_host(2.6);
+        assert_eq!(shares.turns(), 1);
+        let mut wb = b.turn();
+        assert!(poll(&mut wb).is_pending(), "three held, one allowed");
+        // Held turns go back at their next slice, the last one included
+        // while more are held than allowed.
+        assert!(!held[0].may_keep());
+        held.remove(0);
+        assert!(!held[0].may_keep());
+        held.remove(0);
+        // One held, one allowed, and b (waiting, less virtual time) goes first.
+        assert!(!held[0].may_keep());
+        held.clear();
+        assert!(poll(&mut wb).is_ready());
+        // However busy the host, one turn stays; an idle host gives all back.
+        shares.leave_to_host(64.0);
+        assert_eq!(shares.turns(), 1);
+        shares.leave_to_host(0.0);
+        assert_eq!(shares.turns(), 4);
+        shares.leave_to_host(-1.0);
+        assert_eq!(shares.turns(), 4);
+        let c = shares.tenant("c");
+        let turns: Vec<_> = (0..3).map(|_| poll(&mut c.turn())).collect();
+        assert!(turns.iter().all(Poll::is_ready), "b holds one, three free");
     }
 
     #[tokio::test(start_paused = true)]

@@ -4,6 +4,7 @@
 //! meta store with its lease, which leaves the seams for a cluster.
 
 mod context;
+mod work_load;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -281,6 +282,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_instances: args.max_plugin_instances,
         ..RuntimeConfig::default()
     })?;
+    let plugin_shares = runtime.shares().clone();
     let registry = Arc::new(
         PluginRegistry::new(
             store.clone(),
@@ -375,6 +377,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         stop_rx.clone(),
     ));
     tokio::spawn(keep_shares(node.clone(), stop_rx.clone()));
+    // Long plugin calls take the cores the processors leave.
+    tokio::spawn(work_load::WorkLoad::new(work.handle()).follow(plugin_shares, stop_rx.clone()));
     let routes = tonic::transport::Server::builder()
         .layer(tower::util::MapResponseLayer::new(
             sluice_api::remap_codec_errors::<tonic::body::Body>,
