@@ -12,6 +12,10 @@
 //! payload          a Record, postcard-encoded (the encoding of this format version)
 //! ```
 //!
+//! Version 2 (written now) encodes a rows record's arrays as little-endian
+//! bytes (see [`rows`]); version 1 encoded every number as a varint. This
+//! build reads both.
+//!
 //! A reader checks every frame: a record whose frame runs past the end of the
 //! file is torn (a write that did not finish), one whose CRC does not match
 //! or whose payload does not decode is damaged; reading stops there and says
@@ -20,10 +24,14 @@
 use serde::{Deserialize, Serialize};
 use sluice_core::{ColumnData, DdlEvent, TableSchema};
 
+pub(crate) mod rows;
+
 /// The first bytes of every redo log file.
 pub const MAGIC: &[u8; 8] = b"SLUICERD";
-/// The version of the encoding this build writes (and the only one it reads).
-pub const FORMAT_VERSION: u16 = 1;
+/// The version of the encoding this build writes.
+pub const FORMAT_VERSION: u16 = 2;
+/// The oldest version of the encoding this build reads.
+pub const OLDEST_READ_VERSION: u16 = 1;
 /// Bytes of the file header.
 pub const HEADER_LEN: usize = 12;
 /// Bytes of a record's frame besides its payload.
@@ -204,7 +212,8 @@ pub fn encode(record: &Record, out: &mut Vec<u8>) -> Result<usize, TooLarge> {
 pub(crate) fn frame<T: Serialize>(value: &T, out: &mut Vec<u8>) -> Result<usize, TooLarge> {
     let start = out.len();
     out.extend_from_slice(&[0u8; FRAME_LEN]);
-    postcard::to_io(value, &mut *out).expect("a record always encodes into a Vec");
+    postcard::serialize_with_flavor(value, Append(&mut *out))
+        .expect("a record always encodes into a Vec");
     let len = out.len() - start - FRAME_LEN;
     if len > MAX_RECORD_BYTES {
         out.truncate(start);
@@ -214,6 +223,28 @@ pub(crate) fn frame<T: Serialize>(value: &T, out: &mut Vec<u8>) -> Result<usize,
     out[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
     out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
     Ok(out.len() - start)
+}
+
+/// A postcard output that appends to a `Vec` (one `extend_from_slice` per
+/// piece: no `io::Write` call per value, no buffer of its own).
+struct Append<'a>(&'a mut Vec<u8>);
+
+impl postcard::ser_flavors::Flavor for Append<'_> {
+    type Output = ();
+
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(data);
+        Ok(())
+    }
+
+    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
+        self.0.push(data);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
+    }
 }
 
 /// Compresses a whole file written with no compression (its header says
@@ -292,8 +323,8 @@ pub fn decompress(bytes: Vec<u8>) -> Result<Vec<u8>, Damage> {
     }
 }
 
-/// Reads the header of a file; `Ok` with its kind.
-pub fn read_header(bytes: &[u8]) -> Result<LogKind, Damage> {
+/// Reads the header of a file; `Ok` with its kind and format version.
+pub fn read_header(bytes: &[u8]) -> Result<(LogKind, u16), Damage> {
     if bytes.len() < HEADER_LEN {
         return Err(Damage::Header(format!(
             "the file has {} bytes, fewer than a header's {HEADER_LEN}",
@@ -304,9 +335,9 @@ pub fn read_header(bytes: &[u8]) -> Result<LogKind, Damage> {
         return Err(Damage::Header("not a Sluice redo log (wrong magic)".into()));
     }
     let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-    if version != FORMAT_VERSION {
+    if !(OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(Damage::Header(format!(
-            "format version {version}; this build reads version {FORMAT_VERSION}"
+            "format version {version}; this build reads versions {OLDEST_READ_VERSION} to {FORMAT_VERSION}"
         )));
     }
     if bytes[11] != 0 {
@@ -316,8 +347,8 @@ pub fn read_header(bytes: &[u8]) -> Result<LogKind, Damage> {
         )));
     }
     match bytes[10] {
-        0 => Ok(LogKind::Rows),
-        1 => Ok(LogKind::Ddl),
+        0 => Ok((LogKind::Rows, version)),
+        1 => Ok((LogKind::Ddl, version)),
         other => Err(Damage::Header(format!("unknown log kind {other}"))),
     }
 }
@@ -326,6 +357,7 @@ pub fn read_header(bytes: &[u8]) -> Result<LogKind, Damage> {
 /// damage found ends the iteration (with it).
 pub struct Records<'a> {
     bytes: &'a [u8],
+    version: u16,
     at: usize,
     done: bool,
 }
@@ -333,11 +365,12 @@ pub struct Records<'a> {
 impl<'a> Records<'a> {
     /// The records of a whole file (header included).
     pub fn new(bytes: &'a [u8]) -> Result<(LogKind, Self), Damage> {
-        let kind = read_header(bytes)?;
+        let (kind, version) = read_header(bytes)?;
         Ok((
             kind,
             Self {
                 bytes,
+                version,
                 at: HEADER_LEN,
                 done: false,
             },
@@ -399,18 +432,17 @@ impl Iterator for Records<'_> {
         if crc32c::crc32c(payload) != crc {
             return fail(self, Damage::Crc { offset });
         }
-        match postcard::from_bytes::<Record>(payload) {
+        let record = if self.version == 1 {
+            postcard::from_bytes::<Record>(payload).map_err(|e| e.to_string())
+        } else {
+            rows::decode(payload)
+        };
+        match record {
             Ok(record) => {
                 self.at += FRAME_LEN + len;
                 Some(Ok((offset, record)))
             }
-            Err(e) => fail(
-                self,
-                Damage::Decode {
-                    offset,
-                    reason: e.to_string(),
-                },
-            ),
+            Err(reason) => fail(self, Damage::Decode { offset, reason }),
         }
     }
 }

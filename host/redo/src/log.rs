@@ -14,12 +14,9 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::Serialize;
-use serde::ser::SerializeSeq;
-use sluice_core::{
-    ColumnData, DdlEvent, RunPart, Segment, TableChanges, TableSchema, Transaction, TransactionRun,
-};
+use sluice_core::{DdlEvent, RunPart, TableChanges, TableSchema, Transaction, TransactionRun};
 
+use crate::format::rows::{RecordRef, TableRowsRef};
 use crate::format::{self, Damage, LogKind, Record, Records, TooLarge};
 use crate::meta::{META_FILE, Meta, MetaDamage};
 use crate::storage::{Entry, Storage, StorageError};
@@ -477,7 +474,7 @@ impl LogWriter {
             .tables
             .iter()
             .filter(|t| !t.is_empty())
-            .map(|t| TableRowsRef::of(t, TxnIndex::One(t.len())))
+            .map(|t| table_rows(t, vec![(row_count(t.len()), 0)]))
             .collect();
         encode_rows(&mut self.rows.bytes, &marks, &tables)?;
         self.rows.max = self.rows.max.max(txn.commit_ts.get());
@@ -517,7 +514,10 @@ impl LogWriter {
             .parts
             .iter()
             .filter(|p| !p.changes.is_empty())
-            .map(|p: &RunPart| TableRowsRef::of(&p.changes, TxnIndex::Segments(&p.segments)))
+            .map(|p: &RunPart| {
+                let runs = p.segments.iter().map(|s| (row_count(s.rows), s.txn));
+                table_rows(&p.changes, runs.collect())
+            })
             .collect();
         if !tables.is_empty() {
             encode_rows(&mut self.rows.bytes, &marks, &tables)?;
@@ -681,81 +681,25 @@ impl LogWriter {
     }
 }
 
-/// How the rows of a table map to the record's transactions.
-#[derive(Clone, Copy)]
-enum TxnIndex<'a> {
-    /// All `n` rows are the first transaction's.
-    One(usize),
-    /// A run part's segments: cumulative row counts per transaction.
-    Segments(&'a [Segment]),
-}
-
-impl Serialize for TxnIndex<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match *self {
-            TxnIndex::One(n) => {
-                let mut seq = s.serialize_seq(Some(n))?;
-                for _ in 0..n {
-                    seq.serialize_element(&0u32)?;
-                }
-                seq.end()
-            }
-            TxnIndex::Segments(segments) => {
-                let n = segments.last().map_or(0, |s| s.rows);
-                let mut seq = s.serialize_seq(Some(n))?;
-                let mut from = 0;
-                for s in segments {
-                    for _ in from..s.rows {
-                        seq.serialize_element(&s.txn)?;
-                    }
-                    from = s.rows;
-                }
-                seq.end()
-            }
-        }
+/// The rows of `changes` for a record: `txn` gives their transactions as
+/// (end of their rows, index in the record) runs.
+fn table_rows(changes: &TableChanges, txn: Vec<(u32, u32)>) -> TableRowsRef<'_> {
+    TableRowsRef {
+        table_id: changes.schema().table_id,
+        schema_version: changes.schema().version,
+        ops: changes.ops(),
+        txn,
+        seq: changes.seq(),
+        flags: changes.flags(),
+        before: changes.before(),
+        after: changes.after(),
     }
 }
 
-/// [`format::TableRows`], borrowed from the changes it is written from: the
-/// same fields in the same order, so that it decodes as one.
-#[derive(Serialize)]
-struct TableRowsRef<'a> {
-    table_id: u32,
-    schema_version: u32,
-    #[serde(with = "serde_bytes")]
-    ops: &'a [u8],
-    txn: TxnIndex<'a>,
-    seq: &'a [u32],
-    #[serde(with = "serde_bytes")]
-    flags: &'a [u8],
-    before: &'a [ColumnData],
-    after: &'a [ColumnData],
-}
-
-impl<'a> TableRowsRef<'a> {
-    fn of(changes: &'a TableChanges, txn: TxnIndex<'a>) -> Self {
-        Self {
-            table_id: changes.schema().table_id,
-            schema_version: changes.schema().version,
-            ops: changes.ops(),
-            txn,
-            seq: changes.seq(),
-            flags: changes.flags(),
-            before: changes.before(),
-            after: changes.after(),
-        }
-    }
-}
-
-/// [`Record::Rows`], borrowed: encodes as one.
-#[derive(Serialize)]
-enum RecordRef<'a> {
-    #[allow(dead_code, reason = "the variant's place gives Rows its tag")]
-    Schema(()),
-    Rows {
-        txns: &'a [format::TxnMark],
-        tables: &'a [TableRowsRef<'a>],
-    },
+/// A row count as a record holds it (a record is far below 4 Gi rows: it
+/// holds at most `MAX_RECORD_BYTES`, and every row takes bytes).
+fn row_count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 fn encode_rows(

@@ -11,10 +11,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::format::{FORMAT_VERSION, FRAME_LEN};
+use crate::format::FRAME_LEN;
 
 /// The first bytes of a meta file.
 pub const META_MAGIC: &[u8; 8] = b"SLUICEMT";
+/// The version of the meta's layout (the log files' format has its own).
+pub const META_VERSION: u16 = 1;
 /// The meta file's name in a changefeed's redo directory.
 pub const META_FILE: &str = "meta";
 
@@ -38,7 +40,7 @@ impl Meta {
         let payload = postcard::to_stdvec(self).expect("a meta always encodes");
         let mut out = Vec::with_capacity(10 + FRAME_LEN + payload.len());
         out.extend_from_slice(META_MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&META_VERSION.to_le_bytes());
         out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         out.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
         out.extend_from_slice(&payload);
@@ -55,9 +57,9 @@ impl Meta {
             return fail("it is not a Sluice redo meta (wrong magic)");
         }
         let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-        if version != FORMAT_VERSION {
+        if version != META_VERSION {
             return Err(MetaDamage(format!(
-                "format version {version}; this build reads version {FORMAT_VERSION}"
+                "format version {version}; this build reads version {META_VERSION}"
             )));
         }
         let len = u32::from_le_bytes(bytes[10..14].try_into().expect("4 bytes")) as usize;
