@@ -13,7 +13,7 @@
 //! ```
 //!
 //! Version 2 (written now) encodes a rows record's arrays as little-endian
-//! bytes (see [`rows`]); version 1 encoded every number as a varint. This
+//! bytes (see the `rows` module); version 1 encoded every number as a varint. This
 //! build reads both.
 //!
 //! A reader checks every frame: a record whose frame runs past the end of the
