@@ -19,7 +19,7 @@ use sluice_core::{DdlEvent, RunPart, TableChanges, TableSchema, Transaction, Tra
 use crate::format::rows::{RecordRef, TableRowsRef};
 use crate::format::{self, Damage, LogKind, Record, Records, TooLarge};
 use crate::meta::{META_FILE, Meta, MetaDamage};
-use crate::storage::{Entry, Storage, StorageError};
+use crate::storage::{DirectWrites, Entry, Storage, StorageError};
 
 /// A file's place in the log, from its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -238,6 +238,8 @@ pub struct LogWriter {
     /// (its pages are mapped and its capacity grown already: no page faults
     /// and no copies as it fills). One at most.
     spare: Option<Vec<u8>>,
+    /// The buffer of writes past the page cache, between flushes.
+    direct: Option<DirectWrites>,
 }
 
 /// What one flush writes, cut from what was appended: at most one file per
@@ -257,6 +259,8 @@ pub struct Sealed {
     result: Meta,
     /// A buffer that compression left over.
     recycled: Option<Vec<u8>>,
+    /// The writer's buffer of writes past the page cache, while this has it.
+    direct: Option<DirectWrites>,
 }
 
 /// A file's bytes, compressed when first written.
@@ -294,13 +298,19 @@ impl Sealed {
         let mut files = std::mem::take(&mut self.files);
         let (meta, compression) = (self.meta, self.compression);
         let mut recycled = self.recycled.take();
+        let mut direct = self.direct.take().unwrap_or_default();
         let job = tokio::task::spawn_blocking(move || {
             let mut flushed = Flushed::default();
             let result = (|| {
                 for (name, bytes, written) in files.iter_mut().filter(|f| !f.2) {
                     let ready = ready(bytes, compression, &mut recycled);
                     if let Some(dir) = &local {
-                        crate::storage::put_durably(dir, &name.name(), &ready)?;
+                        crate::storage::put_durably_with(
+                            dir,
+                            &name.name(),
+                            &ready,
+                            Some(&mut direct),
+                        )?;
                         *written = true;
                         flushed.bytes += ready.len() as u64;
                         flushed.files += 1;
@@ -313,9 +323,9 @@ impl Sealed {
                 }
                 Ok::<_, StorageError>(())
             })();
-            (files, recycled, flushed, result)
+            (files, recycled, direct, flushed, result)
         });
-        let (files, recycled, mut flushed, result) = match job.await {
+        let (files, recycled, direct, mut flushed, result) = match job.await {
             Ok(done) => done,
             // A panic is a bug: it goes on (the writer stops), rather than a
             // retry without the files it took.
@@ -324,6 +334,7 @@ impl Sealed {
         };
         self.files = files;
         self.recycled = recycled;
+        self.direct = Some(direct);
         result?;
         if !is_local {
             for (name, bytes, written) in self.files.iter_mut().filter(|f| !f.2) {
@@ -405,6 +416,7 @@ impl LogWriter {
             unwritten: None,
             sealing: None,
             spare: None,
+            direct: None,
         })
     }
 
@@ -626,6 +638,7 @@ impl LogWriter {
             meta: (result != base).then_some(result),
             result,
             recycled: None,
+            direct: self.direct.take(),
         }
     }
 
@@ -648,6 +661,9 @@ impl LogWriter {
                     b.clear();
                     b
                 });
+        }
+        if self.direct.is_none() {
+            self.direct = sealed.direct;
         }
         if sealed.result.resolved_ts >= self.meta.resolved_ts {
             self.meta = sealed.result;

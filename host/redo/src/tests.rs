@@ -844,3 +844,37 @@ fn a_version_2_rows_record_that_does_not_fit_is_refused_with_its_reason() {
         "{err}"
     );
 }
+
+#[test]
+fn files_written_past_the_page_cache_read_back_byte_for_byte_at_every_size_boundary() {
+    use crate::storage::{DirectWrites, put_durably_with};
+    use std::path::Path;
+    // The temporary directory, and tmpfs where there is one (a file system
+    // that may refuse writes past the page cache: the ordinary write then).
+    let mut dirs = vec![tempfile::tempdir().unwrap()];
+    if Path::new("/dev/shm").is_dir() {
+        dirs.push(tempfile::tempdir_in("/dev/shm").unwrap());
+    }
+    let block = 4096;
+    let small = 256 << 10;
+    for dir in &dirs {
+        let mut direct = DirectWrites::default();
+        let mut sizes = vec![0, 1, block, small - 1, small, small + 1];
+        sizes.extend([small + block, 3 * small + 17, (5 << 20) + 4095, 4 << 20]);
+        for (i, len) in sizes.into_iter().enumerate() {
+            let bytes: Vec<u8> = (0..len).map(|b| ((b * 7 + i) % 253) as u8).collect();
+            put_durably_with(dir.path(), "f.log", &bytes, Some(&mut direct)).unwrap();
+            let read = std::fs::read(dir.path().join("f.log")).unwrap();
+            assert_eq!(read.len(), len, "{}: size {len}", dir.path().display());
+            assert!(read == bytes, "{}: size {len}", dir.path().display());
+            assert!(!dir.path().join("f.log.tmp").exists());
+        }
+        // The six files from 256 KiB up went past the cache, unless this
+        // file system refused it.
+        assert!(
+            direct.refused() || direct.files() == 6,
+            "{}",
+            dir.path().display()
+        );
+    }
+}
