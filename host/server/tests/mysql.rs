@@ -219,6 +219,40 @@ fn rebuilt(
     state
 }
 
+/// Per table: rows missing downstream, rows extra there and rows that
+/// differ, with a few keys of each.
+fn difference(
+    tables: &[&str],
+    want: &[BTreeMap<String, Vec<String>>],
+    got: Option<&[BTreeMap<String, Vec<String>>]>,
+) -> String {
+    let Some(got) = got else {
+        return "the downstream did not answer".into();
+    };
+    let mut out = String::new();
+    for ((table, want), got) in tables.iter().zip(want).zip(got) {
+        let missing: Vec<&String> = want.keys().filter(|k| !got.contains_key(*k)).collect();
+        let extra: Vec<&String> = got.keys().filter(|k| !want.contains_key(*k)).collect();
+        let changed: Vec<&String> = want
+            .iter()
+            .filter(|(k, v)| got.get(*k).is_some_and(|g| g != *v))
+            .map(|(k, _)| k)
+            .collect();
+        out.push_str(&format!(
+            "\n  {table}: {} rows up, {} down; missing {} {:?}; extra {} {:?}; changed {} {:?}",
+            want.len(),
+            got.len(),
+            missing.len(),
+            &missing[..missing.len().min(3)],
+            extra.len(),
+            &extra[..extra.len().min(3)],
+            changed.len(),
+            &changed[..changed.len().min(3)],
+        ));
+    }
+    out
+}
+
 fn columns(db: &PrivateMariaDb, table: &str) -> Vec<(String, bool)> {
     db.exec(&format!(
         "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'shop' AND TABLE_NAME = '{table}' ORDER BY ORDINAL_POSITION"
@@ -609,14 +643,29 @@ fn sink_mysql_applies_key_changes_unique_swaps_ddl_and_a_large_transaction() {
         .map(|(t, c)| upstream(&up, t, c))
         .collect();
     assert_eq!(want[2].len(), 100_004);
+    let waiting = std::time::Instant::now();
+    let mut said = false;
     server.wait_for(
         "the downstream to match the upstream",
         Duration::from_secs(180),
         || {
             // Rows first: once they match, the server has answered and the
             // column check after them reads the same schema.
-            downstream(&down, &tables, &cols).is_some_and(|got| got == want)
-                && columns(&down, "tokens") == cols[2]
+            let got = downstream(&down, &tables, &cols);
+            let equal = got.as_ref().is_some_and(|got| *got == want)
+                && columns(&down, "tokens") == cols[2];
+            // Before the wait gives up: what differs, and where the
+            // changefeed stands.
+            if !equal && !said && waiting.elapsed() > Duration::from_secs(170) {
+                said = true;
+                eprintln!(
+                    "still different after 170 s: {}\ndownstream columns of tokens: {:?}\nchangefeed: {}",
+                    difference(&tables, &want, got.as_deref()),
+                    columns(&down, "tokens"),
+                    server.state("replica")
+                );
+            }
+            equal
         },
     );
     let q = server.state("replica");
