@@ -354,6 +354,10 @@ const BLOCK: usize = 4096;
 /// Files smaller than this go through the page cache (the copy is cheap).
 const DIRECT_FROM: usize = 256 << 10;
 
+/// Blocks in [`DirectWrites`]' buffer: a file is copied into it and written
+/// 1 MiB at a time, so the buffer stays small whatever the file's size.
+const CHUNK_BLOCKS: usize = 256;
+
 /// One block of [`DirectWrites`]' buffer.
 #[derive(Clone, Copy, bytemuck::Zeroable, bytemuck::Pod)]
 #[repr(C, align(4096))]
@@ -364,9 +368,9 @@ struct Block([u8; BLOCK]);
 /// copy into it instead of the kernel's copy into freshly allocated cache
 /// pages, which on these machines took 1.3-2.4 ms of CPU per MB and most of a
 /// flush's time (a log file is written once and read only by `redo apply`: it
-/// has no use for the cache). The buffer is kept for the next flush. A file
-/// system that refuses it (tmpfs, some network and FUSE file systems) gets the
-/// ordinary write from then on.
+/// has no use for the cache). The buffer (1 MiB) is kept for the next flush.
+/// A file system that refuses it (tmpfs, some network and FUSE file systems)
+/// gets the ordinary write from then on.
 #[derive(Default)]
 pub(crate) struct DirectWrites {
     blocks: Vec<Block>,
@@ -399,12 +403,6 @@ impl DirectWrites {
         if self.refused || bytes.len() < DIRECT_FROM {
             return Ok(false);
         }
-        let blocks = bytes.len().div_ceil(BLOCK);
-        self.blocks.resize(blocks, bytemuck::Zeroable::zeroed());
-        let buf: &mut [u8] = bytemuck::cast_slice_mut(&mut self.blocks[..blocks]);
-        let (data, padding) = buf.split_at_mut(bytes.len());
-        data.copy_from_slice(bytes);
-        padding.fill(0);
         let refused = |e: &std::io::Error| {
             let refused = e.raw_os_error() == Some(libc::EINVAL);
             if refused {
@@ -429,15 +427,25 @@ impl DirectWrites {
             }
             Err(e) => return Err(e),
         };
-        match file.write_all(buf) {
-            Ok(()) => {}
-            Err(e) if refused(&e) => {
-                self.refused = true;
-                return Ok(false);
-            }
-            Err(e) => return Err(e),
+        if self.blocks.is_empty() {
+            self.blocks = vec![bytemuck::Zeroable::zeroed(); CHUNK_BLOCKS];
         }
-        // The padding goes; the size change is synced with the data.
+        let buf: &mut [u8] = bytemuck::cast_slice_mut(&mut self.blocks);
+        for chunk in bytes.chunks(buf.len()) {
+            // The last chunk is padded to whole blocks; the padding goes below.
+            let padded = chunk.len().next_multiple_of(BLOCK);
+            buf[..chunk.len()].copy_from_slice(chunk);
+            buf[chunk.len()..padded].fill(0);
+            match file.write_all(&buf[..padded]) {
+                Ok(()) => {}
+                Err(e) if refused(&e) => {
+                    self.refused = true;
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // The size change is synced with the data.
         file.set_len(bytes.len() as u64)?;
         file.sync_data()?;
         #[cfg(test)]
