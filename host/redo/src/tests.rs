@@ -845,6 +845,11 @@ fn a_version_2_rows_record_that_does_not_fit_is_refused_with_its_reason() {
     );
 }
 
+/// A block of a block-aligned buffer.
+#[derive(Clone, Copy, bytemuck::Zeroable, bytemuck::Pod)]
+#[repr(C, align(4096))]
+struct Page([u8; 4096]);
+
 #[test]
 fn files_written_past_the_page_cache_read_back_byte_for_byte_at_every_size_boundary() {
     use crate::storage::{DirectWrites, put_durably_with};
@@ -867,18 +872,36 @@ fn files_written_past_the_page_cache_read_back_byte_for_byte_at_every_size_bound
             (5 << 20) + 4095,
             4 << 20,
         ]);
+        // Each size from a buffer as the allocator gives it (copied to the
+        // aligned buffer unless it happens to be aligned), then from a
+        // block-aligned one (written from where it is; only its last partial
+        // block copied).
         for (i, len) in sizes.into_iter().enumerate() {
             let bytes: Vec<u8> = (0..len).map(|b| ((b * 7 + i) % 253) as u8).collect();
-            put_durably_with(dir.path(), "f.log", &bytes, Some(&mut direct)).unwrap();
-            let read = std::fs::read(dir.path().join("f.log")).unwrap();
-            assert_eq!(read.len(), len, "{}: size {len}", dir.path().display());
-            assert!(read == bytes, "{}: size {len}", dir.path().display());
-            assert!(!dir.path().join("f.log.tmp").exists());
+            let mut pages = vec![Page([0; 4096]); len.div_ceil(block)];
+            let at: &mut [u8] = bytemuck::cast_slice_mut(&mut pages);
+            at[..len].copy_from_slice(&bytes);
+            for (from, aligned) in [(&bytes[..], false), (&at[..len], true)] {
+                let copied = direct.copied();
+                put_durably_with(dir.path(), "f.log", from, Some(&mut direct)).unwrap();
+                let read = std::fs::read(dir.path().join("f.log")).unwrap();
+                assert_eq!(read.len(), len, "{}: size {len}", dir.path().display());
+                assert!(read == bytes, "{}: size {len}", dir.path().display());
+                assert!(!dir.path().join("f.log.tmp").exists());
+                if aligned && len >= small && !direct.refused() {
+                    assert_eq!(
+                        direct.copied() - copied,
+                        (len % block) as u64,
+                        "size {len}: an aligned buffer's whole blocks are written from it"
+                    );
+                }
+            }
         }
-        // The seven files from 256 KiB up (some in several 1 MiB chunks)
-        // went past the cache, unless this file system refused it.
+        // The seven sizes from 256 KiB up (some in several 1 MiB chunks)
+        // went past the cache, twice each, unless this file system refused
+        // it.
         assert!(
-            direct.refused() || direct.files() == 7,
+            direct.refused() || direct.files() == 14,
             "{}",
             dir.path().display()
         );
