@@ -274,6 +274,14 @@ impl Dispatcher {
                 self.emit(out).await?;
                 continue;
             }
+            // A large part that fits a batch whole is moved into one of its
+            // own rather than copied after the rows gathered so far (they are
+            // written first): a burst of runs, as the redo fence releases
+            // them, would otherwise be copied once more, row by row.
+            if i == 0 && self.batch.is_some() && moves_whole(p, rows_bound, bytes_bound) {
+                self.emit(out).await?;
+                continue;
+            }
             // The transactions that fit what is left of the batch.
             let (r0, b0, a0, y0) = p.start_of(i);
             let (room_rows, room_bytes) = (
@@ -299,8 +307,13 @@ impl Dispatcher {
             if !Arc::ptr_eq(&self.schema, p.changes.schema()) {
                 self.schema = p.changes.schema().clone();
             }
-            if i == 0 && j == p.segments.len() && self.batch.is_none() && self.spare.is_none() {
-                // The whole part into an empty batch: moved, not copied.
+            if i == 0
+                && j == p.segments.len()
+                && self.batch.is_none()
+                && (self.spare.is_none() || moves_whole(p, rows_bound, bytes_bound))
+            {
+                // The whole part into an empty batch: moved, not copied (the
+                // spare, if any, is kept for small appends).
                 let p = part.take().expect("checked");
                 let (mut commit_ts, mut ids, mut flags) = (
                     Vec::with_capacity(rows),
@@ -393,6 +406,16 @@ impl Dispatcher {
     }
 }
 
+/// `part` fits a batch whole and fills at least half of one (by rows or
+/// bytes): it is worth a batch of its own, moved, rather than a copy.
+fn moves_whole(part: &RunPart, rows_bound: usize, bytes_bound: usize) -> bool {
+    part.segments.last().is_some_and(|end| {
+        end.rows <= rows_bound
+            && end.bytes <= bytes_bound
+            && (end.rows * 2 >= rows_bound || end.bytes * 2 >= bytes_bound)
+    })
+}
+
 /// The wire bytes of each row of `changes`, counted as `TableChanges` counts them
 /// (for splitting a transaction bigger than a batch).
 fn row_bytes(changes: &TableChanges) -> Vec<usize> {
@@ -434,6 +457,133 @@ pub(crate) fn changefeed_checkpoint(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use sluice_core::{Column, ColumnType, Op, Transaction, TransactionRun, Value};
+
+    /// The batches written, as (first id, rows) of each.
+    #[derive(Default)]
+    struct Written(Vec<(i64, usize)>);
+
+    impl Output for Written {
+        async fn write(
+            &mut self,
+            _schemas: Vec<Arc<TableSchema>>,
+            batch: Batch,
+        ) -> Result<(), PipelineError> {
+            for t in batch.tables {
+                let row = t.rows().next().expect("a batch has rows");
+                let first = match row.after().expect("inserts")[0] {
+                    Value::Int(id) => id,
+                    ref other => panic!("an int key, got {other:?}"),
+                };
+                self.0.push((first, t.len()));
+            }
+            Ok(())
+        }
+    }
+
+    /// A run of one transaction per id in `ids`, one row each.
+    fn run(schema: &Arc<TableSchema>, ids: std::ops::Range<i64>) -> TransactionRun {
+        let mut run = TransactionRun::new();
+        for id in ids {
+            let mut t = Transaction::new(CommitTs::new(id as u64 + 1));
+            t.table(schema)
+                .push_values(Op::Insert, None, Some(&[Value::Int(id)]));
+            run.push(t).unwrap();
+        }
+        run
+    }
+
+    #[tokio::test]
+    async fn a_large_part_gets_a_batch_of_its_own_and_small_ones_are_gathered() {
+        let schema = Arc::new(TableSchema {
+            table_id: 1,
+            version: 1,
+            schema_name: "s".into(),
+            table_name: "t".into(),
+            columns: vec![Column {
+                name: "id".into(),
+                ty: ColumnType::Int,
+                sql_type: "bigint".into(),
+                nullable: false,
+                key: true,
+            }],
+        });
+        let bounds = Bounds {
+            rows: 100,
+            bytes: usize::MAX,
+            replay_until: CommitTs::ZERO,
+        };
+        let mut d = Dispatcher::new(schema.clone(), None);
+        let mut out = Written::default();
+        // Small parts (under half a batch) are gathered into one batch...
+        for ids in [0..10, 10..20] {
+            let r = run(&schema, ids);
+            let part = r.parts.into_iter().next().unwrap();
+            d.push_part(part, &r.transactions, bounds, &mut out)
+                .await
+                .unwrap();
+        }
+        assert!(out.0.is_empty());
+        assert_eq!(d.rows(), 20);
+        // ...a large one that fits a batch is not copied after them: they
+        // are written, and it is moved into a batch of its own...
+        let r = run(&schema, 20..80);
+        d.push_part(
+            r.parts.into_iter().next().unwrap(),
+            &r.transactions,
+            bounds,
+            &mut out,
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.0, [(0, 20)]);
+        assert_eq!(d.rows(), 60);
+        // ...and so is the next large one, though a spare batch is there.
+        let r = run(&schema, 80..140);
+        d.push_part(
+            r.parts.into_iter().next().unwrap(),
+            &r.transactions,
+            bounds,
+            &mut out,
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.0, [(0, 20), (20, 60)]);
+        assert_eq!(d.rows(), 60);
+        // A small one is gathered after it; one larger than a batch is
+        // spread over batches as before, filling the one being built first.
+        let r = run(&schema, 140..150);
+        d.push_part(
+            r.parts.into_iter().next().unwrap(),
+            &r.transactions,
+            bounds,
+            &mut out,
+        )
+        .await
+        .unwrap();
+        let r = run(&schema, 150..400);
+        d.push_part(
+            r.parts.into_iter().next().unwrap(),
+            &r.transactions,
+            bounds,
+            &mut out,
+        )
+        .await
+        .unwrap();
+        d.emit(&mut out).await.unwrap();
+        assert_eq!(
+            out.0,
+            [
+                (0, 20),
+                (20, 60),
+                (80, 100),
+                (180, 100),
+                (280, 100),
+                (380, 20)
+            ]
+        );
+        assert_eq!(d.rows_in, 400);
+    }
 
     proptest! {
         #[test]

@@ -419,7 +419,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
                         let why = self.fence.as_ref().and_then(Fence::fatal).unwrap_or_else(|| "the redo writer stopped".into());
                         break Err(PipelineError::Redo(why));
                     }
-                    if let Some(end) = self.take_passed(&cache).await {
+                    if let Some(end) = self.take_passed(&mut cache).await {
                         break end;
                     }
                     self.unflushed = true;
@@ -440,7 +440,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
                     let held = cache.held_bytes();
                     self.progress.event_cache_peak_bytes = self.progress.event_cache_peak_bytes.max(held);
                     self.progress.event_cache_bytes = held;
-                    if let Some(end) = self.on_chunk(chunk, &cache).await {
+                    if let Some(end) = self.on_chunk(chunk, &mut cache).await {
                         break end;
                     }
                     self.unflushed = true;
@@ -479,7 +479,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
     async fn on_chunk(
         &mut self,
         chunk: Chunk,
-        cache: &EventCache,
+        cache: &mut EventCache,
     ) -> Option<Result<(), PipelineError>> {
         for (item, permit) in chunk.into_items() {
             if matches!(item, Item::Event(Ok(SourceEvent::End))) {
@@ -501,14 +501,37 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         self.take_passed(cache).await
     }
 
-    /// Dispatch the events the redo fence has passed, in order.
-    async fn take_passed(&mut self, cache: &EventCache) -> Option<Result<(), PipelineError>> {
-        while let Some((item, permit)) = self.fence.as_mut().and_then(Fence::next_passed) {
+    /// Dispatch the events the redo fence has passed, in order. Chunks the
+    /// source sends meanwhile are taken to the fence between them: a flush
+    /// passes many events at once, and while the sink takes them the chunks
+    /// waiting in the channel would keep their slots of the cache (the fence
+    /// gives a run's back) and stop the source.
+    async fn take_passed(&mut self, cache: &mut EventCache) -> Option<Result<(), PipelineError>> {
+        loop {
+            self.hold_ready(cache);
+            let (item, permit) = self.fence.as_mut().and_then(Fence::next_passed)?;
             if let Some(end) = self.take(item, permit, cache).await {
                 return Some(end);
             }
         }
-        None
+    }
+
+    /// Hold at the redo fence the chunks the source has sent (none without
+    /// redo, or once the source's End was read).
+    fn hold_ready(&mut self, cache: &mut EventCache) {
+        let Some(fence) = &mut self.fence else {
+            return;
+        };
+        while !self.source_ended
+            && let Ok(chunk) = cache.rx.try_recv()
+        {
+            for (item, permit) in chunk.into_items() {
+                if matches!(item, Item::Event(Ok(SourceEvent::End))) {
+                    self.source_ended = true;
+                }
+                fence.hold(item, permit);
+            }
+        }
     }
 
     /// Dispatch one item; `Some` when the run ends with it.
