@@ -21,7 +21,8 @@
 //!
 //! The writer of (3) runs in this process with the allocator the `sluice`
 //! binary has (jemalloc): where a buffer lands decides whether a file is
-//! written from it or copied first (see `sluice_redo`'s `DirectWrites`).
+//! written from it or copied first (see `sluice_redo`'s `DirectWrites`), and
+//! the allocator's page reuse is part of the writer's cost.
 //!
 //! Run with `cargo xtask bench-redo` (it builds the release binary and the
 //! plugins first). `SLUICE_BIN` is the `sluice` binary; `REDO_BENCH_ROWS` the

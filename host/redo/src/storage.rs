@@ -365,9 +365,9 @@ struct Block([u8; BLOCK]);
 
 /// Writes of large log files past the page cache (`O_DIRECT`, Linux): the
 /// device reads the bytes from a block-aligned buffer, so the flush costs no
-/// copy (the file's buffer is aligned: written from where it was encoded,
-/// its last partial block copied) or one copy into an aligned buffer of its
-/// own (1 MiB, kept for the next flush), instead of the kernel's copy into
+/// copy (where the file's buffer is aligned: written from where it was
+/// encoded, its last partial block copied) or one copy into an aligned
+/// buffer of its own (1 MiB, kept for the next flush), instead of the kernel's copy into
 /// freshly allocated cache pages, which on these machines took 1.3-2.4 ms of
 /// CPU per MB and most of a flush's time (a log file is written once and
 /// read only by `redo apply`: it has no use for the cache).
@@ -438,10 +438,11 @@ impl DirectWrites {
             }
             Err(e) => return Err(e),
         };
-        // The whole blocks of a block-aligned buffer (jemalloc's large
-        // allocations are page-aligned) go straight from it, in one write: no
-        // copy, and the device gets the whole file's requests at once rather
-        // than one chunk's at a time.
+        // The whole blocks of a block-aligned buffer go straight from it, in
+        // one write: no copy, and the device gets the whole file's requests
+        // at once rather than one chunk's at a time. (The writer's buffers
+        // are not aligned yet: jemalloc starts a large allocation at a
+        // random cache line of its first page, so they take the copy below.)
         let direct = if (bytes.as_ptr() as usize).is_multiple_of(BLOCK) {
             bytes.len() / BLOCK * BLOCK
         } else {
