@@ -209,27 +209,74 @@ pub fn encode(record: &Record, out: &mut Vec<u8>) -> Result<usize, TooLarge> {
 
 /// Appends `value` (which must encode as a [`Record`] does), framed, to
 /// `out`; returns the bytes appended.
-pub(crate) fn frame<T: Serialize>(value: &T, out: &mut Vec<u8>) -> Result<usize, TooLarge> {
+pub(crate) fn frame<T: Serialize, O: Out>(value: &T, out: &mut O) -> Result<usize, TooLarge> {
     let start = out.len();
     out.extend_from_slice(&[0u8; FRAME_LEN]);
     postcard::serialize_with_flavor(value, Append(&mut *out))
-        .expect("a record always encodes into a Vec");
+        .expect("a record always encodes into a buffer");
     let len = out.len() - start - FRAME_LEN;
     if len > MAX_RECORD_BYTES {
         out.truncate(start);
         return Err(TooLarge(len));
     }
-    let crc = crc32c::crc32c(&out[start + FRAME_LEN..]);
-    out[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
-    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    let bytes = out.as_mut_slice();
+    let crc = crc32c::crc32c(&bytes[start + FRAME_LEN..]);
+    bytes[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
+    bytes[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
     Ok(out.len() - start)
 }
 
-/// A postcard output that appends to a `Vec` (one `extend_from_slice` per
-/// piece: no `io::Write` call per value, no buffer of its own).
-struct Append<'a>(&'a mut Vec<u8>);
+/// A buffer records are appended to: a `Vec`, or the writer's block-aligned
+/// file buffer.
+pub(crate) trait Out {
+    fn len(&self) -> usize;
+    fn extend_from_slice(&mut self, bytes: &[u8]);
+    fn push(&mut self, byte: u8);
+    fn truncate(&mut self, len: usize);
+    fn as_mut_slice(&mut self) -> &mut [u8];
+}
 
-impl postcard::ser_flavors::Flavor for Append<'_> {
+impl Out for Vec<u8> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        Vec::extend_from_slice(self, bytes);
+    }
+    fn push(&mut self, byte: u8) {
+        Vec::push(self, byte);
+    }
+    fn truncate(&mut self, len: usize) {
+        Vec::truncate(self, len);
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+impl Out for crate::buf::FileBuf {
+    fn len(&self) -> usize {
+        crate::buf::FileBuf::len(self)
+    }
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        crate::buf::FileBuf::extend_from_slice(self, bytes);
+    }
+    fn push(&mut self, byte: u8) {
+        crate::buf::FileBuf::push(self, byte);
+    }
+    fn truncate(&mut self, len: usize) {
+        crate::buf::FileBuf::truncate(self, len);
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        crate::buf::FileBuf::as_mut_slice(self)
+    }
+}
+
+/// A postcard output that appends to a buffer (one `extend_from_slice` per
+/// piece: no `io::Write` call per value, no buffer of its own).
+struct Append<'a, O: Out>(&'a mut O);
+
+impl<O: Out> postcard::ser_flavors::Flavor for Append<'_, O> {
     type Output = ();
 
     fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {

@@ -18,6 +18,7 @@
 //! It knows nothing of plugins or wasmtime.
 
 pub mod apply;
+mod buf;
 pub mod format;
 pub mod log;
 pub mod meta;

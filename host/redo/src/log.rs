@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use sluice_core::{DdlEvent, RunPart, TableChanges, TableSchema, Transaction, TransactionRun};
 
+use crate::buf::FileBuf;
 use crate::format::rows::{RecordRef, TableRowsRef};
 use crate::format::{self, Damage, LogKind, Record, Records, TooLarge};
 use crate::meta::{META_FILE, Meta, MetaDamage};
@@ -175,7 +176,7 @@ pub struct Flushed {
 /// One log's records since the last flush.
 struct Pending {
     kind: LogKind,
-    bytes: Vec<u8>,
+    bytes: FileBuf,
     max: u64,
     /// Schemas written into the current file (each file carries its own).
     schemas: HashSet<(u32, u32)>,
@@ -185,7 +186,7 @@ impl Pending {
     fn new(kind: LogKind) -> Self {
         Self {
             kind,
-            bytes: Vec::new(),
+            bytes: FileBuf::default(),
             max: 0,
             schemas: HashSet::new(),
         }
@@ -204,7 +205,7 @@ impl Pending {
     fn schema(&mut self, schema: &TableSchema) -> Result<(), TooLarge> {
         self.start_if_empty();
         if !self.schemas.contains(&(schema.table_id, schema.version)) {
-            format::encode(&Record::Schema(schema.clone()), &mut self.bytes)?;
+            format::frame(&Record::Schema(schema.clone()), &mut self.bytes)?;
             self.schemas.insert((schema.table_id, schema.version));
         }
         Ok(())
@@ -237,7 +238,7 @@ pub struct LogWriter {
     /// A written file's buffer, emptied, for the next file to append into
     /// (its pages are mapped and its capacity grown already: no page faults
     /// and no copies as it fills). One at most.
-    spare: Option<Vec<u8>>,
+    spare: Option<FileBuf>,
     /// The buffer of writes past the page cache, between flushes.
     direct: Option<DirectWrites>,
 }
@@ -258,14 +259,16 @@ pub struct Sealed {
     /// The meta once this is written.
     result: Meta,
     /// A buffer that compression left over.
-    recycled: Option<Vec<u8>>,
+    recycled: Option<FileBuf>,
     /// The writer's buffer of writes past the page cache, while this has it.
     direct: Option<DirectWrites>,
 }
 
-/// A file's bytes, compressed when first written.
+/// A file's bytes: as appended (written so to a directory without
+/// compression, from the block-aligned buffer), or compressed or copied for
+/// an object store when first written.
 enum SealedBytes {
-    Raw(Vec<u8>),
+    Raw(FileBuf),
     Ready(Arc<Vec<u8>>),
 }
 
@@ -303,12 +306,12 @@ impl Sealed {
             let mut flushed = Flushed::default();
             let result = (|| {
                 for (name, bytes, written) in files.iter_mut().filter(|f| !f.2) {
-                    let ready = ready(bytes, compression, &mut recycled);
+                    let ready = ready(bytes, compression, &mut recycled, is_local);
                     if let Some(dir) = &local {
                         crate::storage::put_durably_with(
                             dir,
                             &name.name(),
-                            &ready,
+                            ready,
                             Some(&mut direct),
                         )?;
                         *written = true;
@@ -358,26 +361,31 @@ impl Sealed {
 }
 
 /// The bytes of a sealed file as written: compressed on first use (the raw
-/// buffer, when compression made a new one, goes to `recycled`).
-fn ready(
-    bytes: &mut SealedBytes,
+/// buffer, when compression made a new one, goes to `recycled`); for an
+/// object store without compression, a copy it can share; else the buffer
+/// itself.
+fn ready<'a>(
+    bytes: &'a mut SealedBytes,
     compression: sluice_config::RedoCompression,
-    recycled: &mut Option<Vec<u8>>,
-) -> Arc<Vec<u8>> {
-    if let SealedBytes::Raw(raw) = bytes {
+    recycled: &mut Option<FileBuf>,
+    local: bool,
+) -> &'a [u8] {
+    let plain = compression == sluice_config::RedoCompression::None;
+    if let SealedBytes::Raw(raw) = bytes
+        && !(plain && local)
+    {
         let raw = std::mem::take(raw);
-        let out = if compression == sluice_config::RedoCompression::None {
-            raw
+        let out = if plain {
+            raw.as_slice().to_vec()
         } else {
-            let out = format::compress(&raw, compression);
-            recycled.get_or_insert(raw);
-            out
+            format::compress(raw.as_slice(), compression)
         };
+        recycled.get_or_insert(raw);
         *bytes = SealedBytes::Ready(Arc::new(out));
     }
     match bytes {
-        SealedBytes::Ready(b) => b.clone(),
-        SealedBytes::Raw(_) => unreachable!("made ready above"),
+        SealedBytes::Raw(b) => b.as_slice(),
+        SealedBytes::Ready(b) => b,
     }
 }
 
@@ -441,9 +449,17 @@ impl LogWriter {
         pending.start_if_empty();
         if std::mem::take(due) {
             let resolved_ts = self.resumed.unwrap_or(0);
-            format::encode(&Record::Resumed { resolved_ts }, &mut pending.bytes)?;
+            format::frame(&Record::Resumed { resolved_ts }, &mut pending.bytes)?;
         }
         Ok(())
+    }
+
+    /// Files written past the page cache, and bytes copied to do it.
+    #[cfg(test)]
+    pub(crate) fn direct_writes(&self) -> Option<(u64, u64, bool)> {
+        self.direct
+            .as_ref()
+            .map(|d| (d.files(), d.copied(), d.refused()))
     }
 
     /// Where the log stands (as last written).
@@ -545,7 +561,7 @@ impl LogWriter {
             return Ok(());
         }
         self.start(LogKind::Ddl)?;
-        format::encode(&Record::Ddl(ddl.clone()), &mut self.ddl.bytes)?;
+        format::frame(&Record::Ddl(ddl.clone()), &mut self.ddl.bytes)?;
         self.ddl.max = self.ddl.max.max(ddl.commit_ts.get());
         self.appended_through = self.appended_through.max(ddl.commit_ts.get());
         Ok(())
@@ -653,10 +669,10 @@ impl LogWriter {
                 .map(|(_, bytes, _)| bytes)
                 .chain(sealed.recycled.map(SealedBytes::Raw))
                 .filter_map(|bytes| match bytes {
-                    SealedBytes::Ready(b) => Arc::try_unwrap(b).ok(),
+                    SealedBytes::Ready(_) => None,
                     SealedBytes::Raw(b) => Some(b),
                 })
-                .max_by_key(Vec::capacity)
+                .max_by_key(FileBuf::capacity)
                 .map(|mut b| {
                     b.clear();
                     b
@@ -719,7 +735,7 @@ fn row_count(n: usize) -> u32 {
 }
 
 fn encode_rows(
-    out: &mut Vec<u8>,
+    out: &mut FileBuf,
     txns: &[format::TxnMark],
     tables: &[TableRowsRef<'_>],
 ) -> Result<(), TooLarge> {

@@ -19,6 +19,8 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 pub use sluice_config::{S3Location, StorageUri};
 
+use crate::buf::{BLOCK, Block};
+
 /// A storage operation failed.
 #[derive(Debug, thiserror::Error)]
 #[error("redo storage {what}: {source}")]
@@ -346,22 +348,12 @@ pub(crate) fn put_durably_with(
     sync_dir(dir)
 }
 
-/// The unit of a write past the page cache: its buffer's address, its length
-/// and its offset in the file are multiples of it (4 KiB serves devices of
-/// 512-byte and 4 KiB blocks).
-const BLOCK: usize = 4096;
-
 /// Files smaller than this go through the page cache (the copy is cheap).
 const DIRECT_FROM: usize = 256 << 10;
 
 /// Blocks in [`DirectWrites`]' buffer: a file is copied into it and written
 /// 1 MiB at a time, so the buffer stays small whatever the file's size.
 const CHUNK_BLOCKS: usize = 256;
-
-/// One block of [`DirectWrites`]' buffer.
-#[derive(Clone, Copy, bytemuck::Zeroable, bytemuck::Pod)]
-#[repr(C, align(4096))]
-struct Block([u8; BLOCK]);
 
 /// Writes of large log files past the page cache (`O_DIRECT`, Linux): the
 /// device reads the bytes from a block-aligned buffer, so the flush costs no
@@ -438,11 +430,10 @@ impl DirectWrites {
             }
             Err(e) => return Err(e),
         };
-        // The whole blocks of a block-aligned buffer go straight from it, in
-        // one write: no copy, and the device gets the whole file's requests
-        // at once rather than one chunk's at a time. (The writer's buffers
-        // are not aligned yet: jemalloc starts a large allocation at a
-        // random cache line of its first page, so they take the copy below.)
+        // The whole blocks of a block-aligned buffer (the writer's files
+        // are encoded into one: `crate::buf::FileBuf`) go straight from it,
+        // in one write: no copy, and the device gets the whole file's
+        // requests at once rather than one chunk's at a time.
         let direct = if (bytes.as_ptr() as usize).is_multiple_of(BLOCK) {
             bytes.len() / BLOCK * BLOCK
         } else {

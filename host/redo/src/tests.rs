@@ -9,7 +9,7 @@ use sluice_core::{
     TransactionRun, Value,
 };
 
-use crate::format::{Damage, Record, Records};
+use crate::format::{Damage, LogKind, Record, Records};
 use crate::log::{FileName, LogReader, LogWriter, Schemas};
 use crate::meta::Meta;
 use crate::replay::table_batch;
@@ -906,4 +906,60 @@ fn files_written_past_the_page_cache_read_back_byte_for_byte_at_every_size_bound
             dir.path().display()
         );
     }
+}
+
+#[test]
+fn a_large_file_is_written_past_the_page_cache_from_where_it_was_encoded() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = StorageUri::Local(dir.path().to_path_buf());
+    runtime().block_on(async {
+        let storage = Storage::open(&uri, "cf").await.unwrap();
+        let mut w = LogWriter::open(storage.clone()).await.unwrap();
+        let s = schema(1, 1);
+        let mut txns = Vec::new();
+        // About 2 MiB of rows, flushed twice (the second file is encoded
+        // into the first one's buffer, kept).
+        for round in 0..2u64 {
+            for i in 0..2_000u64 {
+                let ts = 100 + round * 10_000 + i;
+                let mut t = Transaction::new(CommitTs::new(ts));
+                t.id = ts;
+                let name = format!("{ts:0>500}");
+                t.table(&s).push_values(
+                    Op::Insert,
+                    None,
+                    Some(&[
+                        Value::Int(ts as i64),
+                        Value::Bytes(name.into_bytes()),
+                        Value::Float(ts as f64),
+                        Value::Bytes(vec![round as u8; 300]),
+                        Value::UInt(ts),
+                    ]),
+                );
+                w.append_transaction(&t).unwrap();
+                txns.push(t);
+            }
+            w.flush(0).await.unwrap();
+        }
+        let (files, copied, refused) = w.direct_writes().expect("a large file was written");
+        if !refused {
+            assert_eq!(files, 2);
+            // Only each file's last partial block.
+            assert!(copied < 2 * 4096, "copied {copied} bytes of the files");
+        }
+        // And they read back whole.
+        let reader = LogReader::open(storage.clone()).await.unwrap();
+        let meta = reader.listing().meta.unwrap();
+        let mut rows = 0;
+        for file in reader.files_for(LogKind::Rows, Meta::default()) {
+            let read = reader.read(file, meta.resolved_ts).await.unwrap();
+            assert!(read.skipped.is_none());
+            for record in read.records {
+                if let Record::Rows { tables, .. } = record {
+                    rows += tables.iter().map(|t| t.ops.len()).sum::<usize>();
+                }
+            }
+        }
+        assert_eq!(rows, txns.len());
+    });
 }
