@@ -515,61 +515,31 @@ mod tests {
         };
         let mut d = Dispatcher::new(schema.clone(), None);
         let mut out = Written::default();
-        // Small parts (under half a batch) are gathered into one batch...
-        for ids in [0..10, 10..20] {
+        let push = async |d: &mut Dispatcher, out: &mut Written, ids| {
             let r = run(&schema, ids);
             let part = r.parts.into_iter().next().unwrap();
-            d.push_part(part, &r.transactions, bounds, &mut out)
+            d.push_part(part, &r.transactions, bounds, out)
                 .await
                 .unwrap();
-        }
+        };
+        // Small parts (under half a batch) are gathered into one batch...
+        push(&mut d, &mut out, 0..10).await;
+        push(&mut d, &mut out, 10..20).await;
         assert!(out.0.is_empty());
         assert_eq!(d.rows(), 20);
         // ...a large one that fits a batch is not copied after them: they
         // are written, and it is moved into a batch of its own...
-        let r = run(&schema, 20..80);
-        d.push_part(
-            r.parts.into_iter().next().unwrap(),
-            &r.transactions,
-            bounds,
-            &mut out,
-        )
-        .await
-        .unwrap();
+        push(&mut d, &mut out, 20..80).await;
         assert_eq!(out.0, [(0, 20)]);
         assert_eq!(d.rows(), 60);
         // ...and so is the next large one, though a spare batch is there.
-        let r = run(&schema, 80..140);
-        d.push_part(
-            r.parts.into_iter().next().unwrap(),
-            &r.transactions,
-            bounds,
-            &mut out,
-        )
-        .await
-        .unwrap();
+        push(&mut d, &mut out, 80..140).await;
         assert_eq!(out.0, [(0, 20), (20, 60)]);
         assert_eq!(d.rows(), 60);
         // A small one is gathered after it; one larger than a batch is
         // spread over batches as before, filling the one being built first.
-        let r = run(&schema, 140..150);
-        d.push_part(
-            r.parts.into_iter().next().unwrap(),
-            &r.transactions,
-            bounds,
-            &mut out,
-        )
-        .await
-        .unwrap();
-        let r = run(&schema, 150..400);
-        d.push_part(
-            r.parts.into_iter().next().unwrap(),
-            &r.transactions,
-            bounds,
-            &mut out,
-        )
-        .await
-        .unwrap();
+        push(&mut d, &mut out, 140..150).await;
+        push(&mut d, &mut out, 150..400).await;
         d.emit(&mut out).await.unwrap();
         assert_eq!(
             out.0,

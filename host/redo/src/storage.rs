@@ -351,18 +351,19 @@ pub(crate) fn put_durably_with(
 /// Files smaller than this go through the page cache (the copy is cheap).
 const DIRECT_FROM: usize = 256 << 10;
 
-/// Blocks in [`DirectWrites`]' buffer: a file is copied into it and written
-/// 1 MiB at a time, so the buffer stays small whatever the file's size.
+/// Most blocks in [`DirectWrites`]' buffer: an unaligned file is copied
+/// into it and written 1 MiB at a time, so the buffer stays small whatever
+/// the file's size.
 const CHUNK_BLOCKS: usize = 256;
 
 /// Writes of large log files past the page cache (`O_DIRECT`, Linux): the
 /// device reads the bytes from a block-aligned buffer, so the flush costs no
-/// copy (where the file's buffer is aligned: written from where it was
-/// encoded, its last partial block copied) or one copy into an aligned
-/// buffer of its own (1 MiB, kept for the next flush), instead of the kernel's copy into
+/// copy (the writer's file buffers are aligned: written from where they were
+/// encoded, the last partial block copied) where the kernel would copy into
 /// freshly allocated cache pages, which on these machines took 1.3-2.4 ms of
 /// CPU per MB and most of a flush's time (a log file is written once and
-/// read only by `redo apply`: it has no use for the cache).
+/// read only by `redo apply`: it has no use for the cache). An unaligned
+/// buffer is copied through one of its own (up to 1 MiB, kept).
 /// A file system that refuses it (tmpfs, some network and FUSE file systems)
 /// gets the ordinary write from then on.
 #[derive(Default)]
@@ -433,44 +434,44 @@ impl DirectWrites {
         // The whole blocks of a block-aligned buffer (the writer's files
         // are encoded into one: `crate::buf::FileBuf`) go straight from it,
         // in one write: no copy, and the device gets the whole file's
-        // requests at once rather than one chunk's at a time.
+        // requests at once rather than one chunk's at a time. The rest (all
+        // of an unaligned buffer, else the last partial block) is copied
+        // into an aligned buffer no larger than it needs, at most 1 MiB.
         let direct = if (bytes.as_ptr() as usize).is_multiple_of(BLOCK) {
             bytes.len() / BLOCK * BLOCK
         } else {
             0
         };
-        if direct > 0 {
-            match file.write_all(&bytes[..direct]) {
-                Ok(()) => {}
-                Err(e) if refused(&e) => {
-                    self.refused = true;
-                    return Ok(false);
-                }
-                Err(e) => return Err(e),
-            }
-        }
         let rest = &bytes[direct..];
-        if !rest.is_empty() && self.blocks.is_empty() {
-            self.blocks = vec![bytemuck::Zeroable::zeroed(); CHUNK_BLOCKS];
+        let need = rest.len().div_ceil(BLOCK).min(CHUNK_BLOCKS);
+        if self.blocks.len() < need {
+            self.blocks = vec![bytemuck::Zeroable::zeroed(); need];
         }
         let buf: &mut [u8] = bytemuck::cast_slice_mut(&mut self.blocks);
+        // `false`: the file system refused it.
+        let write = |file: &mut std::fs::File, range: &[u8]| match file.write_all(range) {
+            Ok(()) => Ok(true),
+            Err(e) if refused(&e) => Ok(false),
+            Err(e) => Err(e),
+        };
+        let mut taken = direct == 0 || write(&mut file, &bytes[..direct])?;
         for chunk in rest.chunks(buf.len().max(1)) {
+            if !taken {
+                break;
+            }
             // The last chunk is padded to whole blocks; the padding goes below.
             let padded = chunk.len().next_multiple_of(BLOCK);
             buf[..chunk.len()].copy_from_slice(chunk);
+            buf[chunk.len()..padded].fill(0);
             #[cfg(test)]
             {
                 self.copied += chunk.len() as u64;
             }
-            buf[chunk.len()..padded].fill(0);
-            match file.write_all(&buf[..padded]) {
-                Ok(()) => {}
-                Err(e) if refused(&e) => {
-                    self.refused = true;
-                    return Ok(false);
-                }
-                Err(e) => return Err(e),
-            }
+            taken = write(&mut file, &buf[..padded])?;
+        }
+        if !taken {
+            self.refused = true;
+            return Ok(false);
         }
         // The size change is synced with the data.
         file.set_len(bytes.len() as u64)?;
