@@ -693,10 +693,14 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         // while these wait behind it (no half transaction downstream; a child
         // row never goes ahead of its parent), and those tables' later rows
         // wait too.
-        let waits_for = if split && self.open_parts_held.is_some() {
-            self.open_parts_held
-        } else {
-            self.waits_for(&tables)
+        // Its later parts wait for the barrier its first ones waited for, as
+        // long as that barrier has not passed (a flush point may pass it
+        // between two parts, releasing those parts: the rest goes on too).
+        let waits_for = match self.open_parts_held {
+            Some(barrier) if split && self.barriers.first().is_some_and(|b| b <= barrier) => {
+                Some(barrier)
+            }
+            _ => self.waits_for(&tables),
         };
         self.open_parts_held = if more { waits_for } else { None };
         let bounds = self.bounds();

@@ -2025,6 +2025,104 @@ async fn a_transaction_in_parts_arrives_whole_flagged_split_and_is_read_through_
     );
 }
 
+/// Events handed out in order, then End.
+struct Scripted(std::collections::VecDeque<SourceEvent>);
+
+impl Source for Scripted {
+    type Error = std::convert::Infallible;
+
+    async fn next_event(&mut self) -> Result<SourceEvent, Self::Error> {
+        Ok(self.0.pop_front().unwrap_or(SourceEvent::End))
+    }
+
+    fn resume(&mut self, _from: &Checkpoint) -> Result<(), ResumeError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_transaction_in_parts_behind_a_ddl_goes_on_whole_when_the_ddl_passes_between_its_parts() {
+    // A DDL, then a transaction in 12 parts of 10 rows. Its parts wait
+    // behind the DDL until they fill half the cache's slots; that flush
+    // point applies the DDL and releases them, and the parts that come
+    // after it must go on too (they once stayed held for the DDL that had
+    // passed, until the cache was full and the source stopped).
+    let schema = Arc::new(TableSchema {
+        table_id: 1,
+        version: 1,
+        schema_name: "app".into(),
+        table_name: "t".into(),
+        columns: vec![
+            sluice_core::Column {
+                name: "id".into(),
+                ty: sluice_core::ColumnType::Int,
+                sql_type: "bigint".into(),
+                nullable: false,
+                key: true,
+            },
+            sluice_core::Column {
+                name: "n".into(),
+                ty: sluice_core::ColumnType::Int,
+                sql_type: "bigint".into(),
+                nullable: false,
+                key: false,
+            },
+        ],
+    });
+    let mut events = std::collections::VecDeque::new();
+    let mut first = Transaction::new(CommitTs::compose(10, 0));
+    first.table(&schema).insert().int(0).int(0);
+    events.push_back(SourceEvent::Transaction(first));
+    events.push_back(SourceEvent::Ddl(DdlEvent {
+        commit_ts: CommitTs::compose(15, 0),
+        schema_name: "app".into(),
+        table_name: "t".into(),
+        query: "ALTER TABLE t ADD COLUMN note TEXT".into(),
+        ..DdlEvent::default()
+    }));
+    for part in 0..12 {
+        let mut txn = Transaction::new(CommitTs::compose(20, 0));
+        txn.id = 7;
+        for id in 1 + part * 10..1 + (part + 1) * 10 {
+            txn.table(&schema).insert().int(id).int(1);
+        }
+        txn.more = part < 11;
+        events.push_back(SourceEvent::Transaction(txn));
+    }
+    let mut after = Transaction::new(CommitTs::compose(30, 0));
+    after.table(&schema).insert().int(1000).int(2);
+    events.push_back(SourceEvent::Transaction(after));
+    let config = PipelineConfig {
+        event_cache_count: 8,
+        ..config()
+    };
+    let mut pipeline = Pipeline::new(
+        config,
+        no_filters(),
+        MemorySink::default(),
+        CheckpointTs::ZERO,
+    );
+    let report = tokio::time::timeout(
+        Duration::from_secs(30),
+        pipeline.run(Scripted(events), std::future::pending()),
+    )
+    .await
+    .expect("the run ends (the source is not stopped by rows held for a DDL that passed)")
+    .expect("the pipeline succeeds");
+    let sink = pipeline.sink();
+    let ids: Vec<i64> = sink.durable.iter().map(|d| d.row.key).collect();
+    let want: Vec<i64> = (0..121).chain([1000]).collect();
+    assert_eq!(ids, want);
+    assert_eq!(sink.ddls.len(), 1);
+    // The DDL went between the first transaction and the parts.
+    assert_eq!(sink.ddls[0].1, 1);
+    assert_eq!(report.progress.rows_read, 122);
+    assert_eq!(
+        report.progress.checkpoint_ts,
+        CheckpointTs::from(CommitTs::compose(30, 0))
+    );
+}
+
 /// With and without redo: the new version starts at the barrier, and with
 /// redo neither version sees an event past the persisted redo resolved ts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
