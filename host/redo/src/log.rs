@@ -235,10 +235,13 @@ pub struct LogWriter {
     /// The meta of the last flush sealed and not written yet: the next seal
     /// goes on from it.
     sealing: Option<Meta>,
-    /// A written file's buffer, emptied, for the next file to append into
-    /// (its pages are mapped and its capacity grown already: no page faults
-    /// and no copies as it fills). One at most.
-    spare: Option<FileBuf>,
+    /// Written files' buffers, emptied, for the next rows files to append
+    /// into (their pages are mapped and their capacity grown already: no page
+    /// faults and no copies as they fill). Two at most, the largest last: one
+    /// file fills while the last one is written.
+    spares: Vec<FileBuf>,
+    /// The largest rows file sealed so far: a new buffer is made this large.
+    largest_rows: usize,
     /// The buffer of writes past the page cache, between flushes.
     direct: Option<DirectWrites>,
 }
@@ -423,7 +426,8 @@ impl LogWriter {
             compression: sluice_config::RedoCompression::None,
             unwritten: None,
             sealing: None,
-            spare: None,
+            spares: Vec::new(),
+            largest_rows: 0,
             direct: None,
         })
     }
@@ -441,10 +445,11 @@ impl LogWriter {
             LogKind::Rows => (&mut self.rows, &mut self.marker_due[0]),
             LogKind::Ddl => (&mut self.ddl, &mut self.marker_due[1]),
         };
-        if pending.bytes.capacity() == 0
-            && let Some(spare) = self.spare.take()
-        {
-            pending.bytes = spare;
+        if pending.bytes.capacity() == 0 && kind == LogKind::Rows {
+            pending.bytes = self
+                .spares
+                .pop()
+                .unwrap_or_else(|| FileBuf::with_capacity(self.largest_rows));
         }
         pending.start_if_empty();
         if std::mem::take(due) {
@@ -631,6 +636,9 @@ impl LogWriter {
                 max: pending.max.max(cut),
             };
             self.next_seq += 1;
+            if pending.kind == LogKind::Rows {
+                self.largest_rows = self.largest_rows.max(pending.bytes.len());
+            }
             files.push((
                 name,
                 SealedBytes::Raw(std::mem::take(&mut pending.bytes)),
@@ -662,22 +670,23 @@ impl LogWriter {
     /// for the next file).
     pub fn sealed(&mut self, sealed: Sealed) {
         debug_assert!(sealed.meta.is_none(), "written");
-        if self.spare.is_none() {
-            self.spare = sealed
-                .files
-                .into_iter()
-                .map(|(_, bytes, _)| bytes)
-                .chain(sealed.recycled.map(SealedBytes::Raw))
-                .filter_map(|bytes| match bytes {
-                    SealedBytes::Ready(_) => None,
-                    SealedBytes::Raw(b) => Some(b),
-                })
-                .max_by_key(FileBuf::capacity)
-                .map(|mut b| {
-                    b.clear();
-                    b
-                });
+        let returned = sealed
+            .files
+            .into_iter()
+            .filter(|(name, _, _)| name.kind == LogKind::Rows)
+            .filter_map(|(_, bytes, _)| match bytes {
+                SealedBytes::Ready(_) => None,
+                SealedBytes::Raw(b) => Some(b),
+            })
+            .chain(sealed.recycled)
+            .filter(|b| b.capacity() > 0);
+        for mut buf in returned {
+            buf.clear();
+            self.spares.push(buf);
         }
+        self.spares.sort_by_key(FileBuf::capacity);
+        let extra = self.spares.len().saturating_sub(2);
+        self.spares.drain(..extra);
         if self.direct.is_none() {
             self.direct = sealed.direct;
         }
