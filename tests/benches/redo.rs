@@ -26,7 +26,8 @@
 //!
 //! Run with `cargo xtask bench-redo` (it builds the release binary and the
 //! plugins first). `SLUICE_BIN` is the `sluice` binary; `REDO_BENCH_ROWS` the
-//! rows of (1) (default 1,000,000), `REDO_BENCH_RUNS` the timed runs of each
+//! rows of (1), one count or several separated by commas (default
+//! 1,000,000 and 5,000,000), `REDO_BENCH_RUNS` the timed runs of each
 //! (default 3), `REDO_BENCH_MIB` the MiB of (3) (default 512),
 //! `REDO_BENCH_RATE` the rows/s of (4) (default 20,000) and
 //! `REDO_BENCH_SECS` its seconds per setting (default 10).
@@ -58,28 +59,41 @@ fn main() {
     let work = root.join("target/bench-redo");
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).unwrap();
-    let rows = env_or("REDO_BENCH_ROWS", 1_000_000);
+    let sizes: Vec<u64> = match std::env::var("REDO_BENCH_ROWS") {
+        Ok(v) => v
+            .split(',')
+            .map(|n| n.trim().parse().expect("REDO_BENCH_ROWS: row counts"))
+            .collect(),
+        Err(_) => vec![1_000_000, 5_000_000],
+    };
     let runs = env_or("REDO_BENCH_RUNS", 3) as usize;
 
-    // 1. sluice run, redo off and on.
+    // 1. sluice run, redo off and on, at each size: a short run is mostly
+    // warm-up (the first flush's wait, first touches of the memory the log
+    // holds), a longer one shows the rate the path keeps.
     let plugins = root.join("target/plugins");
-    let off = run_file(&work, &plugins, rows, false);
-    let on = run_file(&work, &plugins, rows, true);
-    let (mut t_off, mut t_on) = (Vec::new(), Vec::new());
-    // The first round warms the precompiled plugin cache in the data dir
-    // (kept, as a user's repeated runs keep it); not counted. Only the saved
-    // positions and the log go, so that every run starts from the beginning.
-    for round in 0..=runs {
-        for (file, times) in [(&off, &mut t_off), (&on, &mut t_on)] {
-            let _ = std::fs::remove_file(work.join("state/meta.redb"));
-            let _ = std::fs::remove_dir_all(work.join("redo"));
-            let secs = sluice(&bin, &["run", "--quiet", "--config"], file);
-            if round > 0 {
-                times.push(secs);
+    let mut rows = 0;
+    for &size in &sizes {
+        rows = size;
+        let off = run_file(&work, &plugins, rows, false);
+        let on = run_file(&work, &plugins, rows, true);
+        let (mut t_off, mut t_on) = (Vec::new(), Vec::new());
+        // The first round warms the precompiled plugin cache in the data dir
+        // (kept, as a user's repeated runs keep it); not counted. Only the
+        // saved positions and the log go, so that every run starts from the
+        // beginning.
+        for round in 0..=runs {
+            for (file, times) in [(&off, &mut t_off), (&on, &mut t_on)] {
+                let _ = std::fs::remove_file(work.join("state/meta.redb"));
+                let _ = std::fs::remove_dir_all(work.join("redo"));
+                let secs = sluice(&bin, &["run", "--quiet", "--config"], file);
+                if round > 0 {
+                    times.push(secs);
+                }
             }
         }
+        print_on_off("sluice run datagen -> sink-blackhole", rows, &t_off, &t_on);
     }
-    print_on_off("sluice run datagen -> sink-blackhole", rows, &t_off, &t_on);
 
     // 1b. MariaDB -> sink-mysql -> MariaDB, redo off and on.
     if env_or("REDO_BENCH_SQL_ROWS", 200_000) > 0 {
