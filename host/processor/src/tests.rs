@@ -1951,6 +1951,24 @@ async fn a_position_the_source_cannot_read_fails_the_run_with_its_reason() {
     assert!(pipeline.sink().delivered.is_empty());
 }
 
+/// `app.t`: a bigint key `id` and a bigint `second` column.
+fn app_t(second: &str) -> Arc<TableSchema> {
+    let column = |name: &str, key| sluice_core::Column {
+        name: name.into(),
+        ty: sluice_core::ColumnType::Int,
+        sql_type: "bigint".into(),
+        nullable: false,
+        key,
+    };
+    Arc::new(TableSchema {
+        table_id: 1,
+        version: 1,
+        schema_name: "app".into(),
+        table_name: "t".into(),
+        columns: vec![column("id", true), column(second, false)],
+    })
+}
+
 /// One whole transaction, then one that comes in three parts, then End.
 struct InParts {
     schema: Arc<TableSchema>,
@@ -1990,20 +2008,7 @@ impl Source for InParts {
 
 #[tokio::test]
 async fn a_transaction_in_parts_arrives_whole_flagged_split_and_is_read_through_only_at_its_end() {
-    let column = |name: &str, key| sluice_core::Column {
-        name: name.into(),
-        ty: sluice_core::ColumnType::Int,
-        sql_type: "bigint".into(),
-        nullable: false,
-        key,
-    };
-    let schema = Arc::new(TableSchema {
-        table_id: 1,
-        version: 1,
-        schema_name: "app".into(),
-        table_name: "t".into(),
-        columns: vec![column("id", true), column("version", false)],
-    });
+    let schema = app_t("version");
     let sink = MemorySink::default();
     let mut pipeline = Pipeline::new(config(), no_filters(), sink, CheckpointTs::ZERO);
     let report = pipeline
@@ -2047,28 +2052,7 @@ async fn a_transaction_in_parts_behind_a_ddl_goes_on_whole_when_the_ddl_passes_b
     // point applies the DDL and releases them, and the parts that come
     // after it must go on too (they once stayed held for the DDL that had
     // passed, until the cache was full and the source stopped).
-    let schema = Arc::new(TableSchema {
-        table_id: 1,
-        version: 1,
-        schema_name: "app".into(),
-        table_name: "t".into(),
-        columns: vec![
-            sluice_core::Column {
-                name: "id".into(),
-                ty: sluice_core::ColumnType::Int,
-                sql_type: "bigint".into(),
-                nullable: false,
-                key: true,
-            },
-            sluice_core::Column {
-                name: "n".into(),
-                ty: sluice_core::ColumnType::Int,
-                sql_type: "bigint".into(),
-                nullable: false,
-                key: false,
-            },
-        ],
-    });
+    let schema = app_t("n");
     let mut events = std::collections::VecDeque::new();
     let mut first = Transaction::new(CommitTs::compose(10, 0));
     first.table(&schema).insert().int(0).int(0);
