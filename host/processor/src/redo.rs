@@ -470,6 +470,8 @@ async fn write_log(
     let mut held_bytes = 0usize;
     let mut held_events = 0usize;
     let early_bytes = config.memory_bytes.min(cache.bytes);
+    // Under load a file holds what one early flush takes.
+    writer.expect_file_size((early_bytes / 4).min(config.max_log_size));
     let mut in_flight: Option<InFlight> = None;
     let mut flush_due = false;
     let mut pause = Duration::from_millis(50);

@@ -212,15 +212,21 @@ pub fn encode(record: &Record, out: &mut Vec<u8>) -> Result<usize, TooLarge> {
 pub(crate) fn frame<T: Serialize, O: Out>(value: &T, out: &mut O) -> Result<usize, TooLarge> {
     let start = out.len();
     out.extend_from_slice(&[0u8; FRAME_LEN]);
-    postcard::serialize_with_flavor(value, Append(&mut *out))
-        .expect("a record always encodes into a buffer");
+    let crc = postcard::serialize_with_flavor(
+        value,
+        Append {
+            out: &mut *out,
+            crc: 0,
+            summed: start + FRAME_LEN,
+        },
+    )
+    .expect("a record always encodes into a buffer");
     let len = out.len() - start - FRAME_LEN;
     if len > MAX_RECORD_BYTES {
         out.truncate(start);
         return Err(TooLarge(len));
     }
     let bytes = out.as_mut_slice();
-    let crc = crc32c::crc32c(&bytes[start + FRAME_LEN..]);
     bytes[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
     bytes[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
     Ok(out.len() - start)
@@ -273,24 +279,51 @@ impl Out for crate::buf::FileBuf {
 }
 
 /// A postcard output that appends to a buffer (one `extend_from_slice` per
-/// piece: no `io::Write` call per value, no buffer of its own).
-struct Append<'a, O: Out>(&'a mut O);
+/// piece: no `io::Write` call per value, no buffer of its own) and sums the
+/// CRC of what it appended while that is still in the core's cache: every
+/// `CRC_STEP` bytes, not in a pass over the whole payload afterwards (a
+/// record of a large run is megabytes, read back from memory).
+struct Append<'a, O: Out> {
+    out: &'a mut O,
+    /// CRC32C of the payload up to `summed`.
+    crc: u32,
+    /// Where the bytes not summed yet start.
+    summed: usize,
+}
+
+/// Bytes appended between two steps of the CRC (well inside a core's L2).
+const CRC_STEP: usize = 64 << 10;
+
+impl<O: Out> Append<'_, O> {
+    fn sum(&mut self) {
+        let len = self.out.len();
+        self.crc = crc32c::crc32c_append(self.crc, &self.out.as_mut_slice()[self.summed..len]);
+        self.summed = len;
+    }
+}
 
 impl<O: Out> postcard::ser_flavors::Flavor for Append<'_, O> {
-    type Output = ();
+    /// The payload's CRC32C.
+    type Output = u32;
 
     fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
-        self.0.extend_from_slice(data);
+        for piece in data.chunks(CRC_STEP) {
+            self.out.extend_from_slice(piece);
+            if self.out.len() - self.summed >= CRC_STEP {
+                self.sum();
+            }
+        }
         Ok(())
     }
 
     fn try_push(&mut self, data: u8) -> postcard::Result<()> {
-        self.0.push(data);
+        self.out.push(data);
         Ok(())
     }
 
-    fn finalize(self) -> postcard::Result<()> {
-        Ok(())
+    fn finalize(mut self) -> postcard::Result<u32> {
+        self.sum();
+        Ok(self.crc)
     }
 }
 

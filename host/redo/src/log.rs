@@ -240,7 +240,8 @@ pub struct LogWriter {
     /// faults and no copies as they fill). Two at most, the largest last: one
     /// file fills while the last one is written.
     spares: Vec<FileBuf>,
-    /// The largest rows file sealed so far: a new buffer is made this large.
+    /// The largest rows file sealed so far (or expected): a new buffer is
+    /// made this large.
     largest_rows: usize,
     /// The buffer of writes past the page cache, between flushes.
     direct: Option<DirectWrites>,
@@ -393,6 +394,14 @@ fn ready<'a>(
 }
 
 impl LogWriter {
+    /// Rows files are expected to be about `bytes` large (what the caller
+    /// flushes at): their buffers are made that large from the first, not
+    /// grown to it by doubling and copying. A larger file still grows its
+    /// buffer, and later buffers are made as large as the largest file.
+    pub fn expect_file_size(&mut self, bytes: usize) {
+        self.largest_rows = self.largest_rows.max(bytes);
+    }
+
     /// Files written from now on are compressed so (`consistent.compression`).
     pub fn with_compression(mut self, compression: sluice_config::RedoCompression) -> Self {
         self.compression = compression;

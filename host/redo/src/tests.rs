@@ -249,6 +249,43 @@ proptest! {
     }
 }
 
+/// A record far larger than a step of its CRC (which is summed as it is
+/// appended), with one value larger than a step: it reads back whole, and a
+/// flipped bit in any step of it is caught.
+#[test]
+fn a_record_larger_than_its_crc_steps_reads_back_and_a_flip_in_any_step_is_caught() {
+    let mut t = Transaction::new(CommitTs::new(1_000));
+    for i in 0..300u64 {
+        let long = vec![b'a' + (i % 26) as u8; if i == 7 { 200 << 10 } else { 1_500 }];
+        t.table(&schema(1, 1)).push_values(
+            Op::Insert,
+            None,
+            Some(&[
+                Value::Int(i as i64),
+                Value::Bytes(long),
+                Value::Float(i as f64),
+                Value::Null,
+                Value::UInt(i),
+            ]),
+        );
+    }
+    let txns = vec![t];
+    let (_dir, _, bytes) = write_log(&txns);
+    assert!(bytes.len() > 600 << 10, "{} bytes", bytes.len());
+    let (_, records) = Records::new(&bytes).unwrap();
+    let records: Vec<Record> = records.into_iter().map(|r| r.unwrap().1).collect();
+    assert_eq!(batches(records).unwrap(), expected(&txns));
+    for at in (64..bytes.len()).step_by(40_000) {
+        let mut flipped = bytes.clone();
+        flipped[at] ^= 0x10;
+        let caught = match Records::new(&flipped) {
+            Err(_) => true,
+            Ok((_, records)) => records.into_iter().any(|r| r.is_err()),
+        };
+        assert!(caught, "a flip at byte {at} went unseen");
+    }
+}
+
 #[test]
 fn damage_in_a_file_past_the_resolved_ts_is_skipped_and_said_and_elsewhere_stops_the_read() {
     let txns: Vec<Transaction> = (0..20u64)
