@@ -143,6 +143,18 @@ pub struct ColumnData {
     pub nulls: Vec<u8>,
 }
 
+/// How much a column holds: its values (offsets, for bytes), its bytes of
+/// data and its bytes of NULL bits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ColumnSize {
+    /// Values (for bytes, offsets: one more than the values).
+    pub values: usize,
+    /// Bytes of byte values.
+    pub data: usize,
+    /// Bytes of the NULL bitmap.
+    pub nulls: usize,
+}
+
 /// Appends formatted text to a byte buffer.
 struct Appender<'a>(&'a mut Vec<u8>);
 
@@ -223,6 +235,36 @@ impl ColumnData {
                 Value::Bytes(b.data[b.offsets[i] as usize..b.offsets[i + 1] as usize].to_vec())
             }
         }
+    }
+
+    /// How much it holds: room to reserve in a column that will hold as much
+    /// ([`ColumnData::reserve_size`]).
+    pub fn size(&self) -> ColumnSize {
+        let (values, data) = match &self.values {
+            ColumnValues::Int64(v) => (v.len(), 0),
+            ColumnValues::Uint64(v) => (v.len(), 0),
+            ColumnValues::Float64(v) => (v.len(), 0),
+            ColumnValues::Bytes(b) => (b.offsets.len(), b.data.len()),
+        };
+        ColumnSize {
+            values,
+            data,
+            nulls: self.nulls.len(),
+        }
+    }
+
+    /// Reserve room for what `size` says (see [`ColumnData::size`]).
+    pub fn reserve_size(&mut self, size: &ColumnSize) {
+        match &mut self.values {
+            ColumnValues::Int64(v) => v.reserve(size.values),
+            ColumnValues::Uint64(v) => v.reserve(size.values),
+            ColumnValues::Float64(v) => v.reserve(size.values),
+            ColumnValues::Bytes(b) => {
+                b.offsets.reserve(size.values);
+                b.data.reserve(size.data);
+            }
+        }
+        self.nulls.reserve(size.nulls);
     }
 
     /// Reserve room for as many values (and bytes) as `other` holds.

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use crate::batch::{ColumnData, Row, TableSchema, rows_of};
+use crate::batch::{ColumnData, ColumnSize, Row, TableSchema, rows_of};
 use crate::ts::{CheckpointTs, CommitTs};
 
 /// The kind of a row change.
@@ -769,12 +769,92 @@ pub struct TransactionRun {
     pub parts: Vec<RunPart>,
     rows: usize,
     bytes: usize,
+    /// How large its tables' columns start.
+    shape: RunShape,
+}
+
+/// How large a run's tables' columns grew: a source that builds runs one
+/// after another starts each as large as the last ([`TransactionRun::shaped`]),
+/// so that its columns are not grown by doubling, each growth a copy of all
+/// so far. That matters most when earlier runs are still held (the redo
+/// fence holds a flush's worth): the allocator then has no free room next to
+/// a column to grow it in place, and every growth is a copy into memory not
+/// touched yet.
+#[derive(Debug, Clone, Default)]
+pub struct RunShape(Vec<PartShape>);
+
+#[derive(Debug, Clone)]
+struct PartShape {
+    table_id: u32,
+    version: u32,
+    rows: usize,
+    flags: usize,
+    before: Vec<ColumnSize>,
+    after: Vec<ColumnSize>,
+}
+
+impl PartialEq for RunShape {
+    /// How large buffers start is not part of the data.
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
 }
 
 impl TransactionRun {
     /// An empty run.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty run whose tables' columns start as large as `shape` says
+    /// (a table it does not name starts empty).
+    pub fn shaped(shape: RunShape) -> Self {
+        Self {
+            shape,
+            ..Self::default()
+        }
+    }
+
+    /// How large its tables' columns are now: the shape of the next run.
+    pub fn shape(&self) -> RunShape {
+        RunShape(
+            self.parts
+                .iter()
+                .map(|p| {
+                    let c = &p.changes;
+                    PartShape {
+                        table_id: c.schema.table_id,
+                        version: c.schema.version,
+                        rows: c.ops.len(),
+                        flags: c.flags.len(),
+                        before: c.before.iter().map(ColumnData::size).collect(),
+                        after: c.after.iter().map(ColumnData::size).collect(),
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    /// New changes of `schema`'s table, as large as the run's shape says.
+    fn new_changes(&self, schema: &Arc<TableSchema>) -> TableChanges {
+        let mut changes = TableChanges::new(schema.clone());
+        let shape = self
+            .shape
+            .0
+            .iter()
+            .find(|p| p.table_id == schema.table_id && p.version == schema.version);
+        if let Some(shape) = shape {
+            changes.ops.reserve(shape.rows);
+            changes.seq.reserve(shape.rows);
+            changes.flags.reserve(shape.flags);
+            for (column, size) in changes.before.iter_mut().zip(&shape.before) {
+                column.reserve_size(size);
+            }
+            for (column, size) in changes.after.iter_mut().zip(&shape.after) {
+                column.reserve_size(size);
+            }
+        }
+        changes
     }
 
     /// Add `txn` at the end, moving its first changes of a table and copying
@@ -866,7 +946,7 @@ impl TransactionRun {
             Some(at) => at,
             None => {
                 self.parts.push(RunPart {
-                    changes: TableChanges::new(schema.clone()),
+                    changes: self.new_changes(schema),
                     segments: Vec::new(),
                 });
                 self.parts.len() - 1
@@ -1034,6 +1114,64 @@ mod tests {
             vec![0, 3]
         );
         assert_eq!(run.into_transactions(), txns);
+    }
+
+    /// Capacities of a run's first part: ops, and each after-image column's
+    /// values and bytes.
+    fn capacities(run: &TransactionRun) -> (usize, Vec<(usize, usize)>) {
+        let c = &run.parts[0].changes;
+        let columns = c
+            .after
+            .iter()
+            .map(|col| match &col.values {
+                crate::ColumnValues::Int64(v) => (v.capacity(), 0),
+                crate::ColumnValues::Bytes(b) => (b.offsets.capacity(), b.data.capacity()),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        (c.ops.capacity(), columns)
+    }
+
+    #[test]
+    fn a_run_shaped_like_the_last_starts_as_large_and_does_not_grow() {
+        let s = schema(1, 1);
+        let fill = |run: &mut TransactionRun| {
+            for ts in 1..=300u64 {
+                let image = [Value::Int(ts as i64), Value::Bytes(vec![b'x'; 40])];
+                run.table(&s)
+                    .unwrap()
+                    .push_values(Op::Insert, None, Some(&image));
+                run.end_transaction(CommitTs::new(ts), None);
+            }
+        };
+        let mut first = TransactionRun::new();
+        fill(&mut first);
+        let shape = first.shape();
+        let mut next = TransactionRun::shaped(shape);
+        // Room for all of it from the first row on.
+        next.table(&s).unwrap();
+        let (ops, columns) = capacities(&next);
+        assert!(ops >= 300, "{ops}");
+        assert!(columns[0].0 >= 300 && columns[1].0 >= 301, "{columns:?}");
+        assert!(columns[1].1 >= 300 * 40, "{columns:?}");
+        fill(&mut next);
+        assert_eq!(capacities(&next), (ops, columns), "grown");
+        // The same data: the shape is not part of it.
+        assert_eq!(next, first);
+        assert_eq!(next.into_transactions(), first.into_transactions());
+        // Another table, or another version, starts empty.
+        let mut other = TransactionRun::shaped(next_shape_of(&s));
+        other.table(&schema(1, 2)).unwrap();
+        assert_eq!(capacities(&other).0, 0);
+    }
+
+    fn next_shape_of(s: &Arc<TableSchema>) -> RunShape {
+        let mut run = TransactionRun::new();
+        run.table(s)
+            .unwrap()
+            .push_values(Op::Insert, None, Some(&[Value::Int(1), Value::Null]));
+        run.end_transaction(CommitTs::new(1), None);
+        run.shape()
     }
 
     #[test]

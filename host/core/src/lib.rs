@@ -10,12 +10,12 @@ mod ts;
 mod validator;
 
 pub use batch::{
-    Batch, BatchBuilder, ByteValues, Column, ColumnData, ColumnType, ColumnValues,
+    Batch, BatchBuilder, ByteValues, Column, ColumnData, ColumnSize, ColumnType, ColumnValues,
     FLAG_NO_FK_CHECKS, FLAG_REPLAY, FLAG_SPLIT, Row, TableBatch, TableSchema,
 };
 pub use error::{BatchError, MAX_MESSAGE_BYTES, PluginError, bounded_text};
 pub use event::{
-    ChangesPool, Checkpoint, DdlEvent, Op, RowWriter, RunPart, RunTransaction, Segment,
+    ChangesPool, Checkpoint, DdlEvent, Op, RowWriter, RunPart, RunShape, RunTransaction, Segment,
     SourcePosition, TableChanges, Transaction, TransactionRun, Value,
 };
 pub use traits::{Filter, ResumeError, Sink, Source, SourceEvent, SourceStats};

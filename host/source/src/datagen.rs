@@ -9,7 +9,8 @@ use rand_chacha::rand_core::{Rng, SeedableRng};
 pub use sluice_config::source::{DatagenConfig, Mix};
 use sluice_core::{
     ChangesPool, Checkpoint, Column, ColumnType, CommitTs, ResolvedTs, ResumeError, RowWriter,
-    Source, SourceEvent, SourcePosition, TableChanges, TableSchema, Transaction, TransactionRun,
+    RunShape, Source, SourceEvent, SourcePosition, TableChanges, TableSchema, Transaction,
+    TransactionRun,
 };
 
 /// Bad datagen settings.
@@ -168,6 +169,8 @@ pub struct DatagenSource {
     max_live_rows: usize,
     /// Buffers of transactions the pipeline is done with.
     pool: ChangesPool,
+    /// How large the last run's columns grew: the next starts so large.
+    run_shape: RunShape,
 }
 
 const FIRST: [&str; 8] = [
@@ -361,6 +364,7 @@ impl DatagenSource {
             exhausted: false,
             max_live_rows: MAX_LIVE_ROWS,
             pool: ChangesPool::new(),
+            run_shape: RunShape::default(),
         })
     }
 
@@ -647,7 +651,7 @@ impl Source for DatagenSource {
         {
             return Ok(None);
         }
-        let mut run = TransactionRun::new();
+        let mut run = TransactionRun::shaped(std::mem::take(&mut self.run_shape));
         let mut last = None;
         while run.len() < max_transactions && run.wire_bytes() < max_bytes {
             match self.step(&mut Into::Run(&mut run)) {
@@ -655,6 +659,7 @@ impl Source for DatagenSource {
                 None => break,
             }
         }
+        self.run_shape = run.shape();
         let Some(last) = last else {
             return Ok(None);
         };
