@@ -27,7 +27,8 @@
 //! Run with `cargo xtask bench-redo` (it builds the release binary and the
 //! plugins first). `SLUICE_BIN` is the `sluice` binary; `REDO_BENCH_ROWS` the
 //! rows of (1), one count or several separated by commas (default
-//! 1,000,000 and 5,000,000), `REDO_BENCH_RUNS` the timed runs of each
+//! 1,000,000 and 5,000,000), `REDO_BENCH_DATAGEN_RUNS` the timed on/off
+//! rounds of (1) (default 9), `REDO_BENCH_RUNS` those of the others
 //! (default 3), `REDO_BENCH_MIB` the MiB of (3) (default 512),
 //! `REDO_BENCH_RATE` the rows/s of (4) (default 20,000) and
 //! `REDO_BENCH_SECS` its seconds per setting (default 10).
@@ -67,6 +68,9 @@ fn main() {
         Err(_) => vec![1_000_000, 5_000_000],
     };
     let runs = env_or("REDO_BENCH_RUNS", 3) as usize;
+    // A datagen run takes a second or two and moves by ±15% on a shared
+    // machine: more of them, each on/off pair back to back.
+    let datagen_runs = env_or("REDO_BENCH_DATAGEN_RUNS", 9) as usize;
 
     // 1. sluice run, redo off and on, at each size: a short run is mostly
     // warm-up (the first flush's wait, first touches of the memory the log
@@ -82,7 +86,7 @@ fn main() {
         // (kept, as a user's repeated runs keep it); not counted. Only the
         // saved positions and the log go, so that every run starts from the
         // beginning.
-        for round in 0..=runs {
+        for round in 0..=datagen_runs {
             for (file, times) in [(&off, &mut t_off), (&on, &mut t_on)] {
                 let _ = std::fs::remove_file(work.join("state/meta.redb"));
                 let _ = std::fs::remove_dir_all(work.join("redo"));
@@ -686,9 +690,12 @@ sql-connections = 4
     );
 }
 
-/// The medians of redo off and on, as rows/s, and their ratio.
+/// Medians of `off` and `on` (in seconds, the same rounds), and the median
+/// of each round's ratio: a round's two runs are back to back, so the ratio
+/// of a round moves less with the machine's load than either run.
 fn print_on_off(title: &str, rows: u64, off: &[f64], on: &[f64]) {
     let (m_off, m_on) = (median(off.to_vec()), median(on.to_vec()));
+    let paired = median(off.iter().zip(on).map(|(f, n)| f / n).collect());
     println!("{:<44} {:>10} {:>12}", title, "median s", "rows/s");
     for (what, m) in [
         ("  redo off", m_off),
@@ -696,5 +703,10 @@ fn print_on_off(title: &str, rows: u64, off: &[f64], on: &[f64]) {
     ] {
         println!("{:<44} {:>10.3} {:>12.0}", what, m, rows as f64 / m);
     }
-    println!("{:<44} {:>10.2}x", "  on / off (rows/s)", m_off / m_on);
+    println!(
+        "{:<44} {:>10.2}x {:>11.2}x",
+        format!("  on / off (rows/s; medians, rounds of {})", off.len()),
+        m_off / m_on,
+        paired
+    );
 }
