@@ -237,12 +237,16 @@ pub struct LogWriter {
     sealing: Option<Meta>,
     /// Written files' buffers, emptied, for the next rows files to append
     /// into (their pages are mapped and their capacity grown already: no page
-    /// faults and no copies as they fill). Two at most, the largest last: one
-    /// file fills while the last one is written.
+    /// faults and no copies as they fill). One at most: one file fills while
+    /// the last one is written, and that one's buffer is the next file's.
     spares: Vec<FileBuf>,
-    /// The largest rows file sealed so far (or expected): a new buffer is
-    /// made this large.
+    /// The largest rows file sealed so far: a new buffer is made this large
+    /// where no size is expected.
     largest_rows: usize,
+    /// The size rows files are expected to have ([`Self::expect_file_size`]):
+    /// a new buffer is made this large, and a buffer that grew past twice
+    /// that for an outsized file is let go once written, not kept resident.
+    expected_rows: usize,
     /// The buffer of writes past the page cache, between flushes.
     direct: Option<DirectWrites>,
 }
@@ -396,10 +400,26 @@ fn ready<'a>(
 impl LogWriter {
     /// Rows files are expected to be about `bytes` large (what the caller
     /// flushes at): their buffers are made that large from the first, not
-    /// grown to it by doubling and copying. A larger file still grows its
-    /// buffer, and later buffers are made as large as the largest file.
+    /// grown to it by doubling and copying. A larger file grows its buffer,
+    /// which is let go once written if it grew past twice `bytes` (so an
+    /// outsized flush does not keep its memory resident). Without an
+    /// expectation, buffers are made as large as the largest file so far.
     pub fn expect_file_size(&mut self, bytes: usize) {
-        self.largest_rows = self.largest_rows.max(bytes);
+        self.expected_rows = bytes;
+    }
+
+    fn new_buffer_size(&self) -> usize {
+        if self.expected_rows > 0 {
+            self.expected_rows
+        } else {
+            self.largest_rows
+        }
+    }
+
+    /// Whether a written buffer is kept for the next file.
+    fn keeps(&self, buf: &FileBuf) -> bool {
+        buf.capacity() > 0
+            && (self.expected_rows == 0 || buf.capacity() <= self.expected_rows.saturating_mul(2))
     }
 
     /// Files written from now on are compressed so (`consistent.compression`).
@@ -437,6 +457,7 @@ impl LogWriter {
             sealing: None,
             spares: Vec::new(),
             largest_rows: 0,
+            expected_rows: 0,
             direct: None,
         })
     }
@@ -450,6 +471,7 @@ impl LogWriter {
     /// Starts `kind`'s pending file if empty, with the resumed marker if it
     /// is the first since opening.
     fn start(&mut self, kind: LogKind) -> Result<(), TooLarge> {
+        let new_size = self.new_buffer_size();
         let (pending, due) = match kind {
             LogKind::Rows => (&mut self.rows, &mut self.marker_due[0]),
             LogKind::Ddl => (&mut self.ddl, &mut self.marker_due[1]),
@@ -458,7 +480,7 @@ impl LogWriter {
             pending.bytes = self
                 .spares
                 .pop()
-                .unwrap_or_else(|| FileBuf::with_capacity(self.largest_rows));
+                .unwrap_or_else(|| FileBuf::with_capacity(new_size));
         }
         pending.start_if_empty();
         if std::mem::take(due) {
@@ -466,6 +488,12 @@ impl LogWriter {
             format::frame(&Record::Resumed { resolved_ts }, &mut pending.bytes)?;
         }
         Ok(())
+    }
+
+    /// The capacities of the buffers kept for the next files.
+    #[cfg(test)]
+    pub(crate) fn spare_capacities(&self) -> Vec<usize> {
+        self.spares.iter().map(FileBuf::capacity).collect()
     }
 
     /// Files written past the page cache, and bytes copied to do it.
@@ -687,14 +715,16 @@ impl LogWriter {
                 SealedBytes::Ready(_) => None,
                 SealedBytes::Raw(b) => Some(b),
             })
-            .chain(sealed.recycled)
-            .filter(|b| b.capacity() > 0);
+            .chain(sealed.recycled);
         for mut buf in returned {
-            buf.clear();
-            self.spares.push(buf);
+            if self.keeps(&buf) {
+                buf.clear();
+                self.spares.push(buf);
+            }
         }
+        // The largest is kept.
         self.spares.sort_by_key(FileBuf::capacity);
-        let extra = self.spares.len().saturating_sub(2);
+        let extra = self.spares.len().saturating_sub(1);
         self.spares.drain(..extra);
         if self.direct.is_none() {
             self.direct = sealed.direct;

@@ -945,6 +945,53 @@ fn files_written_past_the_page_cache_read_back_byte_for_byte_at_every_size_bound
     }
 }
 
+/// A buffer made to the expected size is kept for the next file; one that
+/// grew past twice that for an outsized flush is let go once written.
+#[test]
+fn a_written_buffer_is_kept_for_the_next_file_unless_an_outsized_flush_grew_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = StorageUri::Local(dir.path().to_path_buf());
+    runtime().block_on(async {
+        let storage = Storage::open(&uri, "cf").await.unwrap();
+        let mut w = LogWriter::open(storage.clone()).await.unwrap();
+        let expected = 256 << 10;
+        w.expect_file_size(expected);
+        let mut ts = 100u64;
+        let mut write = async |w: &mut LogWriter, bytes: usize| {
+            let mut written = 0;
+            while written < bytes {
+                let mut t = Transaction::new(CommitTs::new(ts));
+                t.table(&schema(1, 1)).push_values(
+                    Op::Insert,
+                    None,
+                    Some(&[
+                        Value::Int(ts as i64),
+                        Value::Bytes(vec![b'x'; 1_000]),
+                        Value::Null,
+                        Value::Null,
+                        Value::UInt(ts),
+                    ]),
+                );
+                w.append_transaction(&t).unwrap();
+                ts += 1;
+                written += 1_000;
+            }
+            w.flush(0).await.unwrap();
+        };
+        write(&mut w, 100 << 10).await;
+        let kept = w.spare_capacities();
+        assert_eq!(kept.len(), 1);
+        assert!(kept[0] >= expected && kept[0] < 2 * expected, "{kept:?}");
+        // An outsized flush grows the kept buffer past twice the size: it
+        // goes once written.
+        write(&mut w, 2 << 20).await;
+        assert_eq!(w.spare_capacities(), Vec::<usize>::new());
+        // The next file has a buffer of the expected size again, kept.
+        write(&mut w, 100 << 10).await;
+        assert_eq!(w.spare_capacities(), kept);
+    });
+}
+
 #[test]
 fn a_large_file_is_written_past_the_page_cache_from_where_it_was_encoded() {
     let dir = tempfile::tempdir().unwrap();
