@@ -71,7 +71,15 @@ fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("build-plugins") => build_plugins(&root),
         Some("quickstart") => {
-            build_plugins(&root)?;
+            // Only what the build needs: the quickstart uses no database.
+            ensure_tools(&BUILD_TOOLS)?;
+            build_plugin_files(&root)?;
+            // The host's build in the open: the first one compiles wasmtime,
+            // minutes on a small machine, and cargo shows its progress.
+            eprintln!(
+                "building the sluice binary (the first build compiles wasmtime: about 15 minutes on 2 cores; later ones take seconds)"
+            );
+            cargo(&["build", "-p", "sluice-server", "--bin", "sluice"])?;
             // Start from an empty output directory so the output is exactly this run.
             let _ = std::fs::remove_dir_all(root.join("target/quickstart"));
             cargo(&[
@@ -79,6 +87,8 @@ fn main() -> Result<()> {
                 "--quiet",
                 "-p",
                 "sluice-server",
+                "--bin",
+                "sluice",
                 "--",
                 "run",
                 "--config",
@@ -190,18 +200,24 @@ fn ensure_wasm_target() -> Result<()> {
     Ok(())
 }
 
+/// What building the host needs: protoc and protobuf's well-known types (the
+/// gRPC API and etcd-client are generated from .proto files).
+const BUILD_TOOLS: [(&str, &str); 2] = [
+    ("command -v protoc", "protobuf-compiler"),
+    (
+        "test -f /usr/include/google/protobuf/descriptor.proto",
+        "libprotobuf-dev",
+    ),
+];
+
 /// Install the system tools the build and tests need, from Debian's packages, if
 /// missing: `protoc` with protobuf's well-known types (the etcd client's and the
 /// admin API's build), `etcd` (the meta store tests), MariaDB's and
 /// PostgreSQL's servers and clients (tests start private servers from them)
 /// and sysbench (the replication benchmark).
 fn ensure_system_tools() -> Result<()> {
-    let missing: Vec<&str> = [
-        ("command -v protoc", "protobuf-compiler"),
-        (
-            "test -f /usr/include/google/protobuf/descriptor.proto",
-            "libprotobuf-dev",
-        ),
+    ensure_tools(&BUILD_TOOLS)?;
+    ensure_tools(&[
         ("command -v etcd", "etcd-server"),
         (
             "command -v mariadbd || test -x /usr/sbin/mariadbd",
@@ -212,16 +228,23 @@ fn ensure_system_tools() -> Result<()> {
         ("command -v psql", "postgresql-client"),
         ("command -v sysbench", "sysbench"),
         ("command -v curl", "curl"),
-    ]
-    .into_iter()
-    .filter(|(check, _)| {
-        !Command::new("sh")
-            .args(["-c", check])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    })
-    .map(|(_, package)| package)
-    .collect();
+    ])
+}
+
+/// Installs with apt-get the packages of `tools` (a check command and its
+/// package) whose check fails.
+fn ensure_tools(tools: &[(&str, &str)]) -> Result<()> {
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|(check, _)| {
+            !Command::new("sh")
+                .args(["-c", check])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .map(|(_, package)| package)
+        .collect();
     if missing.is_empty() {
         return Ok(());
     }
@@ -231,9 +254,12 @@ fn ensure_system_tools() -> Result<()> {
         .args(["install", "-y", "-qq", "--no-install-recommends"])
         .args(&missing)
         .env("DEBIAN_FRONTEND", "noninteractive"))
-    .context(
-        "installing the system tools failed; install protobuf-compiler, libprotobuf-dev, etcd-server, mariadb-server, mariadb-client, postgresql, postgresql-client, sysbench and curl yourself",
-    )
+    .with_context(|| {
+        format!(
+            "installing the system tools failed; install {} yourself",
+            missing.join(", ")
+        )
+    })
 }
 
 fn target_dir(root: &Path) -> PathBuf {
@@ -243,8 +269,14 @@ fn target_dir(root: &Path) -> PathBuf {
 }
 
 fn build_plugins(root: &Path) -> Result<()> {
-    ensure_wasm_target()?;
     ensure_system_tools()?;
+    build_plugin_files(root)
+}
+
+/// The plugins and test guests, built for wasm32-wasip2 and copied to
+/// target/plugins and target/test-plugins.
+fn build_plugin_files(root: &Path) -> Result<()> {
+    ensure_wasm_target()?;
     let mut args = vec!["build", "--target", WASM_TARGET, "--profile", "plugin"];
     for p in PLUGINS.iter().chain(&TEST_GUESTS) {
         args.extend(["-p", p]);
