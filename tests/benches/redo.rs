@@ -67,10 +67,10 @@ fn main() {
             .collect(),
         Err(_) => vec![1_000_000, 5_000_000],
     };
-    let runs = env_or("REDO_BENCH_RUNS", 3) as usize;
+    let runs = (env_or("REDO_BENCH_RUNS", 3) as usize).max(1);
     // A datagen run takes a second or two and moves by ±15% on a shared
     // machine: more of them, each on/off pair back to back.
-    let datagen_runs = env_or("REDO_BENCH_DATAGEN_RUNS", 9) as usize;
+    let datagen_runs = (env_or("REDO_BENCH_DATAGEN_RUNS", 9) as usize).max(1);
 
     // 1. sluice run, redo off and on, at each size: a short run is mostly
     // warm-up (the first flush's wait, first touches of the memory the log

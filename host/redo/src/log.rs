@@ -235,11 +235,11 @@ pub struct LogWriter {
     /// The meta of the last flush sealed and not written yet: the next seal
     /// goes on from it.
     sealing: Option<Meta>,
-    /// Written files' buffers, emptied, for the next rows files to append
-    /// into (their pages are mapped and their capacity grown already: no page
-    /// faults and no copies as they fill). One at most: one file fills while
-    /// the last one is written, and that one's buffer is the next file's.
-    spares: Vec<FileBuf>,
+    /// A written rows file's buffer, emptied, for the next rows file to
+    /// append into (its pages are mapped and its capacity grown already: no
+    /// page faults and no copies as it fills). One is enough: one file fills
+    /// while the last one is written, and that one's buffer is the next's.
+    spare: Option<FileBuf>,
     /// The largest rows file sealed so far: a new buffer is made this large
     /// where no size is expected.
     largest_rows: usize,
@@ -455,7 +455,7 @@ impl LogWriter {
             compression: sluice_config::RedoCompression::None,
             unwritten: None,
             sealing: None,
-            spares: Vec::new(),
+            spare: None,
             largest_rows: 0,
             expected_rows: 0,
             direct: None,
@@ -478,8 +478,8 @@ impl LogWriter {
         };
         if pending.bytes.capacity() == 0 && kind == LogKind::Rows {
             pending.bytes = self
-                .spares
-                .pop()
+                .spare
+                .take()
                 .unwrap_or_else(|| FileBuf::with_capacity(new_size));
         }
         pending.start_if_empty();
@@ -490,10 +490,10 @@ impl LogWriter {
         Ok(())
     }
 
-    /// The capacities of the buffers kept for the next files.
+    /// The capacity of the buffer kept for the next rows file.
     #[cfg(test)]
-    pub(crate) fn spare_capacities(&self) -> Vec<usize> {
-        self.spares.iter().map(FileBuf::capacity).collect()
+    pub(crate) fn spare_capacity(&self) -> Option<usize> {
+        self.spare.as_ref().map(FileBuf::capacity)
     }
 
     /// Files written past the page cache, and bytes copied to do it.
@@ -715,17 +715,14 @@ impl LogWriter {
                 SealedBytes::Ready(_) => None,
                 SealedBytes::Raw(b) => Some(b),
             })
-            .chain(sealed.recycled);
-        for mut buf in returned {
-            if self.keeps(&buf) {
-                buf.clear();
-                self.spares.push(buf);
-            }
-        }
-        // The largest is kept.
-        self.spares.sort_by_key(FileBuf::capacity);
-        let extra = self.spares.len().saturating_sub(1);
-        self.spares.drain(..extra);
+            .chain(sealed.recycled)
+            .chain(self.spare.take())
+            .filter(|b| self.keeps(b))
+            .max_by_key(FileBuf::capacity);
+        self.spare = returned.map(|mut b| {
+            b.clear();
+            b
+        });
         if self.direct.is_none() {
             self.direct = sealed.direct;
         }
