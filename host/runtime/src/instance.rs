@@ -122,10 +122,13 @@ impl<B> Slot<B> {
         self.on_thread = used_nanos >= crate::state::SLICE_NANOS;
     }
 
-    /// The slot's thread, started on first use.
+    /// The slot's thread, started on first use, and again after a call that
+    /// ran away retired the last one (`thread.rs`).
     pub(crate) fn thread(&mut self) -> Result<&PluginThread, PluginError> {
-        if self.thread.is_none() {
-            let thread = PluginThread::start(&self.settings.name).map_err(|e| {
+        if self.thread.as_ref().is_none_or(PluginThread::retired) {
+            let share = self.share.clone();
+            let crowded = Box::new(move || share.crowded());
+            let thread = PluginThread::start(&self.settings.name, crowded).map_err(|e| {
                 PluginError::Retryable(format!("cannot start a thread for the plugin: {e}"))
             })?;
             self.thread = Some(thread);

@@ -23,7 +23,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -79,6 +79,8 @@ pub struct CpuShares {
 
 struct Shared {
     state: Mutex<State>,
+    /// The host leaves less than half a core (see [`CpuShares::crowded`]).
+    crowded: AtomicBool,
 }
 
 struct State {
@@ -172,6 +174,7 @@ impl CpuShares {
                     running: 0,
                     tenants: HashMap::new(),
                 }),
+                crowded: AtomicBool::new(false),
             }),
         }
     }
@@ -198,9 +201,18 @@ impl CpuShares {
     /// turns that go are taken back at their holders' next slice.
     pub fn leave_to_host(&self, busy_cores: f64) {
         let mut state = self.lock();
-        let left = (state.max_turns as f64 - busy_cores.max(0.0)).round();
-        state.turns = (left as usize).clamp(1, state.max_turns);
+        let left = state.max_turns as f64 - busy_cores.max(0.0);
+        self.shared.crowded.store(left < 0.5, Ordering::Relaxed);
+        state.turns = (left.round() as usize).clamp(1, state.max_turns);
         state.dispatch();
+    }
+
+    /// Whether the host's own work leaves guest code less than half a core
+    /// (as of the last [`CpuShares::leave_to_host`]): then a call that runs
+    /// away on a plugin thread is lowered further (`thread.rs`), since every
+    /// share of a core it takes is the pipelines'.
+    pub fn crowded(&self) -> bool {
+        self.shared.crowded.load(Ordering::Relaxed)
     }
 
     /// The turns handed out now.
@@ -370,6 +382,11 @@ impl TenantShare {
     /// The tenant.
     pub fn tenant(&self) -> &str {
         &self.tenant
+    }
+
+    /// See [`CpuShares::crowded`].
+    pub fn crowded(&self) -> bool {
+        self.shares.crowded()
     }
 
     /// Runs `call`, each poll of it in a turn; `cpu` reads the CPU time the
@@ -745,9 +762,12 @@ mod tests {
                 Poll::Pending => panic!("four turns are free"),
             })
             .collect();
-        // The host keeps 2.6 cores busy: one turn left (1.4 rounds to 1).
+        // The host keeps 2.6 cores busy: one turn left (1.4 rounds to 1),
+        // and more than half a core: not crowded.
+        assert!(!shares.crowded());
         shares.leave_to_host(2.6);
         assert_eq!(shares.turns(), 1);
+        assert!(!a.crowded());
         let mut wb = b.turn();
         assert!(poll(&mut wb).is_pending(), "three held, one allowed");
         // Held turns go back at their next slice, the last one included
@@ -763,8 +783,12 @@ mod tests {
         // However busy the host, one turn stays; an idle host gives all back.
         shares.leave_to_host(64.0);
         assert_eq!(shares.turns(), 1);
+        assert!(a.crowded());
+        shares.leave_to_host(3.6);
+        assert!(a.crowded(), "less than half a core left");
         shares.leave_to_host(0.0);
         assert_eq!(shares.turns(), 4);
+        assert!(!a.crowded());
         shares.leave_to_host(-1.0);
         assert_eq!(shares.turns(), 4);
         let c = shares.tenant("c");

@@ -13,7 +13,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -33,6 +34,27 @@ pub fn live_plugin_threads() -> usize {
 /// work (pipelines, the API, short plugin calls) goes first. Plugins share among
 /// themselves evenly.
 const PLUGIN_NICE: i32 = 10;
+
+/// CPU time after which one call on a plugin thread counts as running away
+/// while the host is crowded (its pipelines leave guest code less than half a
+/// core, `CpuShares::crowded`): the thread drops to [`DEMOTED_NICE`] for the
+/// rest of that call. A sink's call on a batch takes milliseconds; one that
+/// has computed for a tenth of a second with the pipelines waiting for cores
+/// is a spinner or close to one, and takes only what nothing else wants (all
+/// of an idle core, so an honest slow call still ends). Measured in CPU, not
+/// wall time: a spinner held to a few percent of a core still reaches it
+/// within a few seconds. A node busy with other processes, not its own
+/// pipelines, lowers nothing.
+pub(crate) const DEMOTE_AFTER_NANOS: u64 = 100_000_000;
+
+/// Whether a call past [`DEMOTE_AFTER_NANOS`] is lowered now.
+pub(crate) type DemoteWhen = Box<dyn Fn() -> bool + Send + Sync>;
+
+/// The priority of a call that has computed past [`DEMOTE_AFTER_NANOS`]. An
+/// unprivileged thread cannot raise its priority again, so that thread ends
+/// after the call and the slot's next call starts a new one at
+/// [`PLUGIN_NICE`]: the demotion lasts one call, never the plugin's life.
+pub(crate) const DEMOTED_NICE: i32 = 19;
 
 /// How much lower than the host's threads compiles run: a tenant uploading
 /// plugins in a loop takes what the others leave, not a share of their cores
@@ -70,11 +92,31 @@ pub(crate) async fn at_compile_priority<T: Send + 'static>(
 /// call (if any) has returned or been cancelled.
 pub(crate) struct PluginThread {
     jobs: mpsc::UnboundedSender<Job>,
+    /// Set, before its call returns, once a call computed past the demotion
+    /// bound and lowered the thread: the thread ends after that call.
+    retired: Arc<AtomicBool>,
+    /// The demotion bound ([`DEMOTE_AFTER_NANOS`]; shorter in tests).
+    demote_after_nanos: u64,
+    demote_when: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
 impl PluginThread {
-    pub(crate) fn start(name: &str) -> std::io::Result<Self> {
+    /// A thread whose calls drop to [`DEMOTED_NICE`] once one has computed
+    /// for [`DEMOTE_AFTER_NANOS`] of CPU at a time `demote_when` says yes.
+    pub(crate) fn start(name: &str, demote_when: DemoteWhen) -> std::io::Result<Self> {
+        Self::start_demoting_after(name, DEMOTE_AFTER_NANOS, demote_when)
+    }
+
+    /// [`PluginThread::start`] with another bound than
+    /// [`DEMOTE_AFTER_NANOS`].
+    pub(crate) fn start_demoting_after(
+        name: &str,
+        demote_after_nanos: u64,
+        demote_when: DemoteWhen,
+    ) -> std::io::Result<Self> {
         let (jobs, mut rx) = mpsc::unbounded_channel::<Job>();
+        let retired = Arc::new(AtomicBool::new(false));
+        let ends = retired.clone();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -88,6 +130,9 @@ impl PluginThread {
                 runtime.block_on(async move {
                     while let Some(job) = rx.recv().await {
                         job().await;
+                        if ends.load(Ordering::Acquire) {
+                            break;
+                        }
                     }
                 });
                 drop(runtime);
@@ -97,7 +142,18 @@ impl PluginThread {
             LIVE_THREADS.fetch_sub(1, Ordering::Relaxed);
             return Err(e);
         }
-        Ok(Self { jobs })
+        Ok(Self {
+            jobs,
+            retired,
+            demote_after_nanos,
+            demote_when: Arc::from(demote_when),
+        })
+    }
+
+    /// Whether this thread lowered itself for a call that ran away and ends
+    /// after it: the slot's next call needs a new thread.
+    pub(crate) fn retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
     }
 
     /// Runs the future `make` builds on this thread and returns its output, or
@@ -111,10 +167,27 @@ impl PluginThread {
         R: Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
+        let (retired, demote_after) = (self.retired.clone(), self.demote_after_nanos);
+        let demote_when = self.demote_when.clone();
         let job: Job = Box::new(move || {
             Box::pin(async move {
                 let mut tx = tx;
-                let call = make();
+                let start = crate::state::thread_cpu_nanos();
+                let mut call = std::pin::pin!(make());
+                // Every poll that leaves the call pending (guest code yields
+                // each epoch tick) looks at the CPU it has used so far.
+                let call = std::future::poll_fn(|cx| {
+                    let polled = call.as_mut().poll(cx);
+                    if polled.is_pending()
+                        && !retired.load(Ordering::Relaxed)
+                        && crate::state::thread_cpu_nanos().saturating_sub(start) >= demote_after
+                        && demote_when()
+                    {
+                        lower_priority(DEMOTED_NICE);
+                        retired.store(true, Ordering::Release);
+                    }
+                    polled
+                });
                 tokio::pin!(call);
                 let output = tokio::select! {
                     output = &mut call => Some(output),
@@ -127,5 +200,65 @@ impl PluginThread {
         });
         self.jobs.send(job).ok()?;
         rx.await.ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The calling thread's nice value.
+    fn nice() -> i32 {
+        rustix::process::getpriority_process(None).expect("getpriority")
+    }
+
+    #[tokio::test]
+    async fn a_call_that_runs_away_is_lowered_and_its_thread_ends_after_it() {
+        let bound = 30_000_000; // 30 ms of CPU
+        let crowded = Arc::new(AtomicBool::new(false));
+        let when = |c: &Arc<AtomicBool>| -> DemoteWhen {
+            let c = c.clone();
+            Box::new(move || c.load(Ordering::Relaxed))
+        };
+        let thread = PluginThread::start_demoting_after("runaway", bound, when(&crowded)).unwrap();
+        let start = nice().max(PLUGIN_NICE);
+
+        // A call that computes for three times the bound, yielding as guest
+        // code does at every epoch tick; its nice value at the end.
+        let long_call = move || async move {
+            let until = crate::state::thread_cpu_nanos() + 3 * bound;
+            let mut x = 0u64;
+            while crate::state::thread_cpu_nanos() < until {
+                for i in 0..10_000u64 {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+                }
+                tokio::task::yield_now().await;
+            }
+            std::hint::black_box(x);
+            nice()
+        };
+
+        // Short calls keep the thread and its priority, and so does a long
+        // one while the host is not crowded.
+        for _ in 0..3 {
+            assert_eq!(thread.run(|| async { nice() }).await, Some(start));
+            assert!(!thread.retired());
+        }
+        assert_eq!(thread.run(long_call).await, Some(start));
+        assert!(!thread.retired());
+
+        // Crowded: the long call is lowered while it runs, and the thread
+        // retired before its answer comes back.
+        crowded.store(true, Ordering::Relaxed);
+        assert_eq!(thread.run(|| async { nice() }).await, Some(start));
+        assert_eq!(thread.run(long_call).await, Some(DEMOTED_NICE));
+        assert!(thread.retired());
+
+        // That thread is gone after the call; a new one starts at the
+        // plugin priority again (what the slot does on its next call).
+        assert_eq!(thread.run(|| async { 1 }).await, None);
+        let next = PluginThread::start_demoting_after("runaway", bound, when(&crowded)).unwrap();
+        assert_eq!(next.run(|| async { nice() }).await, Some(start));
+        assert!(!next.retired());
     }
 }
