@@ -8,7 +8,8 @@
 //!    one that floods its log, and a tenant uploading large plugins (each
 //!    different, so each is precompiled) in a loop. Figures: the quiet
 //!    tenants' summed rows/s and the p99 of `GetStatus` (one quiet tenant's
-//!    token) over each window; medians over the rounds; the server's CPU by
+//!    token) over each window; medians over the rounds, and the median of
+//!    each round's own ratio (its two windows back to back); the server's CPU by
 //!    thread name in the last round of each. `SLUICE_BENCH_NOISY` (a
 //!    comma-separated subset of spin, oom, flood, upload) picks the
 //!    neighbours, `SLUICE_BENCH_ROUNDS` (5) and `SLUICE_BENCH_WINDOW_S` (8)
@@ -391,7 +392,11 @@ async fn noisy_neighbours(data: &std::path::Path) -> serde_json::Value {
     println!("{:>22} {:>14} {:>14}", "", "quiet rows/s", "API p99 ms");
     println!("{:>22} {ra:>14.0} {pa:>14.1}", "alone");
     println!("{:>22} {rw:>14.0} {pw:>14.1}", "with noisy neighbours");
+    // Each round's ratio, its two windows measured back to back: the median
+    // of those is steadier than the ratio of the medians on a noisy machine.
+    let paired = median(alone.0.iter().zip(&with.0).map(|(a, w)| w / a).collect());
     println!("{:>22} {:>14.2} {:>14.2}", "ratio", rw / ra, pw / pa);
+    println!("{:>22} {paired:>14.2}", "median of round ratios");
     println!("large plugins uploaded and precompiled meanwhile: {uploads_total}");
     println!(
         "where the CPU went in the last round (cores by thread), alone: {}",
@@ -405,6 +410,7 @@ async fn noisy_neighbours(data: &std::path::Path) -> serde_json::Value {
     serde_json::json!({
         "quiet_tenants": QUIET,
         "rows_per_second": { "alone": ra, "noisy": rw, "ratio": rw / ra,
+            "median_round_ratio": paired,
             "rounds_alone": alone.0, "rounds_noisy": with.0 },
         "api_p99_ms": { "alone": pa, "noisy": pw, "ratio": pw / pa,
             "rounds_alone": alone.1, "rounds_noisy": with.1 },
