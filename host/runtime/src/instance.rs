@@ -122,10 +122,9 @@ impl<B> Slot<B> {
         self.on_thread = used_nanos >= crate::state::SLICE_NANOS;
     }
 
-    /// The slot's thread, started on first use, and again after a call that
-    /// ran away retired the last one (`thread.rs`).
+    /// The slot's thread, started on first use.
     pub(crate) fn thread(&mut self) -> Result<&PluginThread, PluginError> {
-        if self.thread.as_ref().is_none_or(PluginThread::retired) {
+        if self.thread.is_none() {
             let share = self.share.clone();
             let crowded = Box::new(move || share.crowded());
             let thread = PluginThread::start(&self.settings.name, crowded).map_err(|e| {

@@ -50,10 +50,12 @@ pub(crate) const DEMOTE_AFTER_NANOS: u64 = 100_000_000;
 /// Whether a call past [`DEMOTE_AFTER_NANOS`] is lowered now.
 pub(crate) type DemoteWhen = Box<dyn Fn() -> bool + Send + Sync>;
 
-/// The priority of a call that has computed past [`DEMOTE_AFTER_NANOS`]. An
-/// unprivileged thread cannot raise its priority again, so that thread ends
-/// after the call and the slot's next call starts a new one at
-/// [`PLUGIN_NICE`]: the demotion lasts one call, never the plugin's life.
+/// The priority of a call that has computed past [`DEMOTE_AFTER_NANOS`].
+/// After the call the thread goes back to [`PLUGIN_NICE`] where the process
+/// may raise a priority (root, `CAP_SYS_NICE` or `RLIMIT_NICE`); elsewhere it
+/// stays lowered until the slot's thread ends (its instance released or
+/// restarted). The thread is never replaced meanwhile: the instance's sockets,
+/// timers and HTTP tasks live on its runtime.
 pub(crate) const DEMOTED_NICE: i32 = 19;
 
 /// How much lower than the host's threads compiles run: a tenant uploading
@@ -71,6 +73,18 @@ pub(crate) fn lower_priority(nice: i32) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = nice;
+}
+
+/// Raises the calling thread's priority back to `nice`; false where the
+/// process may not (an unprivileged one can only lower it).
+fn raise_priority(nice: i32) -> bool {
+    #[cfg(target_os = "linux")]
+    return rustix::process::setpriority_process(None, nice).is_ok();
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = nice;
+        true
+    }
 }
 
 /// Runs `work` on a thread of its own at compile priority ([`COMPILE_NICE`]);
@@ -92,9 +106,9 @@ pub(crate) async fn at_compile_priority<T: Send + 'static>(
 /// call (if any) has returned or been cancelled.
 pub(crate) struct PluginThread {
     jobs: mpsc::UnboundedSender<Job>,
-    /// Set, before its call returns, once a call computed past the demotion
-    /// bound and lowered the thread: the thread ends after that call.
-    retired: Arc<AtomicBool>,
+    /// The thread runs at [`DEMOTED_NICE`] (a call ran away, and it could
+    /// not be raised again since).
+    demoted: Arc<AtomicBool>,
     /// The demotion bound ([`DEMOTE_AFTER_NANOS`]; shorter in tests).
     demote_after_nanos: u64,
     demote_when: Arc<dyn Fn() -> bool + Send + Sync>,
@@ -115,8 +129,7 @@ impl PluginThread {
         demote_when: DemoteWhen,
     ) -> std::io::Result<Self> {
         let (jobs, mut rx) = mpsc::unbounded_channel::<Job>();
-        let retired = Arc::new(AtomicBool::new(false));
-        let ends = retired.clone();
+        let demoted = Arc::new(AtomicBool::new(false));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -130,9 +143,6 @@ impl PluginThread {
                 runtime.block_on(async move {
                     while let Some(job) = rx.recv().await {
                         job().await;
-                        if ends.load(Ordering::Acquire) {
-                            break;
-                        }
                     }
                 });
                 drop(runtime);
@@ -144,16 +154,16 @@ impl PluginThread {
         }
         Ok(Self {
             jobs,
-            retired,
+            demoted,
             demote_after_nanos,
             demote_when: Arc::from(demote_when),
         })
     }
 
-    /// Whether this thread lowered itself for a call that ran away and ends
-    /// after it: the slot's next call needs a new thread.
-    pub(crate) fn retired(&self) -> bool {
-        self.retired.load(Ordering::Acquire)
+    /// Whether the thread runs at [`DEMOTED_NICE`] now.
+    #[cfg(test)]
+    fn demoted(&self) -> bool {
+        self.demoted.load(Ordering::Acquire)
     }
 
     /// Runs the future `make` builds on this thread and returns its output, or
@@ -167,7 +177,7 @@ impl PluginThread {
         R: Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        let (retired, demote_after) = (self.retired.clone(), self.demote_after_nanos);
+        let (demoted, demote_after) = (self.demoted.clone(), self.demote_after_nanos);
         let demote_when = self.demote_when.clone();
         let job: Job = Box::new(move || {
             Box::pin(async move {
@@ -179,12 +189,12 @@ impl PluginThread {
                 let call = std::future::poll_fn(|cx| {
                     let polled = call.as_mut().poll(cx);
                     if polled.is_pending()
-                        && !retired.load(Ordering::Relaxed)
+                        && !demoted.load(Ordering::Relaxed)
                         && crate::state::thread_cpu_nanos().saturating_sub(start) >= demote_after
                         && demote_when()
                     {
                         lower_priority(DEMOTED_NICE);
-                        retired.store(true, Ordering::Release);
+                        demoted.store(true, Ordering::Release);
                     }
                     polled
                 });
@@ -193,6 +203,11 @@ impl PluginThread {
                     output = &mut call => Some(output),
                     _ = tx.closed() => None,
                 };
+                // The demotion lasts the call, where the priority can be
+                // raised again.
+                if demoted.load(Ordering::Relaxed) && raise_priority(PLUGIN_NICE) {
+                    demoted.store(false, Ordering::Release);
+                }
                 if let Some(output) = output {
                     let _ = tx.send(output);
                 }
@@ -212,15 +227,26 @@ mod tests {
         rustix::process::getpriority_process(None).expect("getpriority")
     }
 
+    /// Whether this process may raise a thread's priority again (tried on
+    /// a thread of its own).
+    fn may_raise() -> bool {
+        std::thread::spawn(|| {
+            lower_priority(DEMOTED_NICE);
+            raise_priority(PLUGIN_NICE)
+        })
+        .join()
+        .unwrap()
+    }
+
     #[tokio::test]
-    async fn a_call_that_runs_away_is_lowered_and_its_thread_ends_after_it() {
+    async fn a_call_that_runs_away_while_crowded_is_lowered_for_that_call() {
         let bound = 30_000_000; // 30 ms of CPU
         let crowded = Arc::new(AtomicBool::new(false));
-        let when = |c: &Arc<AtomicBool>| -> DemoteWhen {
-            let c = c.clone();
+        let when: DemoteWhen = {
+            let c = crowded.clone();
             Box::new(move || c.load(Ordering::Relaxed))
         };
-        let thread = PluginThread::start_demoting_after("runaway", bound, when(&crowded)).unwrap();
+        let thread = PluginThread::start_demoting_after("runaway", bound, when).unwrap();
         let start = nice().max(PLUGIN_NICE);
 
         // A call that computes for three times the bound, yielding as guest
@@ -238,27 +264,28 @@ mod tests {
             nice()
         };
 
-        // Short calls keep the thread and its priority, and so does a long
-        // one while the host is not crowded.
+        // Short calls keep the thread's priority, and so does a long one
+        // while the host is not crowded.
         for _ in 0..3 {
             assert_eq!(thread.run(|| async { nice() }).await, Some(start));
-            assert!(!thread.retired());
         }
         assert_eq!(thread.run(long_call).await, Some(start));
-        assert!(!thread.retired());
+        assert!(!thread.demoted());
 
-        // Crowded: the long call is lowered while it runs, and the thread
-        // retired before its answer comes back.
+        // Crowded: a short call is not lowered, the long call is while it
+        // runs. After it, the same thread (its runtime holds the instance's
+        // sockets and timers) is back at the plugin priority where the
+        // process may raise it, and stays lowered where it may not.
         crowded.store(true, Ordering::Relaxed);
         assert_eq!(thread.run(|| async { nice() }).await, Some(start));
         assert_eq!(thread.run(long_call).await, Some(DEMOTED_NICE));
-        assert!(thread.retired());
-
-        // That thread is gone after the call; a new one starts at the
-        // plugin priority again (what the slot does on its next call).
-        assert_eq!(thread.run(|| async { 1 }).await, None);
-        let next = PluginThread::start_demoting_after("runaway", bound, when(&crowded)).unwrap();
-        assert_eq!(next.run(|| async { nice() }).await, Some(start));
-        assert!(!next.retired());
+        let after = thread.run(|| async { nice() }).await;
+        if may_raise() && start == PLUGIN_NICE {
+            assert_eq!(after, Some(PLUGIN_NICE));
+            assert!(!thread.demoted());
+        } else {
+            assert_eq!(after, Some(DEMOTED_NICE));
+            assert!(thread.demoted());
+        }
     }
 }
