@@ -67,23 +67,25 @@ pub(crate) const COMPILE_NICE: i32 = 19;
 /// `setpriority` on the calling "process" sets the calling thread's nice
 /// value. Failing to is harmless: the thread keeps the host's priority.
 pub(crate) fn lower_priority(nice: i32) {
-    #[cfg(target_os = "linux")]
-    if let Err(e) = rustix::process::setpriority_process(None, nice) {
+    if let Err(e) = set_priority(nice) {
         tracing::debug!(error = %e, nice, "Could not lower a thread's priority.");
     }
-    #[cfg(not(target_os = "linux"))]
-    let _ = nice;
 }
 
 /// Raises the calling thread's priority back to `nice`; false where the
 /// process may not (an unprivileged one can only lower it).
 fn raise_priority(nice: i32) -> bool {
+    set_priority(nice).is_ok()
+}
+
+/// Sets the calling thread's nice value (Linux; elsewhere nothing).
+fn set_priority(nice: i32) -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
-    return rustix::process::setpriority_process(None, nice).is_ok();
+    return rustix::process::setpriority_process(None, nice).map_err(Into::into);
     #[cfg(not(target_os = "linux"))]
     {
         let _ = nice;
-        true
+        Ok(())
     }
 }
 
@@ -185,13 +187,14 @@ impl PluginThread {
                 let start = crate::state::thread_cpu_nanos();
                 let mut call = std::pin::pin!(make());
                 // Every poll that leaves the call pending (guest code yields
-                // each epoch tick) looks at the CPU it has used so far.
+                // each epoch tick) while the host is crowded looks at the CPU
+                // the call has used so far (a clock read only then).
                 let call = std::future::poll_fn(|cx| {
                     let polled = call.as_mut().poll(cx);
                     if polled.is_pending()
                         && !demoted.load(Ordering::Relaxed)
-                        && crate::state::thread_cpu_nanos().saturating_sub(start) >= demote_after
                         && demote_when()
+                        && crate::state::thread_cpu_nanos().saturating_sub(start) >= demote_after
                     {
                         lower_priority(DEMOTED_NICE);
                         demoted.store(true, Ordering::Release);
