@@ -808,17 +808,10 @@ pub async fn captures(node: &Node) -> Result<Vec<pb::Capture>, Status> {
         .list(&keys::capture_prefix())
         .await
         .map_err(|e| Status::unavailable(e.to_string()))?;
-    let owners = store
-        .list(&keys::owner_prefix())
+    let owner = sluice_owner::election::current_owner(store.as_ref())
         .await
-        .map_err(|e| Status::unavailable(e.to_string()))?;
-    // The owner is the candidate that campaigned first (lowest create revision).
-    let owner = owners
-        .kvs
-        .iter()
-        .min_by_key(|kv| kv.create_revision)
-        .and_then(|kv| keys::decode::<CaptureInfo>(&kv.key, &kv.value).ok())
-        .map(|c| c.id);
+        .map_err(|e| Status::unavailable(e.to_string()))?
+        .map(|(c, _)| c.id);
     let mut out = Vec::new();
     for kv in &listing.kvs {
         if !matches!(MetaKey::parse(&kv.key), Some(MetaKey::Capture { .. })) {

@@ -16,16 +16,15 @@ use std::time::Duration;
 
 use sluice_meta::keys::{self, MetaKey};
 use sluice_meta::{KeyValue, MetaError, WatchEventKind};
-use sluice_owner::{
-    ASSIGNMENT_VERSION, Assignment, ChangefeedId, ChangefeedInfo, Desired, Epoch, ErrorKind,
-    Outcome, Tables,
+use sluice_owner::{ChangefeedId, ChangefeedInfo};
+use sluice_protocol::{
+    ASSIGNMENT_VERSION, Assignment, Desired, Epoch, ErrorKind, Outcome, Tables, TaskPosition,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::processor::{Live, Processor, report_end};
-use crate::progress::TaskPosition;
 use crate::work::Capture;
 
 /// How long the agent waits before retrying the meta store, and how often it

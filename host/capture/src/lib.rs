@@ -19,7 +19,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use sluice_config::ServerLimits;
 use sluice_meta::{Compare, MetaStore};
 use sluice_registry::PluginRegistry;
@@ -27,9 +26,10 @@ use sluice_registry::PluginRegistry;
 pub use agent::Agent;
 pub use builder::{Changefeed, ChangefeedBuilder, UpTo, open_redo};
 pub use processor::{Live, PluginCounters, Processor, SwapStats, plugin_roles};
-pub use progress::{Claim, Counters, MetaProgressStore, Reporter, TaskPosition};
+pub use progress::{Claim, MetaProgressStore, Reporter};
 pub use reserved::Reserved;
 pub use settings::{plugin_data_dir, plugin_settings};
+pub use sluice_protocol::{CaptureInfo, Counters, TaskPosition};
 pub use work::{Capture, registry_error, remove_redo};
 
 /// What the processors of a capture share.
@@ -72,22 +72,6 @@ impl Ctx {
         settings.capabilities.reserved = self.reserved.listeners();
         settings
     }
-}
-
-/// What a capture registers under `/sluice/v1/capture/{id}` (with its lease).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct CaptureInfo {
-    /// Version of this stored form.
-    pub version: u32,
-    /// The capture's id.
-    pub id: String,
-    /// Its gRPC address.
-    pub address: String,
-    /// The `sluice` version it runs.
-    pub sluice_version: String,
-    /// When it started, in ms since the Unix epoch.
-    pub started_at_ms: u64,
 }
 
 /// An error with its causes, on one line (`outer: cause: cause`).

@@ -9,13 +9,14 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use sluice_core::{CheckpointTs, CommitTs};
-use sluice_owner::{ChangefeedId, ChangefeedInfo, Epoch, ErrorKind, Outcome, TaskState};
-use sluice_owner::{
-    LatencyReport, PluginRole, ShadowDifference, ShadowReport, SwapReport, SwapState,
-};
+use sluice_owner::{ChangefeedId, ChangefeedInfo, PluginRole};
 use sluice_processor::{
     FilterSwapRequest, PipelineError, Probation, Progress, ProgressStoreError, ShadowCandidate,
     ShadowCommand, ShadowLimits, ShadowSnapshot, ShadowStatus, SwapRequest, Verdict,
+};
+use sluice_protocol::{
+    Epoch, ErrorKind, LatencyReport, Outcome, ShadowDifference, ShadowReport, SwapReport,
+    SwapState, TaskState,
 };
 use sluice_runtime::{LatencyHistogram, PluginKind, PluginStats, WasmFilter, WasmSink};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,8 +27,9 @@ use tracing::Instrument;
 use crate::Ctx;
 use crate::builder::open_redo;
 use crate::builder::{Changefeed, ChangefeedBuilder};
-use crate::progress::{Claim, Counters, MetaProgressStore, Reporter};
+use crate::progress::{Claim, MetaProgressStore, Reporter};
 use crate::settings::plugin_data_dir;
+use sluice_protocol::Counters;
 use sluice_registry::RegistryError;
 
 /// What can be seen of a running processor.
@@ -85,7 +87,7 @@ impl Live {
             source_skipped_statements: p.source_skipped_statements,
             source_time_ms: p.source_time_ms,
             event_cache_bytes: p.event_cache_bytes,
-            redo: p.redo.as_ref().map(|r| sluice_owner::RedoReport {
+            redo: p.redo.as_ref().map(|r| sluice_protocol::RedoReport {
                 resolved_ts: r.resolved_ts.get(),
                 checkpoint_ts: r.checkpoint_ts.get(),
                 bytes_written: r.bytes_written,

@@ -5,132 +5,18 @@
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
-use serde::{Deserialize, Serialize};
-use sluice_core::{Checkpoint, CheckpointTs, CommitTs, ResolvedTs, SourcePosition};
+use sluice_core::{Checkpoint, CheckpointTs, CommitTs, ResolvedTs};
 use sluice_meta::{Compare, MetaStore, Op, Revision, Txn, keys};
-use sluice_owner::TaskState;
 use sluice_processor::{ProgressStore, ProgressStoreError, StoreFuture};
+use sluice_protocol::{Counters, TaskPosition, TaskState};
 
 /// The tenant and capture `sluice run` writes under (a single local process).
 pub const RUN_TENANT: &str = "default";
 /// The capture id `sluice run` writes under.
 pub const RUN_CAPTURE: &str = "local";
 
-/// What is saved (see `docs/meta-layout.md`, task position).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct TaskPosition {
-    /// The record's stored-form version.
-    pub version: u32,
-    /// Incremented by every run; a save from an older run is fenced.
-    pub epoch: u64,
-    /// The changefeed's epoch (in the server) of the run that claimed the key; 0
-    /// for `sluice run`. On a restart the owner trusts only positions of the
-    /// changefeed's current epoch: older ones may predate an overwritten
-    /// checkpoint or a removal.
-    #[serde(default)]
-    pub changefeed_epoch: u64,
-    /// Every row with commit ts <= this is durable downstream.
-    pub checkpoint_ts: u64,
-    /// The highest ts the source resolved.
-    pub resolved_ts: u64,
-    /// Rows above this never reached the sink.
-    pub fence_ts: u64,
-    /// The source position of the last transaction at or below `checkpoint-ts`,
-    /// saved with it (absent in records of older versions, and for sources
-    /// without positions): valid only together with that checkpoint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source_position: Option<SourcePosition>,
-    /// How the run that claimed the key stands: `running` until it ends, then
-    /// how it ended (the owner takes its outcome from here). Absent in records
-    /// of older versions (read as `running`).
-    #[serde(default)]
-    pub state: TaskState,
-    /// What the run did so far, saved with its checkpoints and its end (absent
-    /// in older records: zero).
-    #[serde(default, flatten)]
-    pub counters: Counters,
-    /// Where the swap this run carries out stands (absent when none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub swap: Option<sluice_owner::SwapReport>,
-    /// What the shadow this run carries out did (absent when none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shadow: Option<sluice_owner::ShadowReport>,
-    /// What this run's continuous validator found (absent when none runs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub validator: Option<sluice_core::ValidatorReport>,
-}
-
-/// What a run did, as reported in its task position.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct Counters {
-    /// Where the run's redo log stands (absent without one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub redo: Option<sluice_owner::RedoReport>,
-    /// Row changes read from the source.
-    #[serde(default)]
-    pub rows_read: u64,
-    /// Row changes handed to the sink.
-    #[serde(default)]
-    pub rows_written: u64,
-    /// Bytes of row data handed to the sink.
-    #[serde(default)]
-    pub bytes_written: u64,
-    /// Plugin calls that failed and were retried.
-    #[serde(default)]
-    pub retries: u64,
-    /// Upstream events the source read (binlog events).
-    #[serde(default)]
-    pub source_events: u64,
-    /// Upstream statements the source did not recognise (not replicated).
-    #[serde(default)]
-    pub source_skipped_statements: u64,
-    /// Upstream time of the source's last event (ms since the Unix epoch; 0:
-    /// unknown).
-    #[serde(default)]
-    pub source_time_ms: u64,
-    /// Bytes of row data waiting in the event cache when saved.
-    #[serde(default)]
-    pub event_cache_bytes: u64,
-}
-
-impl Counters {
-    /// Both counts added up (the latest upstream time of the two).
-    pub fn plus(self, other: Counters) -> Counters {
-        Counters {
-            rows_read: self.rows_read + other.rows_read,
-            rows_written: self.rows_written + other.rows_written,
-            bytes_written: self.bytes_written + other.bytes_written,
-            retries: self.retries + other.retries,
-            source_events: self.source_events + other.source_events,
-            source_skipped_statements: self.source_skipped_statements
-                + other.source_skipped_statements,
-            source_time_ms: self.source_time_ms.max(other.source_time_ms),
-            event_cache_bytes: self.event_cache_bytes + other.event_cache_bytes,
-            // Where the log stands now, not a sum over runs.
-            redo: other.redo.or(self.redo),
-        }
-    }
-}
-
 /// Reads a run's counters when a save goes out.
 pub type CounterSource = Box<dyn Fn() -> Option<Counters> + Send + Sync>;
-
-impl TaskPosition {
-    /// Where a run resumes when it starts at `checkpoint`: with the saved source
-    /// position if it was saved with this very checkpoint (an overwritten
-    /// checkpoint resumes by ts alone).
-    pub fn resume_point(&self, checkpoint: CheckpointTs) -> Checkpoint {
-        Checkpoint {
-            ts: checkpoint,
-            position: self
-                .source_position
-                .clone()
-                .filter(|_| self.checkpoint_ts == checkpoint.get()),
-        }
-    }
-}
 
 /// Which task position a run claims.
 #[derive(Debug, Clone, Copy)]
@@ -398,7 +284,7 @@ impl Reporter {
     /// Writes where the swap this run carries out stands.
     pub async fn report_swap(
         &self,
-        report: sluice_owner::SwapReport,
+        report: sluice_protocol::SwapReport,
     ) -> Result<(), ProgressStoreError> {
         self.key
             .save(move |record| record.swap = Some(report))
@@ -408,7 +294,7 @@ impl Reporter {
     /// Writes what the shadow this run carries out did (none: it ended).
     pub async fn report_shadow(
         &self,
-        report: Option<sluice_owner::ShadowReport>,
+        report: Option<sluice_protocol::ShadowReport>,
     ) -> Result<(), ProgressStoreError> {
         self.key.save(move |record| record.shadow = report).await
     }
@@ -456,6 +342,7 @@ impl ProgressStore for MetaProgressStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_core::SourcePosition;
 
     #[tokio::test]
     async fn a_save_dropped_mid_write_does_not_fence_the_runs_next_saves() {
@@ -586,7 +473,7 @@ mod tests {
             changefeed_epoch: 5,
             checkpoint_ts: 10,
             state: TaskState::Failed {
-                kind: sluice_owner::ErrorKind::Config,
+                kind: sluice_protocol::ErrorKind::Config,
                 message: "bad".into(),
             },
             counters: Counters {
@@ -605,7 +492,7 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<TaskPosition>(&text).unwrap(), p);
         // The owner reads the same record.
-        let report: sluice_owner::TaskReport = serde_json::from_str(&text).unwrap();
+        let report: sluice_protocol::TaskReport = serde_json::from_str(&text).unwrap();
         assert_eq!(
             (
                 report.changefeed_epoch,

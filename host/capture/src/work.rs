@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use sluice_config::SourceConfig;
 use sluice_core::CheckpointTs;
-use sluice_owner::{ChangefeedId, ChangefeedInfo, Epoch, OwnerError};
+use sluice_owner::{ChangefeedId, ChangefeedInfo, OwnerError};
+use sluice_protocol::Epoch;
 use sluice_registry::RegistryError;
 use sluice_runtime::{PluginKind, WasmFilter, WasmSink};
 

@@ -15,9 +15,9 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use crate::Epoch;
 use crate::admin::AdminJob;
 use crate::context::{LiveProgress, OwnerContext, WorkProgress};
-use crate::epoch::Epoch;
 use crate::error::OwnerError;
 use crate::id::ChangefeedId;
 use crate::info::{Changefeed, ChangefeedInfo};

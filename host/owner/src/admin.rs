@@ -16,7 +16,7 @@
 
 use sluice_core::CheckpointTs;
 
-use crate::epoch::Epoch;
+use crate::Epoch;
 use crate::error::AdminError;
 use crate::id::ChangefeedId;
 use crate::info::{Changefeed, ChangefeedInfo};
@@ -521,7 +521,7 @@ mod tests {
         cf.info.record_error(crate::info::ErrorRecord {
             at_ms: 1,
             epoch: Epoch(4),
-            kind: crate::info::ErrorKind::Fatal,
+            kind: crate::ErrorKind::Fatal,
             message: "disk full".into(),
         });
         apply_admin_job(

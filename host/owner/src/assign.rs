@@ -14,7 +14,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use sluice_core::{CheckpointTs, CommitTs};
 use sluice_meta::keys::{self};
 use sluice_meta::{Compare, KeyValue, MetaError, MetaStore, Op, Revision, Txn, WatchEventKind};
@@ -22,14 +21,14 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::context::{LiveProgress, Outcome, Work, WorkProgress};
-use crate::epoch::Epoch;
+use crate::Epoch;
+use crate::ErrorKind;
+use crate::Outcome;
+use crate::context::{LiveProgress, Work, WorkProgress};
 use crate::id::ChangefeedId;
-use crate::info::{ChangefeedInfo, ErrorKind};
+use crate::info::ChangefeedInfo;
 use crate::records::GiveUp;
-
-/// Version of the stored [`Assignment`].
-pub const ASSIGNMENT_VERSION: u32 = 1;
+use crate::{ASSIGNMENT_VERSION, Assignment, Desired, Tables, TaskReport};
 
 /// How long [`AssignedWork::abort`] waits for the capture to report that its
 /// pipeline is gone before it gives up waiting (the task position's fence still
@@ -39,214 +38,24 @@ const ABORT_WAIT: Duration = Duration::from_secs(30);
 /// How long the handle waits before retrying a meta-store call that failed.
 const RETRY: Duration = Duration::from_millis(500);
 
-/// Which tables of a changefeed an assignment covers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Tables {
-    /// Every table the source yields (the only assignment made today).
-    All,
-    /// Only these tables (`schema.table`), for per-table scheduling later.
-    Only(Vec<String>),
-}
-
-/// What the owner wants the assigned capture to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Desired {
-    /// Run the changefeed's pipeline for this epoch.
-    Run,
-    /// Write what was read, flush, close, and report `stopped`.
-    Stop,
-    /// Cancel the pipeline without flushing and report once it is gone.
-    Abort,
-}
-
-/// One changefeed's task on one capture, as the owner assigned it
-/// (`/sluice/v1/assignment/{capture}/{tenant}/{changefeed}`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct Assignment {
-    /// Version of this stored form ([`ASSIGNMENT_VERSION`]).
-    pub version: u32,
-    /// The changefeed epoch the task runs under; the capture ignores an
-    /// assignment older than what it (or the stored info) has seen.
-    pub changefeed_epoch: Epoch,
-    /// The tables assigned.
-    pub tables: Tables,
-    /// Replicate after this checkpoint.
-    pub checkpoint_ts: CheckpointTs,
-    /// The mod revision of the changefeed's stored info this assignment was made
-    /// for (the capture reads the info by key and checks it).
-    pub info_revision: Revision,
-    /// Run, stop or abort.
-    pub desired: Desired,
-}
-
-/// How a capture's run of a task stands, as it reports it in its task position.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TaskState {
-    /// Running (also what a record written before states were reported reads as).
-    #[default]
-    Running,
-    /// The source ended: everything read is downstream.
-    Finished,
-    /// Stopped on request (or aborted): what it did not flush is replayed.
-    Stopped,
-    /// Failed.
-    Failed {
-        /// What the owner does next.
-        kind: ErrorKind,
-        /// What went wrong, for the operator.
-        message: String,
-    },
-    /// A newer run took over the task position.
-    Fenced,
-}
-
-impl TaskState {
-    /// How the run ended; none while it runs.
-    pub fn outcome(&self) -> Option<Outcome> {
-        Some(match self {
-            Self::Running => return None,
-            Self::Finished => Outcome::Finished,
-            Self::Stopped => Outcome::Stopped,
-            Self::Failed { kind, message } => Outcome::Failed {
-                kind: *kind,
-                message: message.clone(),
-            },
-            Self::Fenced => Outcome::Fenced,
-        })
-    }
-
-    /// Whether the run has ended.
-    pub fn is_terminal(&self) -> bool {
-        *self != Self::Running
-    }
-}
-
-impl From<Outcome> for TaskState {
-    fn from(outcome: Outcome) -> Self {
-        match outcome {
-            Outcome::Finished => Self::Finished,
-            Outcome::Stopped => Self::Stopped,
-            Outcome::Failed { kind, message } => Self::Failed { kind, message },
-            Outcome::Fenced => Self::Fenced,
-        }
-    }
-}
-
-/// The part of a task position the owner reads (the capture writes the whole
-/// Where a run's redo log stands (`[consistent] level = "eventual"`), as its
-/// task position reports it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct RedoReport {
-    /// Every event at or below this is durable in the log.
-    pub resolved_ts: u64,
-    /// The log's checkpoint ts (what the sink has).
-    pub checkpoint_ts: u64,
-    /// Bytes written to the log by the run.
-    pub bytes_written: u64,
-    /// Flushes of the run.
-    pub flushes: u64,
-    /// Time the run's flushes took, in milliseconds.
-    pub flush_ms: u64,
-    /// Time the run's writer was busy, in milliseconds.
-    pub busy_ms: u64,
-    /// Events waiting at the fence for the log.
-    pub waiting_events: u64,
-    /// 1 while the latest write to the log failed (it is tried again), else 0.
-    pub failing: u64,
-}
-
-impl RedoReport {
-    /// Two runs' reports as one: the lower ts, the sums.
-    pub fn merge(self, other: RedoReport) -> RedoReport {
-        RedoReport {
-            resolved_ts: self.resolved_ts.min(other.resolved_ts),
-            checkpoint_ts: self.checkpoint_ts.min(other.checkpoint_ts),
-            bytes_written: self.bytes_written + other.bytes_written,
-            flushes: self.flushes + other.flushes,
-            flush_ms: self.flush_ms + other.flush_ms,
-            busy_ms: self.busy_ms + other.busy_ms,
-            waiting_events: self.waiting_events + other.waiting_events,
-            failing: self.failing + other.failing,
-        }
-    }
-}
-
-/// record, see `sluice_capture::TaskPosition`; unknown fields are ignored here,
-/// missing ones default, so records of older versions decode).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct TaskReport {
-    /// The changefeed epoch of the run that wrote it.
-    #[serde(default)]
-    pub changefeed_epoch: u64,
-    /// Every row with commit ts <= this is durable downstream.
-    pub checkpoint_ts: u64,
-    /// The highest ts the source resolved.
-    #[serde(default)]
-    pub resolved_ts: u64,
-    /// How the run stands.
-    #[serde(default)]
-    pub state: TaskState,
-    /// Row changes read from the source by the run.
-    #[serde(default)]
-    pub rows_read: u64,
-    /// Row changes handed to the sink by the run.
-    #[serde(default)]
-    pub rows_written: u64,
-    /// Bytes of row data handed to the sink by the run.
-    #[serde(default)]
-    pub bytes_written: u64,
-    /// Plugin calls of the run that failed and were retried.
-    #[serde(default)]
-    pub retries: u64,
-    /// Upstream events the run's source read.
-    #[serde(default)]
-    pub source_events: u64,
-    /// Upstream statements the run's source did not recognise.
-    #[serde(default)]
-    pub source_skipped_statements: u64,
-    /// Upstream time of the source's last event (ms since the Unix epoch).
-    #[serde(default)]
-    pub source_time_ms: u64,
-    /// Bytes of row data waiting in the run's event cache.
-    #[serde(default)]
-    pub event_cache_bytes: u64,
-    /// Where the swap the run carries out stands.
-    #[serde(default)]
-    pub swap: Option<crate::SwapReport>,
-    /// What the shadow the run carries out did.
-    #[serde(default)]
-    pub shadow: Option<crate::ShadowReport>,
-    /// What the run's continuous validator found.
-    #[serde(default)]
-    pub validator: Option<sluice_core::ValidatorReport>,
-    /// Where the run's redo log stands.
-    #[serde(default)]
-    pub redo: Option<RedoReport>,
-}
-
-impl TaskReport {
-    fn progress(&self) -> WorkProgress {
+impl From<&TaskReport> for WorkProgress {
+    fn from(report: &TaskReport) -> Self {
+        let r = report;
         WorkProgress {
-            checkpoint_ts: CheckpointTs::new(self.checkpoint_ts),
-            resolved_ts: CommitTs::new(self.resolved_ts),
-            rows_read: self.rows_read,
-            rows_written: self.rows_written,
-            bytes_written: self.bytes_written,
-            retries: self.retries,
-            source_events: self.source_events,
-            source_skipped_statements: self.source_skipped_statements,
-            source_time_ms: self.source_time_ms,
-            event_cache_bytes: self.event_cache_bytes,
-            swap: self.swap.clone(),
-            shadow: self.shadow.clone(),
-            validator: self.validator.clone(),
-            redo: self.redo,
+            checkpoint_ts: CheckpointTs::new(r.checkpoint_ts),
+            resolved_ts: CommitTs::new(r.resolved_ts),
+            rows_read: r.rows_read,
+            rows_written: r.rows_written,
+            bytes_written: r.bytes_written,
+            retries: r.retries,
+            source_events: r.source_events,
+            source_skipped_statements: r.source_skipped_statements,
+            source_time_ms: r.source_time_ms,
+            event_cache_bytes: r.event_cache_bytes,
+            swap: r.swap.clone(),
+            shadow: r.shadow.clone(),
+            validator: r.validator.clone(),
+            redo: r.redo,
         }
     }
 }
@@ -555,7 +364,7 @@ impl Reports {
     fn progress(&self) -> Option<WorkProgress> {
         let mut out: Option<WorkProgress> = None;
         for report in self.captures.values() {
-            let p = report.as_ref()?.progress();
+            let p = WorkProgress::from(report.as_ref()?);
             out = Some(match out {
                 None => p,
                 Some(o) => WorkProgress {
@@ -748,6 +557,7 @@ async fn until(deadline: Option<tokio::time::Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::TaskState;
 
     #[test]
     fn the_assignment_record_has_its_documented_form() {

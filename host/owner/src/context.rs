@@ -5,16 +5,17 @@
 //! the capture through the meta store ([`crate::Assigner`]); the
 //! runtime's tests implement it with a fake, step by step, without a process.
 
+use crate::Outcome;
 use std::future::Future;
 use std::sync::Arc;
 
 use sluice_core::{CheckpointTs, CommitTs};
 use sluice_meta::Revision;
 
-use crate::epoch::Epoch;
+use crate::Epoch;
 use crate::error::OwnerError;
 use crate::id::ChangefeedId;
-use crate::info::{ChangefeedInfo, ChangefeedStatus, ErrorKind};
+use crate::info::{ChangefeedInfo, ChangefeedStatus};
 use crate::plugin::PluginId;
 use sluice_config::SourceConfig;
 
@@ -50,26 +51,6 @@ pub struct WorkProgress {
     pub validator: Option<sluice_core::ValidatorReport>,
     /// Where the work's redo log stands, with consistent replication.
     pub redo: Option<crate::RedoReport>,
-}
-
-/// How a capture's work for a changefeed ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// The source ended (a bounded source, or the target ts): everything read is
-    /// downstream.
-    Finished,
-    /// Stopped on request after writing, flushing and closing (or cancelled past
-    /// the stop timeout: its unflushed rows are replayed, flagged, next time).
-    Stopped,
-    /// Failed; the owner classifies and reacts.
-    Failed {
-        /// What the owner does next.
-        kind: ErrorKind,
-        /// What went wrong, for the operator.
-        message: String,
-    },
-    /// A newer epoch took over the task position; this one wrote nothing more.
-    Fenced,
 }
 
 /// The latest progress of running work, read at any time by anyone (queries

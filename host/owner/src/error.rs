@@ -3,11 +3,8 @@
 //! from a superseded pipeline) and [`DecodeError`] (the stored record cannot be
 //! read by this build).
 
-use std::fmt;
-
 use sluice_core::{CheckpointTs, CommitTs};
 
-use crate::epoch::Epoch;
 use sluice_config::ConfigError;
 
 use crate::id::ChangefeedId;
@@ -264,36 +261,6 @@ fn activity(state: FeedState) -> &'static str {
         FeedState::Removed => "removed",
     }
 }
-
-/// A write from a pipeline whose epoch is not the changefeed's current one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fenced {
-    /// The epoch the writer runs under.
-    pub writer: Epoch,
-    /// The changefeed's epoch as this reader knows it.
-    pub current: Epoch,
-}
-
-impl fmt::Display for Fenced {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.writer < self.current {
-            write!(
-                f,
-                "write from epoch {} fenced: the changefeed was restarted and now runs at epoch {}",
-                self.writer, self.current
-            )
-        } else {
-            write!(
-                f,
-                "write from epoch {} fenced: this copy of the changefeed is at epoch {}, older \
-                 than the writer; reload it",
-                self.writer, self.current
-            )
-        }
-    }
-}
-
-impl std::error::Error for Fenced {}
 
 /// A stored changefeed record this build cannot read.
 #[derive(Debug, thiserror::Error)]

@@ -8,17 +8,20 @@
 //! TOML tables, parsed again at every start; it is still read, and migrated to
 //! the typed form on read.
 
+use crate::{ErrorKind, MAX_MESSAGE_BYTES, bound_message};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::shadow::{ShadowRecord, ShadowReport, ShadowState};
-use crate::swap::{PluginRole, SwapRecord, SwapReport, SwapState};
+use crate::ShadowReport;
+use crate::shadow::{ShadowRecord, ShadowState};
+use crate::swap::{PluginRole, SwapRecord};
+use crate::{SwapReport, SwapState};
 use sluice_config::PluginConfig;
 use sluice_config::{ChangefeedConfig, Mode};
-use sluice_core::{CheckpointTs, CommitTs, PluginError};
+use sluice_core::{CheckpointTs, CommitTs};
 
-use crate::epoch::Epoch;
+use crate::Epoch;
 use crate::error::{DecodeError, InfoError};
 use crate::id::ChangefeedId;
 use crate::state::FeedState;
@@ -53,20 +56,6 @@ pub fn check_not_future(what: &'static str, ts: CommitTs, now_ms: u64) -> Result
         });
     }
     Ok(())
-}
-
-/// Longest error or warning message kept, in bytes (after escaping, give or
-/// take one escaped character); longer ones are cut, with their length noted.
-/// Twice a plugin's bound, so that a plugin message cut by the runtime still fits
-/// whole with the context the pipeline adds.
-pub const MAX_MESSAGE_BYTES: usize = 2 * sluice_core::MAX_MESSAGE_BYTES;
-
-/// `message` as it may be stored and shown: control characters (newlines
-/// included) escaped, and cut after about [`MAX_MESSAGE_BYTES`] on a character
-/// boundary with the original length noted. So no message, however long or whatever it
-/// holds, can outgrow a changefeed's record or forge a line in a log.
-pub fn bound_message(message: &str) -> String {
-    sluice_core::bounded_text(message, MAX_MESSAGE_BYTES)
 }
 
 /// What to replicate and where the changefeed stands.
@@ -463,52 +452,6 @@ impl ChangefeedStatus {
     /// Reads a stored form, refusing versions this build does not know.
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         decode_versioned(bytes, "changefeed status", STATUS_VERSION)
-    }
-}
-
-/// How the owner reacts to an error (DESIGN §3): grouped by what happens next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ErrorKind {
-    /// The configuration is wrong: fail at once; retrying cannot help.
-    Config,
-    /// Retrying will not help: fail at once.
-    Fatal,
-    /// Transient: back off and restart from the checkpoint.
-    Retryable,
-}
-
-impl ErrorKind {
-    /// The kind of a plugin error. Traps, exhausted quotas and deadlines
-    /// (`Stopped`) are retryable with a fresh instance; a call the host refused
-    /// (`Refused`) would be refused again, so it is fatal.
-    pub fn of_plugin_error(err: &PluginError) -> Self {
-        match err {
-            PluginError::Config(_) => ErrorKind::Config,
-            e if e.is_retryable() => ErrorKind::Retryable,
-            _ => ErrorKind::Fatal,
-        }
-    }
-
-    /// The kind's name as stored and shown.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorKind::Config => "config",
-            ErrorKind::Fatal => "fatal",
-            ErrorKind::Retryable => "retryable",
-        }
-    }
-}
-
-impl From<&PluginError> for ErrorKind {
-    fn from(err: &PluginError) -> Self {
-        ErrorKind::of_plugin_error(err)
-    }
-}
-
-impl fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -986,25 +929,6 @@ max-batch-bytes = "8MiB"
         ]);
         let info = ChangefeedInfo::decode(json.to_string().as_bytes()).unwrap();
         assert_eq!((info.errors.len(), info.error_count), (1, 1));
-    }
-
-    #[test]
-    fn plugin_errors_map_to_error_kinds() {
-        let kind = |e: PluginError| ErrorKind::of_plugin_error(&e);
-        assert_eq!(kind(PluginError::Config("x".into())), ErrorKind::Config);
-        assert_eq!(kind(PluginError::Fatal("x".into())), ErrorKind::Fatal);
-        assert_eq!(
-            kind(PluginError::Retryable("x".into())),
-            ErrorKind::Retryable
-        );
-        assert_eq!(
-            kind(PluginError::Stopped("trap".into())),
-            ErrorKind::Retryable
-        );
-        assert_eq!(
-            kind(PluginError::Refused("too big".into())),
-            ErrorKind::Fatal
-        );
     }
 
     #[test]

@@ -20,6 +20,10 @@
 //! ([`AssignedWork`]); tests plug in a fake.
 //! It answers with an [`OwnerError`], grouped by what the caller does next; the
 //! API maps that to gRPC codes and HTTP statuses.
+//!
+//! Who is the owner is decided in [`election`]: captures register under their
+//! leases and campaign (etcd's election recipe); the owner's writes carry the
+//! guard of its [`OwnerTerm`].
 
 mod actor;
 mod admin;
@@ -27,7 +31,7 @@ mod assign;
 mod backoff;
 mod clock;
 mod context;
-mod epoch;
+pub mod election;
 mod error;
 mod id;
 mod info;
@@ -45,22 +49,16 @@ mod tests;
 
 pub use actor::{FeedView, Owner, Snapshot};
 pub use admin::{AdminJob, Effect, apply_admin_job};
-pub use assign::{
-    ASSIGNMENT_VERSION, AssignedWork, Assigner, Assignment, Desired, RedoReport, Tables,
-    TaskReport, TaskState,
-};
+pub use assign::{AssignedWork, Assigner};
 pub use backoff::{Backoff, BackoffConfig, JitterSource, SeededJitter};
 pub use clock::{Clock, FakeClock, SystemClock};
-pub use context::{
-    InfoWrite, LiveProgress, Outcome, OwnerContext, SaveError, Stored, Work, WorkProgress,
-};
-pub use epoch::{Epoch, fence};
-pub use error::{AdminError, BackoffConfigError, DecodeError, Fenced, InfoError, OwnerError};
+pub use context::{InfoWrite, LiveProgress, OwnerContext, SaveError, Stored, Work, WorkProgress};
+pub use election::{OwnerTerm, Registration};
+pub use error::{AdminError, BackoffConfigError, DecodeError, InfoError, OwnerError};
 pub use id::{ChangefeedId, DEFAULT_TENANT};
 pub use info::{
-    Changefeed, ChangefeedInfo, ChangefeedStatus, ErrorKind, ErrorRecord, FailReason, INFO_VERSION,
-    MAX_INFO_BYTES, MAX_MESSAGE_BYTES, MAX_RECORDS, MAX_TS_AHEAD_MS, STATUS_VERSION, WarningRecord,
-    bound_message, check_not_future,
+    Changefeed, ChangefeedInfo, ChangefeedStatus, ErrorRecord, FailReason, INFO_VERSION,
+    MAX_INFO_BYTES, MAX_RECORDS, MAX_TS_AHEAD_MS, STATUS_VERSION, WarningRecord, check_not_future,
 };
 pub use manager::{Decision, FeedStateManager};
 pub use plugin::{Capabilities, DataDir, Limits, PluginId, PluginRef};
@@ -68,12 +66,17 @@ pub use records::{GiveUp, MetaRecords};
 pub use rollout::{MAX_ROLLOUT_BATCH, RolloutPlan, RolloutStep, RolloutSummary, rollout};
 pub use runtime::{OwnerConfig, Totals};
 pub use shadow::{
-    LatencyReport, MAX_REPORTED_DIFFERENCES, MAX_SHADOW_LAG_MS, MAX_SHADOW_QUEUED_BYTES,
-    MIN_SHADOW_LAG_MS, ShadowAsk, ShadowDifference, ShadowRecord, ShadowReport, ShadowState,
+    MAX_SHADOW_LAG_MS, MAX_SHADOW_QUEUED_BYTES, MIN_SHADOW_LAG_MS, ShadowAsk, ShadowRecord,
+    ShadowState,
 };
 pub use sluice_config::{ChangefeedConfig, IdError, MAX_NAME_LEN, NameKind, validate_name};
+pub use sluice_protocol::{
+    ASSIGNMENT_VERSION, Assignment, CaptureInfo, Desired, Epoch, ErrorKind, Fenced, LatencyReport,
+    MAX_MESSAGE_BYTES, MAX_REPORTED_DIFFERENCES, Outcome, RedoReport, ShadowDifference,
+    ShadowReport, SwapReport, SwapState, Tables, TaskReport, TaskState, bound_message, fence,
+};
 pub use state::FeedState;
 pub use swap::{
     MAX_PROBATION_FLUSHES, MAX_PROBATION_MS, MAX_PROBATION_RETRIES, MAX_SWAP_RECORDS, PluginRole,
-    ProbationPolicy, SwapAsk, SwapRecord, SwapReport, SwapState, record_for, within_grants,
+    ProbationPolicy, SwapAsk, SwapRecord, record_for, within_grants,
 };

@@ -21,13 +21,15 @@
 
 use sluice_core::CheckpointTs;
 
+use crate::ErrorKind;
+use crate::Fenced;
 use crate::admin::{self, AdminJob, Effect};
 use crate::backoff::{Backoff, BackoffConfig, JitterSource};
 use crate::clock::Clock;
-use crate::epoch::{Epoch, fence};
-use crate::error::{AdminError, BackoffConfigError, Fenced};
-use crate::info::{Changefeed, ErrorKind, ErrorRecord, FailReason, WarningRecord};
+use crate::error::{AdminError, BackoffConfigError};
+use crate::info::{Changefeed, ErrorRecord, FailReason, WarningRecord};
 use crate::state::FeedState;
+use crate::{Epoch, fence};
 
 /// What the server must do now. Every decision that changed the record
 /// (`Restart`, `Fail`, `Finish`) must be persisted before it is acted on.
@@ -207,7 +209,7 @@ impl<C: Clock, J: JitterSource> FeedStateManager<C, J> {
         }
         // Bounded and escaped before it is stored, shown or logged: a plugin's
         // error text must not make the record unstorable.
-        let message = crate::info::bound_message(&message.into());
+        let message = crate::bound_message(&message.into());
         self.changefeed.info.record_error(ErrorRecord {
             at_ms: now,
             epoch,

@@ -9,9 +9,9 @@ use sluice_core::CheckpointTs;
 use sluice_meta::keys::{self, MetaKey};
 use sluice_meta::{Compare, MetaError, MetaStore, Op, Revision, Txn};
 
-use crate::assign::TaskReport;
+use crate::Epoch;
+use crate::TaskReport;
 use crate::context::{InfoWrite, SaveError, Stored};
-use crate::epoch::Epoch;
 use crate::error::OwnerError;
 use crate::id::ChangefeedId;
 use crate::info::{ChangefeedInfo, ChangefeedStatus};

@@ -11,11 +11,12 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use crate::SwapState;
 use crate::actor::Owner;
 use crate::id::ChangefeedId;
 use crate::plugin::PluginId;
 use crate::state::FeedState;
-use crate::swap::{PluginRole, ProbationPolicy, SwapAsk, SwapState};
+use crate::swap::{PluginRole, ProbationPolicy, SwapAsk};
 
 /// Most changefeeds a rollout swaps at once.
 pub const MAX_ROLLOUT_BATCH: usize = 100;

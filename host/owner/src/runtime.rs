@@ -11,13 +11,14 @@ use std::time::{Duration, Instant};
 use sluice_core::{CheckpointTs, CommitTs};
 use sluice_meta::Revision;
 
+use crate::Epoch;
+use crate::Outcome;
 use crate::actor::PluginChange;
 use crate::actor::{Entry, Snapshot};
 use crate::admin::{AdminJob, Effect};
 use crate::backoff::{BackoffConfig, SeededJitter};
 use crate::clock::{Clock, SystemClock};
-use crate::context::{InfoWrite, Outcome, OwnerContext, SaveError, Work, WorkProgress};
-use crate::epoch::Epoch;
+use crate::context::{InfoWrite, OwnerContext, SaveError, Work, WorkProgress};
 use crate::error::OwnerError;
 use crate::id::ChangefeedId;
 use crate::info::{Changefeed, ChangefeedInfo, ChangefeedStatus};
@@ -237,7 +238,7 @@ impl<C: OwnerContext> Runtime<C> {
             if let Some(open) = cf.info.swaps.last_mut().filter(|s| s.state.is_open()) {
                 // What the store says runs is what runs: the new version, on
                 // probation again, with the old one to fall back to.
-                open.reason = Some(crate::info::bound_message(&format!(
+                open.reason = Some(crate::bound_message(&format!(
                     "the server restarted while the swap was {}; {} runs on probation again \
                      from checkpoint {}, with {} to fall back to",
                     open.state.as_str(),

@@ -14,7 +14,7 @@
 use serde::{Deserialize, Serialize};
 use sluice_config::PluginConfig;
 
-use crate::info::bound_message;
+use crate::bound_message;
 use crate::plugin::PluginId;
 use crate::swap::PluginRole;
 
@@ -24,9 +24,6 @@ pub const MIN_SHADOW_LAG_MS: u64 = 100;
 pub const MAX_SHADOW_LAG_MS: u64 = 3600 * 1000;
 /// Most bytes a shadow may ask to queue for its sink candidate (1 GiB).
 pub const MAX_SHADOW_QUEUED_BYTES: u64 = 1 << 30;
-/// Differences a report carries with their detail.
-pub const MAX_REPORTED_DIFFERENCES: usize = 10;
-
 /// Where a shadow stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -169,103 +166,5 @@ impl ShadowAsk {
             reason: None,
             ended_at_ms: None,
         })
-    }
-}
-
-/// A plugin's call latency while a shadow runs (µs).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct LatencyReport {
-    /// Calls timed.
-    pub calls: u64,
-    /// Mean over every call.
-    pub mean_us: u64,
-    /// Median of the latest calls.
-    pub p50_us: u64,
-    /// 99th percentile of the latest calls.
-    pub p99_us: u64,
-    /// The longest call.
-    pub max_us: u64,
-}
-
-/// Where a candidate's output differs from the live plugin's.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct ShadowDifference {
-    /// `schema.table`.
-    pub table: String,
-    /// The row's key (`id=5`).
-    pub key: String,
-    /// The first column that differs (`(row)`: one side has no such row).
-    pub column: String,
-    /// The live value.
-    pub live: String,
-    /// The candidate's value.
-    pub candidate: String,
-}
-
-/// What a capture reports about the shadow it runs (in its task position).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct ShadowReport {
-    /// The shadow's [`ShadowRecord::seq`].
-    pub seq: u64,
-    /// Batches the candidate got.
-    #[serde(default)]
-    pub batches: u64,
-    /// Rows compared (a filter).
-    #[serde(default)]
-    pub rows_compared: u64,
-    /// Rows whose outputs differ (a filter).
-    #[serde(default)]
-    pub rows_differing: u64,
-    /// The first differences.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub differences: Vec<ShadowDifference>,
-    /// Candidate calls that failed.
-    #[serde(default)]
-    pub errors: u64,
-    /// The last failure.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
-    /// The live plugin's call latency.
-    #[serde(default)]
-    pub live_latency: LatencyReport,
-    /// The candidate's.
-    #[serde(default)]
-    pub candidate_latency: LatencyReport,
-    /// Rows a sink candidate wrote.
-    #[serde(default)]
-    pub rows_written: u64,
-    /// Flushes a sink candidate acknowledged.
-    #[serde(default)]
-    pub flushes: u64,
-    /// How far a sink candidate was behind (ms).
-    #[serde(default)]
-    pub lag_ms: u64,
-    /// Why the capture dropped the candidate.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dropped: Option<String>,
-}
-
-impl ShadowReport {
-    /// The same report with every text bounded and escaped (a plugin's
-    /// values and errors are in it).
-    pub fn bounded(mut self) -> Self {
-        self.differences.truncate(MAX_REPORTED_DIFFERENCES);
-        for d in &mut self.differences {
-            for text in [
-                &mut d.table,
-                &mut d.key,
-                &mut d.column,
-                &mut d.live,
-                &mut d.candidate,
-            ] {
-                *text = sluice_core::bounded_text(text, 256);
-            }
-        }
-        self.last_error = self.last_error.map(|e| bound_message(&e));
-        self.dropped = self.dropped.map(|e| bound_message(&e));
-        self
     }
 }

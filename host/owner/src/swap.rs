@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 use sluice_config::PluginConfig;
 use sluice_core::CheckpointTs;
 
-use crate::info::bound_message;
 use crate::plugin::PluginId;
+use crate::{SwapReport, SwapState, bound_message};
 
 /// What a plugin does in a changefeed: the sink, or the filter at a position
 /// of the chain (`sink`, `filter-0`, ... as shown and stored).
@@ -162,44 +162,6 @@ impl ProbationPolicy {
     }
 }
 
-/// Where a swap stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SwapState {
-    /// Recorded; the capture has not swapped yet (or the changefeed is not
-    /// running: the new version starts on probation when it runs).
-    Pending,
-    /// Swapped at a barrier; the new version is on trial.
-    Probation,
-    /// The new version passed its probation.
-    Done,
-    /// The new version failed on probation; the old one runs again.
-    RolledBack,
-    /// The new version did not open; the old one ran on.
-    Refused,
-    /// Overtaken before it ended: the changefeed was updated or removed.
-    Superseded,
-}
-
-impl SwapState {
-    /// Whether the swap is still in progress (a new swap must wait).
-    pub fn is_open(self) -> bool {
-        matches!(self, SwapState::Pending | SwapState::Probation)
-    }
-
-    /// The state's name as shown.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SwapState::Pending => "pending",
-            SwapState::Probation => "probation",
-            SwapState::Done => "done",
-            SwapState::RolledBack => "rolled-back",
-            SwapState::Refused => "refused",
-            SwapState::Superseded => "superseded",
-        }
-    }
-}
-
 /// One swap of a changefeed's sink, as stored in its info.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -282,28 +244,6 @@ impl SwapRecord {
     }
 }
 
-/// What a capture reports about the swap it runs (in its task position).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct SwapReport {
-    /// The swap's [`SwapRecord::seq`].
-    pub seq: u64,
-    /// Where it stands at the capture: probation, done, rolled back or refused.
-    pub state: SwapState,
-    /// The checkpoint at the barrier.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub barrier_ts: Option<u64>,
-    /// How long delivery paused at the barrier (ms).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pause_ms: Option<u64>,
-    /// The same in microseconds (absent in records written before it was kept).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pause_us: Option<u64>,
-    /// Why (a rollback's or refusal's error).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
-
 /// Appends `record`, keeping the newest [`MAX_SWAP_RECORDS`].
 pub(crate) fn push_record(records: &mut Vec<SwapRecord>, record: SwapRecord) {
     records.push(record);
@@ -321,7 +261,7 @@ pub(crate) fn advance(
     report: &SwapReport,
     now_ms: u64,
 ) -> Option<Option<PluginConfig>> {
-    use SwapState::*;
+    use crate::SwapState::*;
     if report.seq != record.seq {
         return None;
     }

@@ -7,15 +7,12 @@ use std::time::Duration;
 use sluice_config::ServerLimits;
 use sluice_core::{CheckpointTs, CommitTs};
 use sluice_meta::{Compare, EmbeddedMetaStore, MetaStore, Op, Revision, Txn, keys};
-use sluice_owner::{
-    Assignment, ChangefeedId, ChangefeedInfo, Desired, Epoch, PluginId, PluginRef, Tables,
-    TaskState,
-};
+use sluice_owner::{ChangefeedId, ChangefeedInfo, PluginId, PluginRef};
+use sluice_protocol::{Assignment, Desired, Epoch, Tables, TaskPosition, TaskState};
 use sluice_registry::PluginRegistry;
 use sluice_runtime::{PluginKind, PluginRuntime, RuntimeConfig};
 
 use super::Agent;
-use crate::progress::TaskPosition;
 use crate::{Capture, Ctx};
 
 const START: u64 = 1000;

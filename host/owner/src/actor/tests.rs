@@ -11,8 +11,9 @@ use sluice_meta::Revision;
 use tokio::sync::{Notify, mpsc};
 
 use super::*;
+use crate::Outcome;
 use crate::backoff::BackoffConfig;
-use crate::context::{InfoWrite, Outcome, SaveError, Stored, Work};
+use crate::context::{InfoWrite, SaveError, Stored, Work};
 use crate::info::ChangefeedStatus;
 
 /// One piece of fake work; the test decides when and how it ends.

@@ -1,7 +1,8 @@
 //! `sluice server`: wires the owner and the processors of one capture, the gRPC
 //! admin API and the HTTP listener (`/metrics`, `/healthz`, `/api/v1/`). Single
 //! node for now: the capture registers itself and campaigns for ownership in the
-//! meta store with its lease, which leaves the seams for a cluster.
+//! meta store with its lease (`sluice_owner::election`), which leaves the seams
+//! for a cluster.
 
 mod context;
 mod work_load;
@@ -13,10 +14,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use sluice_api::{Api, Node};
-use sluice_capture::{Agent, Capture, CaptureInfo};
+use sluice_capture::{Agent, Capture};
 use sluice_config::ServerLimits;
-use sluice_meta::{Compare, EmbeddedMetaStore, EtcdMetaStore, LeaseId, MetaStore, Op, Txn, keys};
-use sluice_owner::{Assigner, BackoffConfig, GiveUp, MetaRecords, Owner, OwnerConfig};
+use sluice_meta::{EmbeddedMetaStore, EtcdMetaStore, MetaStore, keys};
+use sluice_owner::election::ElectionError;
+use sluice_owner::{
+    Assigner, BackoffConfig, CaptureInfo, GiveUp, MetaRecords, Owner, OwnerConfig, OwnerTerm,
+    Registration,
+};
 use sluice_registry::PluginRegistry;
 use sluice_runtime::{PluginRuntime, RuntimeConfig};
 use tokio::sync::mpsc;
@@ -233,14 +238,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     let id = capture_id(&data_dir)?;
     let started_at_ms = sluice_owner::Clock::now_ms(&sluice_owner::SystemClock);
-    let lease = register(store.as_ref(), &id, addr, started_at_ms).await?;
-    let owner_guard = match campaign(store.as_ref(), lease.0).await {
-        Ok(guard) => guard,
-        Err(e) => {
-            let _ = store.revoke(lease.0).await;
-            return Err(e);
-        }
-    };
+    let (registration, term) = register_and_own(store.clone(), &id, addr, started_at_ms).await?;
+    let owner_guard = term.guard;
     // Tenants made before tenants had records keep working; the first start
     // writes the admin token `sluice cli` finds in the data dir.
     let tenancy = sluice_auth::Tenancy::new(store.clone());
@@ -320,7 +319,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ),
         work: work.handle().clone(),
     })));
-    let keeper = tokio::spawn(keep_alive(store.clone(), give_up.clone(), lease.0, lease.1));
+    let keeper = tokio::spawn({
+        let (registration, give_up) = (registration.clone(), give_up.clone());
+        async move {
+            let why = sluice_owner::election::keep_alive(&registration).await;
+            give_up(format!("{why}; start it again"));
+        }
+    });
     let context = Arc::new(ServerContext {
         records: MetaRecords::new(store.clone(), owner_guard.clone(), give_up.clone()),
         // A stopping processor is cancelled at the stop timeout and then reports.
@@ -336,7 +341,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Ok(started) => started,
         Err(e) => {
             keeper.abort();
-            let _ = store.revoke(lease.0).await;
+            let _ = registration.resign().await;
             return Err(e.into());
         }
     };
@@ -491,7 +496,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let _ = grpc_server.await;
     let _ = http_server.await;
     keeper.abort();
-    let _ = store.revoke(lease.0).await;
+    let _ = registration.resign().await;
     if let Some(reason) = fatal_reason {
         anyhow::bail!("sluice server stopped: {reason}");
     }
@@ -579,41 +584,15 @@ async fn report_health(
     }
 }
 
-/// Becomes the owner, or refuses to start while another capture is: one server
-/// per meta store until captures can share the work (the cluster issue). Returns
-/// the guard that holds while this capture stays the owner.
-async fn campaign(store: &dyn MetaStore, lease: LeaseId) -> anyhow::Result<Compare> {
-    let key = keys::owner_candidate(lease);
-    let candidates = store.list(&keys::owner_prefix()).await?;
-    let ours =
-        candidates.kvs.iter().find(|kv| kv.key == key).context(
-            "this capture's owner candidacy vanished at once; is the meta store healthy?",
-        )?;
-    if let Some(first) = candidates
-        .kvs
-        .iter()
-        .min_by_key(|kv| kv.create_revision)
-        .filter(|kv| kv.key != key)
-    {
-        let other: CaptureInfo = keys::decode(&first.key, &first.value)?;
-        anyhow::bail!(
-            "capture {} at {} is the owner of this meta store; run one server per meta store \
-             (or wait up to 10 s for a killed one's lease to expire)",
-            other.id,
-            other.address
-        );
-    }
-    Ok(Compare::create_revision(key, ours.create_revision))
-}
-
-/// Registers the capture and its owner candidacy under a new lease.
-async fn register(
-    store: &dyn MetaStore,
+/// Registers the capture and becomes the owner, or refuses to start while
+/// another capture is: one server per meta store until captures share the work
+/// (the election waits in line for a cluster; a server does not yet).
+async fn register_and_own(
+    store: Arc<dyn MetaStore>,
     id: &str,
     addr: SocketAddr,
     started_at_ms: u64,
-) -> anyhow::Result<(LeaseId, Duration)> {
-    let lease = store.grant_lease(Duration::from_secs(10)).await?;
+) -> anyhow::Result<(Registration, OwnerTerm)> {
     let info = CaptureInfo {
         version: 1,
         id: id.to_string(),
@@ -621,44 +600,28 @@ async fn register(
         sluice_version: env!("CARGO_PKG_VERSION").to_string(),
         started_at_ms,
     };
-    let capture_key = keys::capture(id)?;
-    let registered = store
-        .txn(Txn::new().when([Compare::absent(&capture_key)]).and_then([
-            Op::put_with_lease(&capture_key, keys::encode(&info)?, lease.id),
-            Op::put_with_lease(
-                keys::owner_candidate(lease.id),
-                keys::encode(&info)?,
-                lease.id,
-            ),
-        ]))
-        .await
-        .context("registering the capture")?;
-    if !registered.succeeded {
-        let _ = store.revoke(lease.id).await;
-        anyhow::bail!(
-            "capture {id} is already registered: another server runs with this data dir (or a copy \
-             of it), or a killed one's lease has not expired yet (up to 10 s)"
-        );
-    }
-    Ok((lease.id, lease.ttl))
-}
-
-/// Keeps the capture's lease alive; once it is lost (the keys are gone, so another
-/// capture may take over), the server stops.
-async fn keep_alive(store: Arc<dyn MetaStore>, give_up: GiveUp, lease: LeaseId, ttl: Duration) {
-    loop {
-        tokio::time::sleep(ttl / 3).await;
-        match store.keep_alive(lease).await {
-            Ok(_) => {}
-            Err(sluice_meta::MetaError::LeaseNotFound { .. }) => {
-                give_up(
-                    "the capture's lease expired (was the meta store unreachable?); start it again"
-                        .into(),
-                );
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "The capture's lease could not be renewed; retrying.")
+    let registration = match Registration::register(
+        store,
+        info,
+        sluice_owner::election::DEFAULT_LEASE_TTL,
+    )
+    .await
+    {
+        Ok(registration) => registration,
+        Err(e @ ElectionError::AlreadyRegistered { .. }) => return Err(e.into()),
+        Err(e) => return Err(e).context("registering the capture"),
+    };
+    match registration.try_campaign().await {
+        Ok(term) => Ok((registration, term)),
+        Err(e) => {
+            let _ = registration.resign().await;
+            match e {
+                ElectionError::OtherOwner { .. } => Err(anyhow::anyhow!(
+                    "{e}; run one server per meta store (or wait up to {:?} for a killed \
+                     one's lease to expire)",
+                    registration.ttl()
+                )),
+                e => Err(e).context("campaigning for ownership"),
             }
         }
     }

@@ -7,8 +7,6 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::Fenced;
-
 /// The incarnation a pipeline runs under. `Epoch(0)` means never started.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
@@ -48,6 +46,36 @@ pub fn fence(writer: Epoch, current: Epoch) -> Result<(), Fenced> {
         Err(Fenced { writer, current })
     }
 }
+
+/// A write from a pipeline whose epoch is not the changefeed's current one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fenced {
+    /// The epoch the writer runs under.
+    pub writer: Epoch,
+    /// The changefeed's epoch as this reader knows it.
+    pub current: Epoch,
+}
+
+impl fmt::Display for Fenced {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.writer < self.current {
+            write!(
+                f,
+                "write from epoch {} fenced: the changefeed was restarted and now runs at epoch {}",
+                self.writer, self.current
+            )
+        } else {
+            write!(
+                f,
+                "write from epoch {} fenced: this copy of the changefeed is at epoch {}, older \
+                 than the writer; reload it",
+                self.writer, self.current
+            )
+        }
+    }
+}
+
+impl std::error::Error for Fenced {}
 
 #[cfg(test)]
 mod tests {
