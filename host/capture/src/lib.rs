@@ -44,8 +44,11 @@ pub struct Ctx {
     pub redo_root: sluice_redo::StorageUri,
     /// This capture's id (task positions are saved under it).
     pub capture_id: String,
-    /// Holds while this capture is the owner: checked in every task position claim.
-    pub owner_guard: Compare,
+    /// Holds while this capture is registered under its lease
+    /// (`Registration::guard`): checked in every task position claim and save,
+    /// so a capture whose lease ended (cut off from the store, or too slow to
+    /// renew it) writes nothing more.
+    pub capture_guard: Compare,
     /// What a changefeed may ask for (stored ones are clamped to it).
     pub limits: ServerLimits,
     /// `--stop-timeout-ms`.

@@ -284,7 +284,7 @@ pub(crate) async fn report_end(
                     ctx.store.clone(),
                     claim,
                     Some(checkpoint),
-                    Some(ctx.owner_guard.clone()),
+                    Some(ctx.capture_guard.clone()),
                 )
                 .await
                 {
@@ -368,7 +368,7 @@ async fn run(
         ctx.store.clone(),
         claim,
         Some(checkpoint),
-        Some(ctx.owner_guard.clone()),
+        Some(ctx.capture_guard.clone()),
     )
     .await
     {

@@ -64,6 +64,8 @@ pub struct Registration {
     info: CaptureInfo,
     lease: LeaseId,
     ttl: Duration,
+    /// The create revision of the capture's record.
+    registered: Revision,
 }
 
 impl std::fmt::Debug for Registration {
@@ -110,6 +112,7 @@ impl Registration {
                 info,
                 lease: lease.id,
                 ttl: lease.ttl,
+                registered: r.revision,
             }),
             Ok(_) => {
                 let _ = store.revoke(lease.id).await;
@@ -138,6 +141,15 @@ impl Registration {
     /// The lease's TTL as the store granted it.
     pub fn ttl(&self) -> Duration {
         self.ttl
+    }
+
+    /// Holds while this registration stands (its record, created at
+    /// registration, is there): every write of the capture's own (its task
+    /// positions) carries it, so a capture whose lease ended writes nothing
+    /// more, whoever the owner is.
+    pub fn guard(&self) -> Compare {
+        let key = keys::capture(&self.info.id).expect("checked at registration");
+        Compare::create_revision(key, self.registered)
     }
 
     fn candidacy(&self) -> String {
@@ -431,6 +443,13 @@ mod tests {
             store.list(&keys::owner_prefix()).await.unwrap().kvs.len(),
             1
         );
+        // The capture's own writes hold while it is registered, and not after.
+        let own = |guard: Compare| {
+            Txn::new()
+                .when([guard])
+                .and_then([Op::put("/sluice/v1/test/position", b"p".to_vec())])
+        };
+        assert!(store.txn(own(first.guard())).await.unwrap().succeeded);
         first.resign().await.unwrap();
         assert!(
             store
@@ -440,10 +459,15 @@ mod tests {
                 .kvs
                 .is_empty()
         );
+        assert!(!store.txn(own(first.guard())).await.unwrap().succeeded);
         let again = Registration::register(store.clone(), info("a"), ttl)
             .await
             .unwrap();
         again.try_campaign().await.unwrap();
+        // The same id registered again is another registration: the first
+        // one's guard does not hold for it.
+        assert!(!store.txn(own(first.guard())).await.unwrap().succeeded);
+        assert!(store.txn(own(again.guard())).await.unwrap().succeeded);
     }
 
     #[tokio::test(start_paused = true)]

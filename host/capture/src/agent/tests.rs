@@ -64,7 +64,7 @@ async fn fixture() -> Fixture {
         data_dir: dir.path().to_path_buf(),
         redo_root: sluice_redo::StorageUri::Local(dir.path().join("redo")),
         capture_id: "c-1".into(),
-        owner_guard: Compare::create_revision("/test/owner", created),
+        capture_guard: Compare::create_revision("/test/owner", created),
         limits: ServerLimits {
             max_call_timeout_ms: 600_000,
             max_host_call_timeout_ms: 600_000,

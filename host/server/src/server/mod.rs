@@ -310,7 +310,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         registry: registry.clone(),
         data_dir: data_dir.clone(),
         capture_id: id.clone(),
-        owner_guard: owner_guard.clone(),
+        capture_guard: registration.guard(),
         limits,
         stop_timeout,
         reserved: sluice_capture::Reserved::new(
