@@ -291,6 +291,8 @@ pub fn capture_json(c: &pb::Capture) -> Value {
     json!({
         "id": c.id,
         "address": c.address,
+        "owner": c.is_owner,
+        // The same, as earlier releases named it.
         "is-owner": c.is_owner,
         "version": c.version,
         "started-at-ms": c.started_at_ms,

@@ -294,6 +294,7 @@ fn the_cli_drives_plugins_and_changefeeds_through_their_lifecycle() {
 
     let captures = server.json(&["capture", "list"]);
     assert_eq!(captures.as_array().unwrap().len(), 1);
+    assert_eq!(captures[0]["owner"], true);
     assert_eq!(captures[0]["is-owner"], true);
     let status = server.json(&["status"]);
     assert_eq!(status["healthy"], true);
