@@ -112,6 +112,12 @@ pub struct ServeArgs {
     /// Audit entries kept in the meta store (the newest; 100 to 1000000).
     #[arg(long, default_value_t = 10_000)]
     pub audit_retention: u64,
+    /// The capture's lease, in seconds (2 to 600; TiCDC's capture session
+    /// TTL): a killed server's registration and ownership end this long after
+    /// its last renewal, and a server that cannot renew it for four fifths of
+    /// it stops by itself.
+    #[arg(long, default_value_t = sluice_owner::election::DEFAULT_LEASE_TTL.as_secs())]
+    pub lease_ttl_s: u64,
 }
 
 /// A stable capture id per data dir: task positions are saved under it, so a
@@ -187,6 +193,12 @@ impl ServeArgs {
                 self.max_plugin_resources
             );
         }
+        if !(2..=600).contains(&self.lease_ttl_s) {
+            anyhow::bail!(
+                "--lease-ttl-s is {}; it must be between 2 and 600",
+                self.lease_ttl_s
+            );
+        }
         if !(self.max_plugin_mib..=16_384).contains(&self.max_uploads_mib) {
             anyhow::bail!(
                 "--max-uploads-mib is {}; it must be between --max-plugin-mib ({}) and 16384",
@@ -238,7 +250,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     let id = capture_id(&data_dir)?;
     let started_at_ms = sluice_owner::Clock::now_ms(&sluice_owner::SystemClock);
-    let (registration, term) = register_and_own(store.clone(), &id, addr, started_at_ms).await?;
+    let lease_ttl = Duration::from_secs(args.lease_ttl_s);
+    let (registration, term) =
+        register_and_own(store.clone(), &id, addr, started_at_ms, lease_ttl).await?;
     let owner_guard = term.guard;
     // Tenants made before tenants had records keep working; the first start
     // writes the admin token `sluice cli` finds in the data dir.
@@ -592,6 +606,7 @@ async fn register_and_own(
     id: &str,
     addr: SocketAddr,
     started_at_ms: u64,
+    lease_ttl: Duration,
 ) -> anyhow::Result<(Registration, OwnerTerm)> {
     let info = CaptureInfo {
         version: 1,
@@ -600,13 +615,7 @@ async fn register_and_own(
         sluice_version: env!("CARGO_PKG_VERSION").to_string(),
         started_at_ms,
     };
-    let registration = match Registration::register(
-        store,
-        info,
-        sluice_owner::election::DEFAULT_LEASE_TTL,
-    )
-    .await
-    {
+    let registration = match Registration::register(store, info, lease_ttl).await {
         Ok(registration) => registration,
         Err(e @ ElectionError::AlreadyRegistered { .. }) => return Err(e.into()),
         Err(e) => return Err(e).context("registering the capture"),
@@ -652,5 +661,48 @@ impl Drop for WorkRuntime {
         if let Some(runtime) = self.0.take() {
             runtime.shutdown_background();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn check(args: &[&str]) -> Result<(), String> {
+        let cli = Cli::try_parse_from(std::iter::once("server").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        cli.serve.validate().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn every_number_is_checked_against_its_range() {
+        check(&[]).unwrap();
+        check(&["--lease-ttl-s", "2"]).unwrap();
+        check(&["--lease-ttl-s", "600"]).unwrap();
+        for bad in ["0", "1", "601"] {
+            assert_eq!(
+                check(&["--lease-ttl-s", bad]).unwrap_err(),
+                format!("--lease-ttl-s is {bad}; it must be between 2 and 600")
+            );
+        }
+        assert_eq!(
+            check(&["--max-plugin-mib", "0"]).unwrap_err(),
+            "--max-plugin-mib is 0; it must be between 1 and 1024"
+        );
+        assert_eq!(
+            check(&["--max-plugin-instances", "4"]).unwrap_err(),
+            "--max-plugin-instances is 4; it must be between 8 and 1024"
+        );
+        assert_eq!(
+            check(&["--max-uploads-mib", "32"]).unwrap_err(),
+            "--max-uploads-mib is 32; it must be between --max-plugin-mib (64) and 16384"
+        );
     }
 }
