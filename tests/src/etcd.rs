@@ -55,6 +55,25 @@ impl PrivateEtcd {
         }
     }
 
+    /// Freezes the server (SIGSTOP): connections stay open and nothing
+    /// answers, as when a network partition cuts a client off.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal} etcd");
+    }
+
     /// Waits until the client port accepts connections (at most 20 s).
     pub fn wait_listening(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);

@@ -31,6 +31,9 @@ use crate::work::Capture;
 /// takes in processors that ended.
 const RETRY: Duration = Duration::from_millis(500);
 
+/// How long an abort waits for the cancelled processors' reports.
+const ABORT_REPORT_WAIT: Duration = Duration::from_secs(5);
+
 /// A running agent; [`Agent::stop`] ends it.
 pub struct Agent {
     /// Set once asked to stop.
@@ -127,87 +130,113 @@ async fn run(capture: Arc<Capture>, mut stop: watch::Receiver<Option<Halt>>) {
     };
     let mut reap = tokio::time::interval(RETRY);
     reap.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    'list: while stop.borrow().is_none() {
-        let listing = match ctx.store.list(&prefix).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, "Could not list this capture's assignments; retrying.");
+    // A stop ends the following at once, even in the middle of a call to a
+    // meta store that does not answer.
+    let mut halted = stop.clone();
+    let follow = async {
+        'list: while stop.borrow().is_none() {
+            let listing = match ctx.store.list(&prefix).await {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Could not list this capture's assignments; retrying.");
+                    let _ = tokio::time::timeout(RETRY, stop.changed()).await;
+                    continue;
+                }
+            };
+            let mut present = BTreeSet::new();
+            let mut result = Ok(());
+            for kv in &listing.kvs {
+                let Some(id) = changefeed_of(&kv.key) else {
+                    continue;
+                };
+                present.insert(id.clone());
+                if let Some(a) = decode(kv) {
+                    result = result.and(state.on_assignment(id, Some(a)).await);
+                }
+            }
+            // Assignments deleted while nobody watched.
+            let gone: Vec<ChangefeedId> = state
+                .running
+                .keys()
+                .filter(|id| !present.contains(*id))
+                .cloned()
+                .collect();
+            for id in gone {
+                result = result.and(state.on_assignment(id, None).await);
+            }
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "Could not act on an assignment; listing again.");
                 let _ = tokio::time::timeout(RETRY, stop.changed()).await;
                 continue;
             }
-        };
-        let mut present = BTreeSet::new();
-        let mut result = Ok(());
-        for kv in &listing.kvs {
-            let Some(id) = changefeed_of(&kv.key) else {
-                continue;
+            let mut events = match ctx.store.watch(&prefix, Some(listing.revision)).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(error = %e, "Could not watch the assignments; listing again.");
+                    continue;
+                }
             };
-            present.insert(id.clone());
-            if let Some(a) = decode(kv) {
-                result = result.and(state.on_assignment(id, Some(a)).await);
-            }
-        }
-        // Assignments deleted while nobody watched.
-        let gone: Vec<ChangefeedId> = state
-            .running
-            .keys()
-            .filter(|id| !present.contains(*id))
-            .cloned()
-            .collect();
-        for id in gone {
-            result = result.and(state.on_assignment(id, None).await);
-        }
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "Could not act on an assignment; listing again.");
-            let _ = tokio::time::timeout(RETRY, stop.changed()).await;
-            continue;
-        }
-        let mut events = match ctx.store.watch(&prefix, Some(listing.revision)).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::debug!(error = %e, "Could not watch the assignments; listing again.");
-                continue;
-            }
-        };
-        loop {
-            tokio::select! {
-                event = events.next() => {
-                    let event = match event {
-                        Some(Ok(ev)) => ev,
-                        // Compacted, or the stream ended: list again.
-                        Some(Err(e)) => {
-                            tracing::debug!(error = %e, "The assignment watch ended; listing again.");
+            loop {
+                tokio::select! {
+                    event = events.next() => {
+                        let event = match event {
+                            Some(Ok(ev)) => ev,
+                            // Compacted, or the stream ended: list again.
+                            Some(Err(e)) => {
+                                tracing::debug!(error = %e, "The assignment watch ended; listing again.");
+                                continue 'list;
+                            }
+                            None => continue 'list,
+                        };
+                        let Some(id) = changefeed_of(&event.kv.key) else {
+                            continue;
+                        };
+                        let assignment = match event.kind {
+                            WatchEventKind::Put => match decode(&event.kv) {
+                                Some(a) => Some(a),
+                                None => continue,
+                            },
+                            WatchEventKind::Delete => None,
+                        };
+                        if let Err(e) = state.on_assignment(id, assignment).await {
+                            tracing::warn!(error = %e, "Could not act on an assignment; listing again.");
+                            let _ = tokio::time::timeout(RETRY, stop.changed()).await;
                             continue 'list;
                         }
-                        None => continue 'list,
-                    };
-                    let Some(id) = changefeed_of(&event.kv.key) else {
-                        continue;
-                    };
-                    let assignment = match event.kind {
-                        WatchEventKind::Put => match decode(&event.kv) {
-                            Some(a) => Some(a),
-                            None => continue,
-                        },
-                        WatchEventKind::Delete => None,
-                    };
-                    if let Err(e) = state.on_assignment(id, assignment).await {
-                        tracing::warn!(error = %e, "Could not act on an assignment; listing again.");
-                        let _ = tokio::time::timeout(RETRY, stop.changed()).await;
-                        continue 'list;
                     }
+                    _ = reap.tick() => state.reap().await,
+                    _ = stop.changed() => break 'list,
                 }
-                _ = reap.tick() => state.reap().await,
-                _ = stop.changed() => break 'list,
             }
         }
+    };
+    tokio::select! {
+        () = follow => {}
+        _ = halted.wait_for(Option::is_some) => {}
     }
     let how = stop.borrow().unwrap_or(Halt::Abort);
     let running = std::mem::take(&mut state.running);
     if how != Halt::Flush {
         let report = how == Halt::Abort;
-        for (_, r) in running {
-            r.processor.abort(report).await;
+        // Every processor stops writing first; the reports need the meta
+        // store, which may not answer (a lost lease is the usual reason to
+        // abort), so they get a bounded wait.
+        for r in running.values() {
+            r.processor.cancel();
+        }
+        let reports = async {
+            for (_, r) in running {
+                r.processor.abort(report).await;
+            }
+        };
+        if tokio::time::timeout(ABORT_REPORT_WAIT, reports)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "The meta store did not take the cancelled processors' reports in time; \
+                 the owner learns of their end from their assignments."
+            );
         }
         return;
     }

@@ -212,6 +212,14 @@ impl Processor {
         self.task.is_finished()
     }
 
+    /// Asks the pipeline to be cancelled without flushing, and returns at once
+    /// (a guest call in progress ends at its own deadline at the latest);
+    /// [`Processor::abort`] then waits for it and reports it. Cancelling
+    /// every processor first lets them all stop together.
+    pub fn cancel(&self) {
+        self.task.abort();
+    }
+
     /// Cancels the pipeline without flushing and waits until it is gone (a guest
     /// call in progress ends at its own deadline at the latest), so that no write
     /// of it can land after this returns; then reports it `stopped` when

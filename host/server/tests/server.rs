@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
 use sluice_tests::plugin_path;
@@ -686,6 +686,66 @@ fn failing_sinks_back_off_restart_and_fail_then_update_and_resume_fix_them() {
     );
     assert_eq!(server.state("fatal")["status"]["rows-written"], 500);
     server.stop();
+}
+
+/// A server cut off from its meta store (etcd frozen: connections open,
+/// nothing answers) stops by itself within its lease, before the store could
+/// end the lease and another capture take over its work.
+#[test]
+fn a_server_cut_off_from_etcd_stops_within_its_lease() {
+    let etcd = sluice_tests::etcd::PrivateEtcd::start();
+    etcd.wait_listening();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(
+        &dir.path().join("server"),
+        &["--etcd", &etcd.endpoint, "--lease-ttl-s", "2"],
+    );
+    let captures = server.json(&["capture", "list"]);
+    assert_eq!(captures.as_array().unwrap().len(), 1);
+    // A changefeed runs while the store goes away.
+    server.upload("sink-file", "sink");
+    server.upload("filter-mask", "filter");
+    let file = feed_file(dir.path(), "cut-off", 100_000_000, 2_000);
+    server.json(&[
+        "changefeed",
+        "create",
+        "-c",
+        "cut-off",
+        "--config",
+        file.to_str().unwrap(),
+    ]);
+    server.wait_for("rows to flow", Duration::from_secs(30), || {
+        server.state("cut-off")["status"]["rows-written"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+    });
+    etcd.pause();
+    let cut_at = Instant::now();
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        // 1.6 s to notice, then at most 5 s for the owner's last writes.
+        assert!(
+            cut_at.elapsed() < Duration::from_secs(15),
+            "the server still runs {:?} after etcd froze; stderr: {}",
+            cut_at.elapsed(),
+            server.stderr.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    etcd.resume();
+    let stderr = server.stderr.lock().unwrap().clone();
+    assert!(!status.success(), "it stops with an error: {stderr}");
+    assert!(
+        stderr.contains("the capture's lease could not be renewed"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("stopping: cancelling every changefeed"),
+        "{stderr}"
+    );
 }
 
 /// The same server on etcd: state survives a restart of the server.

@@ -489,34 +489,57 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             fatal_rx.borrow().clone()
         } => reason,
     };
+    let rest = async move {
+        let _ = health_loop.await;
+        let _ = grpc_server.await;
+        let _ = http_server.await;
+        keeper.abort();
+        let _ = registration.resign().await;
+    };
+    if let Some(reason) = fatal_reason {
+        // Another owner may be taking over: stop writing at once. This node's
+        // capture cancels its work itself (no store needed), while the owner
+        // stops taking commands and writes what it still can; a meta store
+        // that does not answer (the usual reason to be here) is not waited
+        // for past a grace period.
+        eprintln!("sluice server: stopping: cancelling every changefeed");
+        let _ = stop_tx.send(true);
+        let owner_side = async move {
+            owner.close().await;
+            owner.shutdown(true).await;
+            let _ = owner_task.await;
+            rest.await;
+        };
+        let (_, owner_done) = tokio::join!(
+            agent.stop(true),
+            tokio::time::timeout(FATAL_STOP_GRACE, owner_side)
+        );
+        if owner_done.is_err() {
+            eprintln!(
+                "sluice server: the meta store did not answer within {FATAL_STOP_GRACE:?}; \
+                 stopped without the owner's last writes"
+            );
+        }
+        anyhow::bail!("sluice server stopped: {reason}");
+    }
     // No new admin jobs or processors from here on; then the listeners drain.
     owner.close().await;
     let _ = stop_tx.send(true);
-    if fatal_reason.is_some() {
-        // Another owner may be taking over: stop writing at once. This node's
-        // capture cancels its work itself, at the same time (the owner may no
-        // longer be able to write the aborts into the assignments).
-        eprintln!("sluice server: stopping: cancelling every changefeed");
-        tokio::join!(owner.shutdown(true), agent.stop(true));
-    } else {
-        eprintln!("sluice server: stopping: flushing every changefeed");
-        // The owner stops the work through the assignments; the capture's
-        // agent carries the stops out and reports them.
-        owner.shutdown(false).await;
-        agent.stop(false).await;
-    }
+    eprintln!("sluice server: stopping: flushing every changefeed");
+    // The owner stops the work through the assignments; the capture's agent
+    // carries the stops out and reports them.
+    owner.shutdown(false).await;
+    agent.stop(false).await;
     let _ = owner_task.await;
-    let _ = health_loop.await;
-    let _ = grpc_server.await;
-    let _ = http_server.await;
-    keeper.abort();
-    let _ = registration.resign().await;
-    if let Some(reason) = fatal_reason {
-        anyhow::bail!("sluice server stopped: {reason}");
-    }
+    rest.await;
     eprintln!("sluice server: stopped");
     Ok(())
 }
+
+/// How long a server that must stop (its lease lost, its store unreachable)
+/// waits for the owner's last writes and the listeners after its processors
+/// are cancelled.
+const FATAL_STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// Says so when the data dir holds uploaded plugins but the meta store holds no
 /// record at all: the store was most likely replaced or lost, and every
