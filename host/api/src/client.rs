@@ -1136,7 +1136,7 @@ async fn execute(args: &CliArgs, channel: Channel, bearer: Bearer) -> Result<Out
                 .await?
                 .into_inner();
             Out::Rows(
-                vec!["id", "address", "owner", "version"],
+                vec!["id", "address", "owner", "changefeeds", "version"],
                 list.captures.iter().map(capture_json).collect(),
             )
         }

@@ -812,6 +812,20 @@ pub async fn captures(node: &Node) -> Result<Vec<pb::Capture>, Status> {
         .await
         .map_err(|e| Status::unavailable(e.to_string()))?
         .map(|(c, _)| c.id);
+    // What each capture was assigned to run.
+    let mut assigned: std::collections::BTreeMap<String, u32> = Default::default();
+    let assignments = store
+        .list(&keys::assignments_prefix())
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+    for kv in &assignments.kvs {
+        if let Some(MetaKey::Assignment { capture, .. }) = MetaKey::parse(&kv.key)
+            && keys::decode::<sluice_owner::Assignment>(&kv.key, &kv.value)
+                .is_ok_and(|a| a.desired == sluice_owner::Desired::Run)
+        {
+            *assigned.entry(capture).or_default() += 1;
+        }
+    }
     let mut out = Vec::new();
     for kv in &listing.kvs {
         if !matches!(MetaKey::parse(&kv.key), Some(MetaKey::Capture { .. })) {
@@ -821,6 +835,7 @@ pub async fn captures(node: &Node) -> Result<Vec<pb::Capture>, Status> {
             keys::decode(&kv.key, &kv.value).map_err(|e| Status::internal(e.to_string()))?;
         out.push(pb::Capture {
             is_owner: owner.as_deref() == Some(c.id.as_str()),
+            changefeeds: assigned.get(&c.id).copied().unwrap_or(0),
             id: c.id,
             address: c.address,
             version: c.sluice_version,

@@ -296,5 +296,6 @@ pub fn capture_json(c: &pb::Capture) -> Value {
         "is-owner": c.is_owner,
         "version": c.version,
         "started-at-ms": c.started_at_ms,
+        "changefeeds": c.changefeeds,
     })
 }

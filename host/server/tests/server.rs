@@ -702,6 +702,7 @@ fn a_server_cut_off_from_etcd_stops_within_its_lease() {
     );
     let captures = server.json(&["capture", "list"]);
     assert_eq!(captures.as_array().unwrap().len(), 1);
+    assert_eq!(captures[0]["changefeeds"], 0);
     // A changefeed runs while the store goes away.
     server.upload("sink-file", "sink");
     server.upload("filter-mask", "filter");
@@ -720,6 +721,9 @@ fn a_server_cut_off_from_etcd_stops_within_its_lease() {
             .unwrap_or(0)
             > 0
     });
+    let captures = server.json(&["capture", "list"]);
+    assert_eq!(captures[0]["changefeeds"], 1, "{captures}");
+    assert_eq!(captures[0]["owner"], true);
     etcd.pause();
     let cut_at = Instant::now();
     let status = loop {
