@@ -130,8 +130,11 @@ async fn run(capture: Arc<Capture>, mut stop: watch::Receiver<Option<Halt>>) {
     };
     let mut reap = tokio::time::interval(RETRY);
     reap.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // A stop ends the following at once, even in the middle of a call to a
-    // meta store that does not answer.
+    // A stop that cancels ends the following at once, even in the middle of
+    // a call to a meta store that does not answer (the server stops right
+    // after, so a processor an interrupted start left behind goes with it). A
+    // flushing stop lets the step in progress finish, so that every processor
+    // it starts or stops is in `running` for the halt below.
     let mut halted = stop.clone();
     let follow = async {
         'list: while stop.borrow().is_none() {
@@ -212,7 +215,7 @@ async fn run(capture: Arc<Capture>, mut stop: watch::Receiver<Option<Halt>>) {
     };
     tokio::select! {
         () = follow => {}
-        _ = halted.wait_for(Option::is_some) => {}
+        _ = halted.wait_for(|h| h.is_some_and(|h| h != Halt::Flush)) => {}
     }
     let how = stop.borrow().unwrap_or(Halt::Abort);
     let running = std::mem::take(&mut state.running);
