@@ -180,15 +180,16 @@ impl Registration {
             // only the next in line takes over) or for our own (the lease ended).
             let ours = self.candidacy();
             let mut watch = self.store.watch(&keys::owner_prefix(), Some(after)).await?;
-            while let Some(event) = watch.next().await {
-                let event = event?;
+            while let Some(Ok(event)) = watch.next().await {
                 if event.kind == WatchEventKind::Delete
                     && (event.kv.key == key || event.kv.key == ours)
                 {
                     break;
                 }
             }
-            // Gone, or the watch ended: look again.
+            // Gone, or the watch ended (or failed: compacted, a lost
+            // connection): look again; a store that stays down fails the
+            // listing.
         }
     }
 
