@@ -32,6 +32,8 @@ mod backoff;
 mod clock;
 mod context;
 pub mod election;
+#[cfg(any(test, feature = "testing"))]
+pub mod election_checks;
 mod error;
 mod id;
 mod info;
