@@ -801,8 +801,10 @@ impl ChangefeedService for Api {
     }
 }
 
-/// Every live capture, the owner marked.
-pub async fn captures(node: &Node) -> Result<Vec<pb::Capture>, Status> {
+/// Every live capture, the owner marked, with the changefeeds assigned to it
+/// of `tenant` (of every tenant for `None`: an admin's view; a tenant sees no
+/// count of the others').
+pub async fn captures(node: &Node, tenant: Option<&str>) -> Result<Vec<pb::Capture>, Status> {
     let store = &node.store;
     let listing = store
         .list(&keys::capture_prefix())
@@ -819,7 +821,10 @@ pub async fn captures(node: &Node) -> Result<Vec<pb::Capture>, Status> {
         .await
         .map_err(|e| Status::unavailable(e.to_string()))?;
     for kv in &assignments.kvs {
-        if let Some(MetaKey::Assignment { capture, .. }) = MetaKey::parse(&kv.key)
+        if let Some(MetaKey::Assignment {
+            capture, tenant: t, ..
+        }) = MetaKey::parse(&kv.key)
+            && tenant.is_none_or(|tenant| tenant == t)
             && keys::decode::<sluice_owner::Assignment>(&kv.key, &kv.value)
                 .is_ok_and(|a| a.desired == sluice_owner::Desired::Run)
         {
@@ -852,9 +857,9 @@ impl ClusterService for Api {
         request: Request<pb::ListCapturesRequest>,
     ) -> Result<Response<pb::ListCapturesResponse>, Status> {
         // Any valid token may see where the cluster's captures are.
-        caller(&request)?;
+        let scope = caller(&request)?.scope("").map_err(auth_status)?;
         Ok(Response::new(pb::ListCapturesResponse {
-            captures: captures(&self.node).await?,
+            captures: captures(&self.node, scope.as_deref()).await?,
         }))
     }
 
@@ -880,8 +885,8 @@ impl ClusterService for Api {
         &self,
         request: Request<pb::GetOwnerRequest>,
     ) -> Result<Response<pb::Capture>, Status> {
-        caller(&request)?;
-        captures(&self.node)
+        let scope = caller(&request)?.scope("").map_err(auth_status)?;
+        captures(&self.node, scope.as_deref())
             .await?
             .into_iter()
             .find(|c| c.is_owner)

@@ -115,8 +115,12 @@ fn rss_bytes() -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
-async fn captures(axum::extract::State(s): S) -> Response {
-    match grpc::captures(&s).await {
+async fn captures(axum::extract::State(s): S, axum::Extension(caller): Authed) -> Response {
+    let tenant = match caller.scope("") {
+        Ok(tenant) => tenant,
+        Err(e) => return auth_error_response(&e),
+    };
+    match grpc::captures(&s, tenant.as_deref()).await {
         Ok(list) => Json(
             list.iter()
                 .map(crate::json::capture_json)

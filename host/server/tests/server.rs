@@ -724,6 +724,21 @@ fn a_server_cut_off_from_etcd_stops_within_its_lease() {
     let captures = server.json(&["capture", "list"]);
     assert_eq!(captures[0]["changefeeds"], 1, "{captures}");
     assert_eq!(captures[0]["owner"], true);
+    // Another tenant sees the capture, not a count of this tenant's work.
+    server.json(&["tenant", "create", "acme"]);
+    let (ok, out, err) = server.cli(&[
+        "--output", "json", "token", "create", "--tenant", "acme", "--role", "viewer",
+    ]);
+    assert!(ok, "{err}");
+    let viewer: Json = serde_json::from_str(&out).unwrap();
+    let (ok, out, err) = server.cli_with_token(
+        viewer["token"].as_str().unwrap(),
+        &["--output", "json", "capture", "list"],
+    );
+    assert!(ok, "{err}");
+    let seen: Json = serde_json::from_str(&out).unwrap();
+    assert_eq!(seen[0]["owner"], true, "{seen}");
+    assert_eq!(seen[0]["changefeeds"], 0, "{seen}");
     etcd.pause();
     let cut_at = Instant::now();
     let status = loop {
