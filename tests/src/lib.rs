@@ -6,6 +6,7 @@ pub mod bench;
 pub mod etcd;
 pub mod mariadb;
 pub mod postgres;
+pub mod s3;
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> u16 {

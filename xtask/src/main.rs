@@ -32,6 +32,9 @@
 //! - `bench-tenancy [noisy|density]`: build the plugins and run the
 //!   multi-tenant benchmark (release build): quiet tenants' throughput and API
 //!   p99 with and without noisy neighbours, and 1,000 changefeeds' footprint.
+//! - `bench-cluster`: build the plugins and run the cluster benchmark
+//!   (release build): owner failover times on a private etcd (SIGKILL of the
+//!   owner until the standby owns, and until a changefeed's checkpoint moves).
 //! - `bench-e2e [--runs N] [--against PATH]`: build the plugins and the release
 //!   `sluice`, and time `sluice run` end to end on `examples/bench-blackhole.toml`
 //!   and `examples/bench-mask-file.toml` with 200 k and 1 M rows: rows per second
@@ -134,6 +137,10 @@ fn main() -> Result<()> {
             cmd.extend(args[1..].iter().map(String::as_str));
             cargo(&cmd)
         }
+        Some("bench-cluster") => {
+            build_plugins(&root)?;
+            cargo(&["bench", "-p", "sluice-server", "--bench", "cluster"])
+        }
         Some("bench-e2e") => bench_e2e(&root, &args[1..]),
         Some("bench-binlog") => bench_binlog(&root),
         Some("bench-swap") => bench_swap(&root),
@@ -142,7 +149,7 @@ fn main() -> Result<()> {
         Some("schema-evolution") => schema_evolution(&root, &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server | bench-isolation | bench-tenancy [noisy|density] | bench-e2e | bench-binlog | bench-swap | bench-replication | bench-redo | schema-evolution>"
+                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server | bench-isolation | bench-tenancy [noisy|density] | bench-cluster | bench-e2e | bench-binlog | bench-swap | bench-replication | bench-redo | schema-evolution>"
             );
             bail!("unknown or missing command")
         }
@@ -315,7 +322,9 @@ fn ensure_s3_server() -> Result<()> {
     if on_path || home.join("bin/s3s-fs").exists() {
         return Ok(());
     }
-    eprintln!("installing s3s-fs (an S3-compatible server for the redo log's S3 tests)");
+    eprintln!(
+        "installing s3s-fs (an S3-compatible server for the S3 tests of the redo log and the plugin store)"
+    );
     cargo(&[
         "install",
         "s3s-fs@0.14.1",

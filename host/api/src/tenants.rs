@@ -75,9 +75,11 @@ pub fn share_config(quota: &TenantQuota) -> sluice_runtime::ShareConfig {
 /// Applies every tenant's CPU settings to this server's plugin threads now
 /// (each server does this every few seconds, so a change made through
 /// another server arrives too).
-pub async fn apply_shares(node: &crate::Node) -> Result<(), AuthError> {
-    let shares = node.registry.runtime().shares();
-    for record in node.tenancy.list_tenants().await? {
+pub async fn apply_shares(
+    tenancy: &sluice_auth::Tenancy,
+    shares: &sluice_runtime::CpuShares,
+) -> Result<(), AuthError> {
+    for record in tenancy.list_tenants().await? {
         shares.configure(&record.name, share_config(&record.quota));
     }
     Ok(())

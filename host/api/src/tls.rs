@@ -3,7 +3,6 @@
 //! certificate in use. Each connection's handshake runs on its own task with a
 //! time bound, so a client that never finishes one holds up no other.
 
-use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -145,39 +144,5 @@ impl Tls {
             }
         });
         rx
-    }
-}
-
-/// The HTTP listener over TLS, for `axum::serve`.
-pub struct TlsListener {
-    rx: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
-}
-
-impl TlsListener {
-    /// Serves the connections `tls` accepts on `listener`.
-    pub fn new(tls: &Arc<Tls>, listener: TcpListener) -> io::Result<Self> {
-        let local = listener.local_addr()?;
-        Ok(Self {
-            rx: tls.accept(listener, Listener::Http),
-            local,
-        })
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.rx.recv().await {
-            Some(accepted) => accepted,
-            // The accepting task ended: nothing more comes.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        Ok(self.local)
     }
 }

@@ -99,6 +99,7 @@ impl MetaProgressStore {
         };
         let mut compare = Compare::absent(&key_name);
         let mut highest_fence = 0;
+        let mut others = Vec::new();
         for kv in store.list(&prefix).await?.kvs {
             if kv.key == key_name {
                 previous = keys::decode::<TaskPosition>(&kv.key, &kv.value)?;
@@ -106,9 +107,13 @@ impl MetaProgressStore {
                 highest_fence = highest_fence.max(previous.fence_ts);
                 continue;
             }
-            // Another capture's position: only its fence matters here.
+            // Another capture's position: its fence, and where its source
+            // stood (for work that moved here from it).
             match keys::decode::<TaskPosition>(&kv.key, &kv.value) {
-                Ok(p) => highest_fence = highest_fence.max(p.fence_ts),
+                Ok(p) => {
+                    highest_fence = highest_fence.max(p.fence_ts);
+                    others.push(p);
+                }
                 Err(e) => tracing::warn!(error = %e, "Ignoring an unreadable task position."),
             }
         }
@@ -121,6 +126,19 @@ impl MetaProgressStore {
             Some(s) => s.get(),
             None => previous.checkpoint_ts,
         };
+        // Work that ran on another capture at this checkpoint resumes where
+        // that capture's source stood, not by ts alone (which would read the
+        // source again from its configured start).
+        if (previous.checkpoint_ts != checkpoint_ts || previous.source_position.is_none())
+            && let Some(other) = others.iter().find(|p| {
+                p.checkpoint_ts == checkpoint_ts
+                    && p.changefeed_epoch == key.changefeed_epoch
+                    && p.source_position.is_some()
+            })
+        {
+            previous.source_position = other.source_position.clone();
+            previous.checkpoint_ts = checkpoint_ts;
+        }
         let record = TaskPosition {
             version: 1,
             epoch: previous.epoch + 1,
@@ -375,6 +393,58 @@ mod tests {
             .unwrap();
         let saved: TaskPosition = keys::decode(&kv.key, &kv.value).unwrap();
         assert_eq!((saved.fence_ts, saved.state), (219, TaskState::Finished));
+    }
+
+    #[tokio::test]
+    async fn work_moved_to_another_capture_resumes_at_the_source_position_saved_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetaStore> = Arc::new(
+            sluice_meta::EmbeddedMetaStore::open(dir.path().join("meta.redb"))
+                .await
+                .unwrap(),
+        );
+        let on = |capture| Claim {
+            tenant: "acme",
+            changefeed: "orders",
+            capture,
+            changefeed_epoch: 3,
+        };
+        let (mut first, _) = MetaProgressStore::claim(store.clone(), on("c-1"), None, None)
+            .await
+            .unwrap();
+        let position = SourcePosition {
+            version: 1,
+            bytes: vec![4, 2],
+        };
+        first
+            .save_checkpoint(
+                &Checkpoint {
+                    ts: CheckpointTs::new(300),
+                    position: Some(position.clone()),
+                },
+                ResolvedTs::new(310),
+            )
+            .await
+            .unwrap();
+        first.save_fence(CommitTs::new(320)).await.unwrap();
+        // The owner moves the work to c-2 at the changefeed's checkpoint.
+        let start = Some(CheckpointTs::new(300));
+        let (second, previous) = MetaProgressStore::claim(store.clone(), on("c-2"), start, None)
+            .await
+            .unwrap();
+        assert_eq!(
+            previous.resume_point(CheckpointTs::new(300)).position,
+            Some(position.clone())
+        );
+        assert_eq!(previous.fence_ts, 320, "rows up to c-1's fence are replays");
+        assert_eq!(second.claimed().source_position, Some(position));
+        // At another checkpoint than the one saved with it, no position: the
+        // source resumes by ts.
+        let start = Some(CheckpointTs::new(200));
+        let (_, previous) = MetaProgressStore::claim(store.clone(), on("c-3"), start, None)
+            .await
+            .unwrap();
+        assert_eq!(previous.resume_point(CheckpointTs::new(200)).position, None);
     }
 
     #[tokio::test]

@@ -207,6 +207,7 @@ pub fn registry_error(e: RegistryError) -> OwnerError {
         RegistryError::NotFound { .. } => OwnerError::NotFound(message),
         RegistryError::InUse { .. } => OwnerError::Precondition(message),
         RegistryError::Damaged { .. } => OwnerError::DataLoss(message),
+        RegistryError::InvalidStore(_) => OwnerError::Precondition(message),
         RegistryError::Store(_) | RegistryError::Io { .. } | RegistryError::NotOwner => {
             OwnerError::Unavailable(message)
         }

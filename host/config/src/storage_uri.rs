@@ -196,7 +196,7 @@ impl StorageUri {
             return S3Location::parse(uri).map(StorageUri::S3);
         }
         Err(
-            "redo storage is a file:// URI (file:///dir) or an s3:// URI \
+            "a storage location is a file:// URI (file:///dir) or an s3:// URI \
              (s3://bucket/prefix?endpoint=...&region=...)"
                 .into(),
         )

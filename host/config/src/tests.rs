@@ -497,7 +497,7 @@ fn consistent_replication_is_read_stored_and_range_checked_by_key() {
         ),
         (
             with("level = \"eventual\"\nstorage = \"gs://bucket/redo\""),
-            "redo storage is a file:// URI (file:///dir) or an s3:// URI",
+            "a storage location is a file:// URI (file:///dir) or an s3:// URI",
         ),
         (
             with(

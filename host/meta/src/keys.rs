@@ -315,6 +315,12 @@ pub fn owner_candidate(lease: LeaseId) -> String {
     format!("{ROOT}owner/{:x}", lease.0 as u64)
 }
 
+/// `/sluice/v1/cluster/plugin-store`: where the cluster keeps its plugin files
+/// (ADR 0012), recorded by the first server started with `--plugin-store`.
+pub fn cluster_plugin_store() -> String {
+    format!("{ROOT}cluster/plugin-store")
+}
+
 /// `/sluice/v1/tenant/`: every tenant's tree.
 pub fn tenants_prefix() -> String {
     format!("{ROOT}tenant/")

@@ -73,8 +73,8 @@ struct Inner {
     store: Arc<dyn MetaStore>,
     guard: Compare,
     give_up: GiveUp,
-    /// The capture work is assigned to (this node's, until cluster scheduling
-    /// picks among captures).
+    /// This node's capture: where work goes when no capture is registered
+    /// (tests), and first among equally loaded ones.
     capture: String,
     /// Wakes the owner once a handle saw its work end.
     wake: mpsc::UnboundedSender<ChangefeedId>,
@@ -161,7 +161,6 @@ impl Assigner {
             follow(
                 self.inner.clone(),
                 info.id.clone(),
-                vec![self.inner.capture.clone()],
                 record,
                 (desired_rx, revision_rx),
                 live.clone(),
@@ -425,7 +424,6 @@ impl Reports {
 async fn follow(
     inner: Arc<Inner>,
     id: ChangefeedId,
-    captures: Vec<String>,
     mut record: Assignment,
     (mut desired, mut revision): (watch::Receiver<Desired>, watch::Receiver<Revision>),
     live: Arc<Reported>,
@@ -435,6 +433,12 @@ async fn follow(
         kind: ErrorKind::Retryable,
         message: "this server lost its ownership of the meta store".into(),
     };
+    let Placed {
+        capture,
+        registered,
+    } = place(&inner).await;
+    tracing::info!(%capture, "Assigning the changefeed.");
+    let captures = vec![capture];
     let mut written = BTreeMap::new();
     for capture in &captures {
         let key = keys::assignment(capture, id.tenant(), id.name()).expect("valid names");
@@ -479,6 +483,21 @@ async fn follow(
                 tokio::time::sleep(RETRY).await;
                 continue;
             }
+        };
+        // A capture that was registered when the work was placed on it and is
+        // no longer: its lease ended (it stopped writing before that), so the
+        // work ends here and the owner places it again.
+        let mut departures = match registered {
+            false => None,
+            true => match gone(&inner, &captures, listing.revision).await {
+                Ok(Departures::Gone(capture)) => break 'follow departed(&capture),
+                Ok(Departures::Watching(w)) => Some(w),
+                Err(e) => {
+                    tracing::debug!(error = %e, "Could not watch the captures; listing again.");
+                    tokio::time::sleep(RETRY).await;
+                    continue;
+                }
+            },
         };
         loop {
             *live.0.lock().expect("not poisoned") = reports.progress();
@@ -529,6 +548,17 @@ async fn follow(
                         }
                     }
                 }
+                event = next_departure(&mut departures) => match event {
+                    Some(Ok(ev)) if ev.kind == WatchEventKind::Delete => {
+                        if let Some(capture) = captures.iter().find(|c| {
+                            keys::capture(c).is_ok_and(|k| k == ev.kv.key)
+                        }) {
+                            break 'follow departed(capture);
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(_)) | None => continue 'follow,
+                },
                 () = until(deadline) => break 'follow gave_up(),
             }
         }
@@ -544,6 +574,109 @@ async fn follow(
     }
     let _ = inner.wake.send(id);
     outcome
+}
+
+/// Where [`place`] put the work.
+struct Placed {
+    capture: String,
+    /// Whether that capture was registered (a capture that is not, in tests
+    /// without registrations, is never counted as gone).
+    registered: bool,
+}
+
+/// The live capture with the fewest changefeeds assigned (this node's first
+/// among equals); this node's when none is registered. Retries while the
+/// store does not answer.
+async fn place(inner: &Inner) -> Placed {
+    loop {
+        match load_by_capture(inner.store.as_ref()).await {
+            Ok(load) if load.is_empty() => {
+                return Placed {
+                    capture: inner.capture.clone(),
+                    registered: false,
+                };
+            }
+            Ok(load) => {
+                let capture = load
+                    .iter()
+                    .min_by_key(|(c, n)| (**n, **c != inner.capture, (*c).clone()))
+                    .map(|(c, _)| c.clone())
+                    .expect("not empty");
+                return Placed {
+                    capture,
+                    registered: true,
+                };
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "Could not read the captures' load; retrying.");
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+    }
+}
+
+/// Every registered capture and how many changefeeds are assigned to it.
+pub async fn load_by_capture(store: &dyn MetaStore) -> Result<BTreeMap<String, usize>, MetaError> {
+    let mut load: BTreeMap<String, usize> = BTreeMap::new();
+    for kv in store.list(&keys::capture_prefix()).await?.kvs {
+        if let Some(keys::MetaKey::Capture { capture }) = keys::MetaKey::parse(&kv.key) {
+            load.insert(capture, 0);
+        }
+    }
+    for kv in store.list(&keys::assignments_prefix()).await?.kvs {
+        if let Some(keys::MetaKey::Assignment { capture, .. }) = keys::MetaKey::parse(&kv.key)
+            && let Some(n) = load.get_mut(&capture)
+        {
+            *n += 1;
+        }
+    }
+    Ok(load)
+}
+
+/// The captures' registrations, as [`gone`] found them.
+enum Departures {
+    /// This one is gone already.
+    Gone(String),
+    /// All there; the watch tells of their deletions after the check.
+    Watching(sluice_meta::WatchStream),
+}
+
+/// Checks that `captures` are registered and watches their registrations
+/// from `after` on.
+async fn gone(
+    inner: &Inner,
+    captures: &[String],
+    after: Revision,
+) -> Result<Departures, MetaError> {
+    let watch = inner
+        .store
+        .watch(&keys::capture_prefix(), Some(after))
+        .await?;
+    for capture in captures {
+        let key = keys::capture(capture)?;
+        if inner.store.get(&key).await?.is_none() {
+            return Ok(Departures::Gone(capture.clone()));
+        }
+    }
+    Ok(Departures::Watching(watch))
+}
+
+/// The next event of the captures' watch; never without one.
+async fn next_departure(
+    watch: &mut Option<sluice_meta::WatchStream>,
+) -> Option<Result<sluice_meta::WatchEvent, MetaError>> {
+    match watch {
+        Some(w) => w.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The outcome of work whose capture is gone: stopped, so that the owner
+/// places it again at once (the capture fenced itself before its lease ended;
+/// what it wrote past the checkpoint comes again, flagged replay).
+fn departed(capture: &str) -> Outcome {
+    tracing::warn!(%capture, "The capture running this changefeed is gone; placing it again.");
+    Outcome::Stopped
 }
 
 /// Resolves at `deadline`; never without one.

@@ -23,7 +23,7 @@ use crate::buf::{BLOCK, Block};
 
 /// A storage operation failed.
 #[derive(Debug, thiserror::Error)]
-#[error("redo storage {what}: {source}")]
+#[error("storage {what}: {source}")]
 pub struct StorageError {
     /// What was being done, with the path.
     pub what: String,
@@ -230,6 +230,25 @@ impl Storage {
                     .await
                     .map_err(object(what()))?;
                 Ok(got.bytes().await.map_err(object(what()))?.to_vec())
+            }
+        }
+    }
+
+    /// Whether `name` is there (written whole).
+    pub async fn exists(&self, name: &str) -> Result<bool, StorageError> {
+        match &self.backend {
+            Backend::Local(dir) => {
+                let path = dir.join(name);
+                tokio::fs::try_exists(&path)
+                    .await
+                    .map_err(io(format!("cannot look for {}", path.display())))
+            }
+            Backend::Object { store, prefix } => {
+                match store.head(&prefix.clone().join(name)).await {
+                    Ok(_) => Ok(true),
+                    Err(object_store::Error::NotFound { .. }) => Ok(false),
+                    Err(e) => Err(object(format!("cannot look for {}/{name}", self.shown))(e)),
+                }
             }
         }
     }

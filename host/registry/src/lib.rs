@@ -1,9 +1,13 @@
-//! The plugin registry: uploaded components stored content-addressed (sha256) in
-//! the data dir, recorded under `name@version` per tenant in the meta store,
-//! checked against their world and precompiled at upload.
+//! The plugin registry: uploaded components stored content-addressed (sha256)
+//! in the cluster's plugin store ([`PluginFiles`]), recorded under
+//! `name@version` per tenant in the meta store, checked against their world and
+//! precompiled at upload.
+
+mod files;
+
+pub use files::PluginFiles;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -26,7 +30,7 @@ pub struct PluginRecord {
     pub plugin_version: String,
     /// `sink` or `filter`.
     pub world: String,
-    /// The sha256 of its bytes, hex: the file name under the plugin directory.
+    /// The sha256 of its bytes, hex: the file name in the plugin store.
     pub sha256: String,
     /// Its size in bytes.
     pub size_bytes: u64,
@@ -108,7 +112,10 @@ pub enum RegistryError {
     /// This server no longer owns the meta store; another one does the work.
     #[error("this server is no longer the owner; retry against the current owner")]
     NotOwner,
-    /// Reading or writing the plugin directory failed; retry later.
+    /// An operator must act: the plugin store named is not usable as one.
+    #[error("plugin store: {0}")]
+    InvalidStore(String),
+    /// Reading or writing the plugin store failed; retry later.
     #[error("plugin storage at {path}")]
     Io {
         /// The file or directory.
@@ -123,7 +130,7 @@ pub enum RegistryError {
 pub struct PluginRegistry {
     store: Arc<dyn MetaStore>,
     runtime: PluginRuntime,
-    blobs: PathBuf,
+    files: PluginFiles,
     max_bytes: u64,
     /// The short end of uploads (bytes and record) and deletes one at a time,
     /// so that a delete never removes bytes an upload just decided to reuse.
@@ -131,8 +138,8 @@ pub struct PluginRegistry {
     changes: tokio::sync::Mutex<()>,
     /// Who compiles an upload now.
     compiles: CompileGate,
-    /// Checked with every write (the server's ownership).
-    guard: Option<Compare>,
+    /// Checked with every write (the server's ownership), once it owns.
+    guard: std::sync::OnceLock<Compare>,
 }
 
 /// Lower-case hex sha256, as plugins are addressed.
@@ -153,41 +160,38 @@ impl PluginRegistry {
         &self.runtime
     }
 
-    /// A registry keeping component bytes under `dir` (created if missing).
+    /// A registry keeping component bytes in `files`.
     pub fn new(
         store: Arc<dyn MetaStore>,
         runtime: PluginRuntime,
-        dir: &Path,
+        files: PluginFiles,
         max_bytes: u64,
-    ) -> Result<Self, RegistryError> {
-        std::fs::create_dir_all(dir).map_err(|source| RegistryError::Io {
-            path: dir.display().to_string(),
-            source,
-        })?;
-        Ok(Self {
+    ) -> Self {
+        Self {
             store,
             runtime,
-            blobs: dir.to_path_buf(),
+            files,
             max_bytes,
             changes: tokio::sync::Mutex::new(()),
             compiles: CompileGate::new(),
-            guard: None,
-        })
+            guard: std::sync::OnceLock::new(),
+        }
     }
 
-    /// Checks `guard` with every write.
-    pub fn with_guard(mut self, guard: Compare) -> Self {
-        self.guard = Some(guard);
-        self
+    /// Where the plugin files are.
+    pub fn files(&self) -> &PluginFiles {
+        &self.files
+    }
+
+    /// Checks `guard` with every write from now on (set once: a server owns
+    /// at most once).
+    pub fn guard_writes(&self, guard: Compare) {
+        let _ = self.guard.set(guard);
     }
 
     /// The largest upload accepted, in bytes.
     pub fn max_bytes(&self) -> u64 {
         self.max_bytes
-    }
-
-    fn blob_path(&self, sha256: &str) -> PathBuf {
-        self.blobs.join(format!("{sha256}.wasm"))
     }
 
     fn key(tenant: &str, id: &PluginId) -> Result<String, RegistryError> {
@@ -235,20 +239,9 @@ impl PluginRegistry {
                 })?;
         }
         let _one_at_a_time = self.changes.lock().await;
-        let path = self.blob_path(&sha256);
-        if !path.exists() {
-            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let tmp = path.with_extension(format!("tmp{}-{n}", std::process::id()));
-            let io = |source| RegistryError::Io {
-                path: path.display().to_string(),
-                source,
-            };
-            let mut f = std::fs::File::create(&tmp).map_err(io)?;
-            std::io::Write::write_all(&mut f, bytes).map_err(io)?;
-            f.sync_all().map_err(io)?;
-            std::fs::rename(&tmp, &path).map_err(io)?;
-        }
+        // The file first, then the record (the commit point): a crash between
+        // the two leaves a file no record names, never a record without a file.
+        self.files.put(&sha256, Arc::new(bytes.to_vec())).await?;
         let record = PluginRecord {
             version: 1,
             tenant: tenant.to_string(),
@@ -263,7 +256,7 @@ impl PluginRegistry {
                 .unwrap_or(0),
         };
         let put = Txn::new()
-            .when(std::iter::once(Compare::absent(&key)).chain(self.guard.clone()))
+            .when(std::iter::once(Compare::absent(&key)).chain(self.guard.get().cloned()))
             .and_then([Op::put(&key, keys::encode(&record)?)]);
         if !self.store.txn(put).await?.succeeded {
             // Someone uploaded the same id meanwhile: same answer as above.
@@ -317,27 +310,16 @@ impl PluginRegistry {
         id: &PluginId,
     ) -> Result<PluginComponent, RegistryError> {
         let record = self.require(tenant, id).await?;
-        let path = self.blob_path(&record.sha256);
         let kind = if record.world == "sink" {
             PluginKind::Sink
         } else {
             PluginKind::Filter
         };
+        let bytes = self.files.read(&record.sha256, &id.to_string()).await?;
         let runtime = self.runtime.clone();
-        let id = id.to_string();
-        // Reading, hashing and (on a cache miss) compiling take a while: off the
-        // async workers, which also keep the capture's lease alive.
+        // Compiling (on a cache miss) takes a while: off the async workers,
+        // which also keep the capture's lease alive.
         tokio::task::spawn_blocking(move || {
-            let bytes = std::fs::read(&path).map_err(|source| RegistryError::Io {
-                path: path.display().to_string(),
-                source,
-            })?;
-            if hex_sha256(&bytes) != record.sha256 {
-                return Err(RegistryError::Damaged {
-                    id,
-                    path: path.display().to_string(),
-                });
-            }
             runtime
                 .load(kind, &bytes)
                 .map_err(|source| RegistryError::NotAPlugin {
@@ -370,7 +352,7 @@ impl PluginRegistry {
         let _one_at_a_time = self.changes.lock().await;
         let record = self.require(tenant, id).await?;
         let delete = Txn::new()
-            .when(self.guard.clone())
+            .when(self.guard.get().cloned())
             .and_then([Op::delete(&key)]);
         if !self.store.txn(delete).await?.succeeded {
             return Err(RegistryError::NotOwner);
@@ -386,8 +368,9 @@ impl PluginRegistry {
                     && keys::decode::<PluginRecord>(&kv.key, &kv.value)
                         .is_ok_and(|r| r.sha256 == record.sha256)
             });
-        if !still_used {
-            let _ = std::fs::remove_file(self.blob_path(&record.sha256));
+        if !still_used && let Err(e) = self.files.delete(&record.sha256).await {
+            // An unreferenced file costs space only.
+            tracing::warn!(error = %e, sha256 = %record.sha256, "A removed plugin's file stays in the plugin store.");
         }
         Ok(record)
     }
@@ -469,6 +452,7 @@ impl CompileGate {
 mod tests {
     use super::*;
     use sluice_runtime::RuntimeConfig;
+    use std::path::Path;
     use std::time::Duration;
 
     fn plugin_bytes(name: &str) -> Vec<u8> {
@@ -486,7 +470,13 @@ mod tests {
             ..RuntimeConfig::default()
         })
         .unwrap();
-        PluginRegistry::new(store, runtime, &dir.join("plugins"), 4 << 20).unwrap()
+        let files = PluginFiles::open(
+            &sluice_redo::StorageUri::Local(dir.join("plugins")),
+            &dir.join("plugin-cache"),
+        )
+        .await
+        .unwrap();
+        PluginRegistry::new(store, runtime, files, 4 << 20)
     }
 
     #[tokio::test]

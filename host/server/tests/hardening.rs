@@ -889,7 +889,7 @@ fn an_empty_meta_store_file_is_refused_and_blobs_without_records_are_reported() 
     std::thread::sleep(Duration::from_millis(200));
     let log = server.stop();
     assert!(
-        log.contains("The meta store holds no changefeed or plugin records, but the data dir holds uploaded plugin files"),
+        log.contains("The meta store holds no changefeed or plugin records, but the plugin store holds uploaded plugin files"),
         "{log}"
     );
 }

@@ -478,11 +478,168 @@ fn sigkill_the_server_ten_times_loses_no_row() {
     );
     logs.push(server.stop());
     for (name, out_dir) in FEEDS.iter().zip(&out_dirs) {
-        check_crash_output(name, &logs, out_dir, TOTAL);
+        check_crash_output(name, &logs, std::slice::from_ref(out_dir), TOTAL);
     }
 }
 
-fn check_crash_output(name: &str, logs: &[String], out_dir: &Path, total: u64) {
+/// Two servers on one etcd with a shared plugin store. The second stands by,
+/// forwards the API (a streamed upload, a create, queries) to the owner and
+/// runs the work the owner places on it (the least loaded capture). SIGKILL
+/// the owner mid-run: the standby takes over within two leases and finishes
+/// both changefeeds. Then the killed server comes back as a standby, takes
+/// work, and is killed again: the owner places its work on itself. Every row
+/// is delivered, a duplicate only flagged replay.
+#[test]
+fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
+    const TOTAL: u64 = 20_000;
+    const LEASE_S: u64 = 2;
+    let etcd = sluice_tests::etcd::PrivateEtcd::start();
+    etcd.wait_listening();
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().join("shared-plugins").display());
+    let lease = LEASE_S.to_string();
+    let args = [
+        "--etcd",
+        &etcd.endpoint,
+        "--plugin-store",
+        &store,
+        "--lease-ttl-s",
+        &lease,
+    ];
+    let (data_a, data_b) = (dir.path().join("a"), dir.path().join("b"));
+    let a = Server::start(&data_a, &args);
+    let b = Server::start_standby(&data_b, &args, &a);
+    // Through the standby: it forwards to the owner, token and all.
+    b.upload("sink-file", "sink");
+    b.upload("filter-mask", "filter");
+    assert_eq!(a.json(&["plugin", "list"]).as_array().unwrap().len(), 2);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("shared-plugins"))
+            .unwrap()
+            .count(),
+        2,
+        "the files are in the shared store"
+    );
+    let captures = b.json(&["capture", "list"]);
+    let list = captures.as_array().unwrap();
+    assert_eq!(list.len(), 2, "{captures}");
+    let owner: Vec<&Json> = list.iter().filter(|c| c["owner"] == true).collect();
+    assert_eq!(owner.len(), 1, "{captures}");
+    assert_eq!(
+        format!("http://{}", owner[0]["address"].as_str().unwrap()),
+        a.grpc
+    );
+    let (code, health) = b.http_get("/healthz");
+    assert_eq!(code, 200, "{health}");
+    assert!(
+        health.contains("is a standby; the owner is capture"),
+        "{health}"
+    );
+    let (code, body) = b.http_get("/api/v1/changefeeds");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("\"code\":\"unavailable\""), "{body}");
+    // A bad request forwarded comes back as the owner answered it.
+    let err = b.error(&["changefeed", "pause", "-c", "ghost"]);
+    assert!(
+        err.starts_with("error: not found: no changefeed default/ghost"),
+        "{err}"
+    );
+
+    // Two changefeeds: the first on the owner's capture (equal load), the
+    // second on the standby's (less loaded then).
+    let file = feed_file_with(dir.path(), "feed", TOTAL, 2_000, "flush-interval-ms = 200");
+    let create = |server: &Server, name: &str| {
+        server.json(&[
+            "changefeed",
+            "create",
+            "-c",
+            name,
+            "--config",
+            file.to_str().unwrap(),
+        ]);
+        server.wait_for("rows to flow", Duration::from_secs(30), || {
+            server.state(name)["checkpoint-ts"].as_u64().unwrap_or(0) > 0
+        });
+    };
+    create(&b, "first");
+    create(&b, "second");
+    let per_capture = |server: &Server| -> Vec<u64> {
+        let captures = server.json(&["capture", "list"]);
+        let mut n: Vec<u64> = captures
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["changefeeds"].as_u64().unwrap())
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(per_capture(&b), [1, 1], "one changefeed on each capture");
+    let first_dir = sink_dir_of(&a, "first", &data_a);
+    let second_dir = sink_dir_of(&a, "second", &data_a);
+
+    let log_a = a.kill();
+    let taken_over = b.wait_ready(Duration::from_secs(4 * LEASE_S + 10));
+    eprintln!("the standby became the owner {taken_over:?} after the owner was killed");
+    // The lease ends at most one TTL after the owner's last renewal; the
+    // rest is the election and the new owner's start (slack for a busy machine).
+    assert!(
+        taken_over < Duration::from_secs(2 * LEASE_S + 4),
+        "took {taken_over:?}"
+    );
+    // The killed server comes back, as a standby, and takes the new work
+    // (the owner's capture runs the other two).
+    let a = Server::start_standby(&data_a, &args, &b);
+    let third = feed_file_with(dir.path(), "third", TOTAL, 2_000, "flush-interval-ms = 200");
+    b.json(&[
+        "changefeed",
+        "create",
+        "-c",
+        "third",
+        "--config",
+        third.to_str().unwrap(),
+    ]);
+    b.wait_for(
+        "third to run on the standby",
+        Duration::from_secs(30),
+        || b.state("third")["checkpoint-ts"].as_u64().unwrap_or(0) > 0,
+    );
+    let captures = b.json(&["capture", "list"]);
+    let standby = captures
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["owner"] == false)
+        .unwrap();
+    assert_eq!(standby["changefeeds"], 1, "{captures}");
+    let third_dir = sink_dir_of(&b, "third", &data_b);
+    let log_a2 = a.kill();
+    b.wait_for(
+        "third to finish on the owner",
+        Duration::from_secs(120),
+        || b.state("third")["state"] == "finished",
+    );
+    assert_eq!(per_capture(&b), [0], "{}", b.json(&["capture", "list"]));
+    let log_b = b.stop();
+    let logs = [log_a, log_a2, log_b];
+    let both = |rel: &PathBuf| [data_a.join(rel), data_b.join(rel)];
+    check_crash_output("first", &logs, &both(&first_dir), TOTAL);
+    check_crash_output("second", &logs, &both(&second_dir), TOTAL);
+    check_crash_output("third", &logs, &both(&third_dir), TOTAL);
+}
+
+/// Where `name`'s sink writes, relative to the data dir `data` of the server
+/// that answers (each capture writes into its own).
+fn sink_dir_of(server: &Server, name: &str, data: &Path) -> PathBuf {
+    let path = PathBuf::from(
+        server.state(name)["status"]["sink-data-dir"]
+            .as_str()
+            .unwrap(),
+    );
+    path.strip_prefix(data).unwrap().join("changes")
+}
+
+fn check_crash_output(name: &str, logs: &[String], out_dirs: &[PathBuf], total: u64) {
     // Where each of its processors started: `checkpoint=N` of "Processor
     // starting." in the changefeed's span.
     let span = format!("id=default/{name} ");
@@ -511,7 +668,11 @@ fn check_crash_output(name: &str, logs: &[String], out_dir: &Path, total: u64) {
         "{name}: the last run resumed from a saved checkpoint: {starts:?}"
     );
 
-    let lines = lines_in(out_dir);
+    let lines: Vec<Json> = out_dirs
+        .iter()
+        .filter(|d| d.exists())
+        .flat_map(|d| lines_in(d))
+        .collect();
     // Generated commit ts per table, in order: where a run that starts after
     // checkpoint C must begin in each table (the first ts above C).
     let mut generated = std::collections::HashMap::<String, Vec<u64>>::new();
@@ -790,7 +951,8 @@ fn the_server_keeps_its_state_in_etcd() {
         server.state("on-etcd")["state"] == "finished"
     });
     let before = server.state("on-etcd");
-    // One server per meta store: a second one refuses to start.
+    // A second server must share the cluster's plugin store: with its own
+    // data dir's, it refuses to start.
     let second = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["server", "--data-dir"])
         .arg(dir.path().join("second"))
@@ -801,7 +963,12 @@ fn the_server_keeps_its_state_in_etcd() {
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(!second.status.success());
     assert!(
-        err.contains("is the owner of this meta store; run one server per meta store"),
+        err.contains(&format!(
+            "this cluster keeps its plugin files in file://{}; start this server with the same \
+             --plugin-store (it uses file://{})",
+            data.join("plugins").display(),
+            dir.path().join("second/plugins").display()
+        )),
         "{err}"
     );
     server.stop();

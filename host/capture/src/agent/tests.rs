@@ -36,15 +36,13 @@ async fn fixture() -> Fixture {
         ..RuntimeConfig::default()
     })
     .unwrap();
-    let registry = Arc::new(
-        PluginRegistry::new(
-            store.clone(),
-            runtime,
-            &dir.path().join("plugins"),
-            64 << 20,
-        )
-        .unwrap(),
-    );
+    let files = sluice_registry::PluginFiles::open(
+        &sluice_redo::StorageUri::Local(dir.path().join("plugins")),
+        &dir.path().join("plugin-cache"),
+    )
+    .await
+    .unwrap();
+    let registry = Arc::new(PluginRegistry::new(store.clone(), runtime, files, 64 << 20));
     let bytes = std::fs::read(sluice_tests::plugin_path("sink-blackhole")).unwrap();
     registry
         .upload("default", &sink(), PluginKind::Sink, &bytes)

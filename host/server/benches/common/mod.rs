@@ -19,10 +19,13 @@ pub struct Server {
     pub http: String,
     /// The admin token the server keeps in its data dir.
     pub token_file: PathBuf,
+    /// When it said it serves as the owner (a standby says so later).
+    pub ready: std::sync::Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
 impl Server {
-    /// Starts a server on free ports with `extra` arguments.
+    /// Starts a server on free ports with `extra` arguments (the owner, or a
+    /// standby of a cluster: see [`Server::ready`]).
     pub fn start(data: &Path, extra: &[&str]) -> (Server, Instant) {
         let started = Instant::now();
         let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
@@ -41,9 +44,18 @@ impl Server {
         let words: Vec<&str> = line.split_whitespace().collect();
         let addr = words.get(4).expect("ready line").to_string();
         let http = words.get(6).expect("ready line").to_string();
+        let ready = std::sync::Arc::new(std::sync::Mutex::new(
+            line.starts_with("sluice server ready").then(Instant::now),
+        ));
+        let seen = ready.clone();
         std::thread::spawn(move || {
-            let mut rest = String::new();
-            while out.read_line(&mut rest).unwrap_or(0) > 0 {}
+            let mut line = String::new();
+            while out.read_line(&mut line).unwrap_or(0) > 0 {
+                if line.starts_with("sluice server ready") {
+                    *seen.lock().unwrap() = Some(Instant::now());
+                }
+                line.clear();
+            }
         });
         (
             Server {
@@ -51,6 +63,7 @@ impl Server {
                 url: format!("http://{addr}"),
                 http: format!("http://{http}"),
                 token_file: data.join("admin-token"),
+                ready,
             },
             started,
         )

@@ -5,6 +5,8 @@
 //! for a cluster.
 
 mod context;
+mod listen;
+mod standby;
 mod work_load;
 
 use std::net::SocketAddr;
@@ -13,14 +15,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use sluice_api::tls::Listener;
 use sluice_api::{Api, Node};
 use sluice_capture::{Agent, Capture};
 use sluice_config::ServerLimits;
 use sluice_meta::{EmbeddedMetaStore, EtcdMetaStore, MetaStore, keys};
 use sluice_owner::election::ElectionError;
 use sluice_owner::{
-    Assigner, BackoffConfig, CaptureInfo, GiveUp, MetaRecords, Owner, OwnerConfig, OwnerTerm,
-    Registration,
+    Assigner, BackoffConfig, CaptureInfo, GiveUp, MetaRecords, Owner, OwnerConfig, Registration,
 };
 use sluice_registry::PluginRegistry;
 use sluice_runtime::{PluginRuntime, RuntimeConfig};
@@ -96,6 +98,15 @@ pub struct ServeArgs {
     /// data dir, which a disaster that takes the data dir takes too.
     #[arg(long)]
     pub redo_storage: Option<String>,
+    /// Where uploaded plugin files are kept, shared by every server of a
+    /// cluster (ADR 0012): `file:///dir` (a shared mount) or
+    /// `s3://bucket/prefix?endpoint=...&region=...`. The first server started
+    /// with it records it, and a server started with another one is refused.
+    /// By default `plugins/` in the data dir, which only a single server
+    /// reads; a server reads another store's files through a cache in
+    /// `plugin-cache/` of its data dir.
+    #[arg(long)]
+    pub plugin_store: Option<String>,
     /// Ask for a token on `/metrics` and `/healthz` too (by default they
     /// answer anyone who reaches the HTTP listener, for Prometheus and load
     /// balancers; `/api/v1` always needs one). A tenant's token then sees
@@ -225,7 +236,6 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         )
     };
     keys::ensure_layout(store.as_ref()).await?;
-    warn_if_records_lost(store.as_ref(), &data_dir).await?;
     let backoff = BackoffConfig {
         initial_interval_ms: args.backoff_initial_ms,
         max_interval_ms: args.backoff_max_ms,
@@ -247,46 +257,28 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {} (--http-addr)", args.http_addr))?;
     let addr = grpc_listener.local_addr()?;
     let http_addr = http_listener.local_addr()?;
+    let grpc_conns = listen::Connections::accept(grpc_listener, tls.as_ref(), Listener::Grpc)?;
+    let http_conns = listen::Connections::accept(http_listener, tls.as_ref(), Listener::Http)?;
 
+    let files = plugin_files(&args, store.as_ref()).await?;
+    warn_if_records_lost(store.as_ref(), &files).await?;
     let id = capture_id(&data_dir)?;
     let started_at_ms = sluice_owner::Clock::now_ms(&sluice_owner::SystemClock);
     let lease_ttl = Duration::from_secs(args.lease_ttl_s);
-    let (registration, term) =
-        register_and_own(store.clone(), &id, addr, started_at_ms, lease_ttl).await?;
-    let owner_guard = term.guard;
-    // Tenants made before tenants had records keep working; the first start
-    // writes the admin token `sluice cli` finds in the data dir.
-    let tenancy = sluice_auth::Tenancy::new(store.clone());
-    let adopted = tenancy.adopt_tenants().await?;
-    if !adopted.is_empty() {
-        tracing::info!(tenants = ?adopted, "Tenants without a record were given one.");
-    }
-    let (token_file, token_works) = tenancy
-        .bootstrap_admin(&data_dir, started_at_ms)
-        .await
-        .context("the server's admin token")?;
-    if token_works {
-        tracing::info!(file = %token_file.display(), "The admin token is in this file (sluice cli reads it); keep it private.");
-    } else {
-        tracing::warn!(file = %token_file.display(), "The admin token in this file was revoked; use another admin token, or delete the file and restart to have a new one made.");
-    }
-    if token_works {
-        // `sluice cli` on this machine finds the token by the server's address.
-        if let Err(e) = sluice_auth::local::leave_note(addr, &token_file) {
-            tracing::debug!(error = %e, "No note of the admin token for local clients.");
-        }
-    }
-    let auth = Arc::new(sluice_auth::Authenticator::new(tenancy.clone()));
-    let audit = sluice_auth::AuditLog::start(store.clone(), args.audit_retention)
-        .await
-        .context("the audit log")?;
+    let registration = register(store.clone(), &id, addr, started_at_ms, lease_ttl).await?;
     let (fatal, mut fatal_rx) = tokio::sync::watch::channel(None);
     // Stops the server: it can no longer act safely.
     let give_up: GiveUp = Arc::new(move |why: String| {
         tracing::error!(%why, "The server stops.");
         fatal.send_replace(Some(why));
     });
-
+    let keeper = tokio::spawn({
+        let (registration, give_up) = (registration.clone(), give_up.clone());
+        async move {
+            let why = sluice_owner::election::keep_alive(&registration).await;
+            give_up(format!("{why}; start it again"));
+        }
+    });
     // Processors run on a runtime of their own: rows moving as fast as they go
     // never queue the API's requests (or the owner's work) behind them.
     let work = WorkRuntime::start()?;
@@ -296,16 +288,21 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ..RuntimeConfig::default()
     })?;
     let plugin_shares = runtime.shares().clone();
-    let registry = Arc::new(
-        PluginRegistry::new(
-            store.clone(),
-            runtime,
-            &data_dir.join("plugins"),
-            args.max_plugin_mib << 20,
-        )?
-        .with_guard(owner_guard.clone()),
-    );
-    let (wake, woken) = mpsc::unbounded_channel();
+    // Ends when `serve` returns (the sender is dropped).
+    let (_shares_kept, shares_stop) = tokio::sync::watch::channel(());
+    tokio::spawn(keep_shares(
+        sluice_auth::Tenancy::new(store.clone()),
+        plugin_shares.clone(),
+        shares_stop,
+    ));
+    // Every capture loads plugins; only the owner writes their records (its
+    // guard is added once it is elected).
+    let registry = Arc::new(PluginRegistry::new(
+        store.clone(),
+        runtime,
+        files,
+        args.max_plugin_mib << 20,
+    ));
     let limits = ServerLimits {
         max_call_timeout_ms: args.max_call_timeout_ms,
         max_host_call_timeout_ms: args.max_host_call_timeout_ms,
@@ -333,13 +330,96 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ),
         work: work.handle().clone(),
     })));
-    let keeper = tokio::spawn({
-        let (registration, give_up) = (registration.clone(), give_up.clone());
-        async move {
-            let why = sluice_owner::election::keep_alive(&registration).await;
-            give_up(format!("{why}; start it again"));
+    let mut term_signal =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut agent = None;
+    let term = match registration.try_campaign().await {
+        Ok(term) => term,
+        Err(ElectionError::OtherOwner { owner }) if args.etcd.is_empty() => {
+            // Not in a cluster: another process holds this data dir's store.
+            keeper.abort();
+            let _ = registration.resign().await;
+            anyhow::bail!(
+                "capture {} owns this data dir's meta store; run one server per data dir",
+                owner.id
+            )
         }
-    });
+        Err(ElectionError::OtherOwner { owner }) => {
+            println!(
+                "sluice server standby: grpc {addr} http {http_addr} capture {id} owner {}",
+                owner.id
+            );
+            tracing::info!(capture = %id, owner = %owner.id, "Standing by: another capture is the owner; this one takes over when it is gone, and forwards API calls to it meanwhile.");
+            // A standby runs the work the owner places on it meanwhile.
+            agent = Some(Agent::start(capture.clone()));
+            let standby = standby::Standby {
+                registration: &registration,
+                store: store.clone(),
+                capture_id: id.clone(),
+                grpc: &grpc_conns,
+                http: &http_conns,
+            };
+            match standby.serve(&mut fatal_rx, &mut term_signal).await {
+                Ok(Some(term)) => term,
+                Ok(None) => {
+                    // Its work is flushed and reported stopped; the owner
+                    // places it elsewhere once the registration is gone.
+                    eprintln!("sluice server: stopping: flushing every changefeed");
+                    if let Some(agent) = agent.take() {
+                        agent.stop(false).await;
+                    }
+                    keeper.abort();
+                    let _ = registration.resign().await;
+                    eprintln!("sluice server: stopped (a standby)");
+                    return Ok(());
+                }
+                Err(e) => {
+                    if let Some(agent) = agent.take() {
+                        agent.stop(true).await;
+                    }
+                    keeper.abort();
+                    let _ = registration.resign().await;
+                    return Err(e);
+                }
+            }
+        }
+        Err(e) => {
+            keeper.abort();
+            let _ = registration.resign().await;
+            return Err(e).context("campaigning for ownership");
+        }
+    };
+    tracing::info!(capture = %id, term = term.term.get(), "This capture is the owner.");
+    let owner_guard = term.guard;
+    registry.guard_writes(owner_guard.clone());
+    // Tenants made before tenants had records keep working; the first start
+    // writes the admin token `sluice cli` finds in the data dir.
+    let tenancy = sluice_auth::Tenancy::new(store.clone());
+    let adopted = tenancy.adopt_tenants().await?;
+    if !adopted.is_empty() {
+        tracing::info!(tenants = ?adopted, "Tenants without a record were given one.");
+    }
+    let (token_file, token_works) = tenancy
+        .bootstrap_admin(&data_dir, started_at_ms)
+        .await
+        .context("the server's admin token")?;
+    if token_works {
+        tracing::info!(file = %token_file.display(), "The admin token is in this file (sluice cli reads it); keep it private.");
+    } else {
+        tracing::warn!(file = %token_file.display(), "The admin token in this file was revoked; use another admin token, or delete the file and restart to have a new one made.");
+    }
+    if token_works {
+        // `sluice cli` on this machine finds the token by the server's address.
+        if let Err(e) = sluice_auth::local::leave_note(addr, &token_file) {
+            tracing::debug!(error = %e, "No note of the admin token for local clients.");
+        }
+    }
+    let auth = Arc::new(sluice_auth::Authenticator::new(tenancy.clone()));
+    let audit = sluice_auth::AuditLog::start(store.clone(), args.audit_retention)
+        .await
+        .context("the audit log")?;
+
+    let (wake, woken) = mpsc::unbounded_channel();
     let context = Arc::new(ServerContext {
         records: MetaRecords::new(store.clone(), owner_guard.clone(), give_up.clone()),
         // A stopping processor is cancelled at the stop timeout and then reports.
@@ -360,8 +440,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     // This node's capture runs what the owner assigned to it (started after the
-    // owner cleared the assignments of earlier owners and made its own).
-    let agent = Agent::start(capture.clone());
+    // owner cleared the assignments of earlier owners and made its own; a
+    // standby's runs already).
+    let agent = agent.unwrap_or_else(|| Agent::start(capture.clone()));
     let node = Arc::new(Node {
         owner: owner.clone(),
         store: store.clone(),
@@ -395,7 +476,6 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         health_reporter.clone(),
         stop_rx.clone(),
     ));
-    tokio::spawn(keep_shares(node.clone(), stop_rx.clone()));
     // Long plugin calls take the cores the processors leave.
     tokio::spawn(work_load::WorkLoad::new(work.handle()).follow(plugin_shares, stop_rx.clone()));
     let routes = tonic::transport::Server::builder()
@@ -412,52 +492,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let stopped = |mut stop: tokio::sync::watch::Receiver<bool>| async move {
         let _ = stop.changed().await;
     };
-    let (grpc_server, http_server) = match &tls {
-        // Replies go out as written: without TCP_NODELAY a reply of several
-        // segments waits ~40 ms for the client's delayed acknowledgement.
-        None => (
-            tokio::spawn(routes.serve_with_incoming_shutdown(
-                tokio_stream::StreamExt::map(
-                    tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
-                    |accepted| {
-                        accepted.inspect(|tcp| {
-                            let _ = tcp.set_nodelay(true);
-                        })
-                    },
-                ),
-                stopped(stop_rx.clone()),
-            )),
-            tokio::spawn(
-                axum::serve(
-                    axum::serve::ListenerExt::tap_io(http_listener, |tcp| {
-                        let _ = tcp.set_nodelay(true);
-                    }),
-                    app,
-                )
-                .with_graceful_shutdown(stopped(stop_rx.clone()))
-                .into_future(),
-            ),
-        ),
-        Some(tls) => {
-            let incoming = tokio_stream::StreamExt::map(
-                tokio_stream::wrappers::ReceiverStream::new(
-                    tls.accept(grpc_listener, sluice_api::tls::Listener::Grpc),
-                ),
-                |(stream, _)| Ok::<_, std::io::Error>(stream),
-            );
-            let http = sluice_api::tls::TlsListener::new(tls, http_listener)?;
-            (
-                tokio::spawn(
-                    routes.serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone())),
-                ),
-                tokio::spawn(
-                    axum::serve(http, app)
-                        .with_graceful_shutdown(stopped(stop_rx.clone()))
-                        .into_future(),
-                ),
-            )
-        }
-    };
+    let grpc_server = tokio::spawn(
+        routes.serve_with_incoming_shutdown(grpc_conns.take().await, stopped(stop_rx.clone())),
+    );
+    let http_server = tokio::spawn(
+        axum::serve(http_conns.take().await, app)
+            .with_graceful_shutdown(stopped(stop_rx.clone()))
+            .into_future(),
+    );
     if let Some(tls) = tls.clone() {
         // SIGHUP reads the certificate and key again (a renewed certificate).
         let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
@@ -480,10 +522,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     );
     tracing::info!(%addr, %http_addr, capture = %id, "Server started.");
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let fatal_reason = tokio::select! {
         _ = tokio::signal::ctrl_c() => None,
-        _ = term.recv() => None,
+        _ = term_signal.recv() => None,
         reason = async {
             let _ = fatal_rx.wait_for(Option::is_some).await;
             fatal_rx.borrow().clone()
@@ -536,47 +577,64 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The cluster's plugin store (`--plugin-store`, else the data dir's), after
+/// checking that it is the one the cluster recorded.
+async fn plugin_files(
+    args: &ServeArgs,
+    store: &dyn MetaStore,
+) -> anyhow::Result<sluice_registry::PluginFiles> {
+    let uri = match &args.plugin_store {
+        None => sluice_redo::StorageUri::Local(std::path::absolute(args.data_dir.join("plugins"))?),
+        Some(uri) => sluice_redo::StorageUri::parse(uri)
+            .map_err(|e| anyhow::anyhow!("--plugin-store: {e}"))?,
+    };
+    let files =
+        sluice_registry::PluginFiles::open(&uri, &args.data_dir.join("plugin-cache")).await?;
+    // On etcd other servers may join: the store is recorded, and theirs checked.
+    files
+        .agree(store, !args.etcd.is_empty())
+        .await
+        .context("the cluster's plugin store")?;
+    Ok(files)
+}
+
 /// How long a server that must stop (its lease lost, its store unreachable)
 /// waits for the owner's last writes and the listeners after its processors
 /// are cancelled.
 const FATAL_STOP_GRACE: Duration = Duration::from_secs(5);
 
-/// Says so when the data dir holds uploaded plugins but the meta store holds no
+/// Says so when the plugin store holds uploaded plugins but the meta store holds no
 /// record at all: the store was most likely replaced or lost, and every
 /// changefeed and plugin record with it.
 async fn warn_if_records_lost(
     store: &dyn MetaStore,
-    data_dir: &std::path::Path,
+    files: &sluice_registry::PluginFiles,
 ) -> anyhow::Result<()> {
     let records = store.list(&keys::tenants_prefix()).await?.kvs.len();
-    let blobs_dir = data_dir.join("plugins");
-    let blobs = std::fs::read_dir(&blobs_dir)
-        .map(|dir| {
-            dir.filter_map(Result::ok)
-                .filter(|e| e.path().extension().is_some_and(|x| x == "wasm"))
-                .count()
-        })
-        .unwrap_or(0);
+    let blobs = files.count().await.unwrap_or(0);
     if records == 0 && blobs > 0 {
         tracing::warn!(
             plugin_files = blobs,
-            dir = %blobs_dir.display(),
-            "The meta store holds no changefeed or plugin records, but the data dir holds uploaded \
-             plugin files: was the meta store replaced or lost? Restore it from a backup, or \
-             upload the plugins and create the changefeeds again."
+            store = %files.location(),
+            "The meta store holds no changefeed or plugin records, but the plugin store holds \
+             uploaded plugin files: was the meta store replaced or lost? Restore it from a \
+             backup, or upload the plugins and create the changefeeds again."
         );
     }
     Ok(())
 }
 
-/// Keeps the standard health service's answer in step with the server's health
-/// (the meta store answers), every second, until the server stops.
 /// Applies the tenants' CPU settings (weight, concurrency, cap) to this
-/// server's plugin threads at start and every few seconds, so that a quota
-/// set through another server arrives here too.
-async fn keep_shares(node: Arc<Node>, mut stop: tokio::sync::watch::Receiver<bool>) {
+/// capture's plugin threads at start and every few seconds (owner or not), so
+/// that a quota set through another server arrives here too; until `stop`
+/// is dropped.
+async fn keep_shares(
+    tenancy: sluice_auth::Tenancy,
+    shares: sluice_runtime::CpuShares,
+    mut stop: tokio::sync::watch::Receiver<()>,
+) {
     loop {
-        if let Err(e) = sluice_api::apply_shares(&node).await {
+        if let Err(e) = sluice_api::apply_shares(&tenancy, &shares).await {
             tracing::debug!(error = %e, "Tenant CPU shares not refreshed; the last ones stay.");
         }
         tokio::select! {
@@ -586,6 +644,8 @@ async fn keep_shares(node: Arc<Node>, mut stop: tokio::sync::watch::Receiver<boo
     }
 }
 
+/// Keeps the standard health service's answer in step with the server's health
+/// (the meta store answers), every second, until the server stops.
 async fn report_health(
     node: Arc<Node>,
     reporter: tonic_health::server::HealthReporter,
@@ -621,16 +681,15 @@ async fn report_health(
     }
 }
 
-/// Registers the capture and becomes the owner, or refuses to start while
-/// another capture is: one server per meta store until captures share the work
-/// (the election waits in line for a cluster; a server does not yet).
-async fn register_and_own(
+/// Registers the capture (refused while a live capture holds the same id:
+/// the same data dir in another process).
+async fn register(
     store: Arc<dyn MetaStore>,
     id: &str,
     addr: SocketAddr,
     started_at_ms: u64,
     lease_ttl: Duration,
-) -> anyhow::Result<(Registration, OwnerTerm)> {
+) -> anyhow::Result<Registration> {
     let info = CaptureInfo {
         version: 1,
         id: id.to_string(),
@@ -638,24 +697,10 @@ async fn register_and_own(
         sluice_version: env!("CARGO_PKG_VERSION").to_string(),
         started_at_ms,
     };
-    let registration = match Registration::register(store, info, lease_ttl).await {
-        Ok(registration) => registration,
-        Err(e @ ElectionError::AlreadyRegistered { .. }) => return Err(e.into()),
-        Err(e) => return Err(e).context("registering the capture"),
-    };
-    match registration.try_campaign().await {
-        Ok(term) => Ok((registration, term)),
-        Err(e) => {
-            let _ = registration.resign().await;
-            match e {
-                ElectionError::OtherOwner { .. } => Err(anyhow::anyhow!(
-                    "{e}; run one server per meta store (or wait up to {:?} for a killed \
-                     one's lease to expire)",
-                    registration.ttl()
-                )),
-                e => Err(e).context("campaigning for ownership"),
-            }
-        }
+    match Registration::register(store, info, lease_ttl).await {
+        Ok(registration) => Ok(registration),
+        Err(e @ ElectionError::AlreadyRegistered { .. }) => Err(e.into()),
+        Err(e) => Err(e).context("registering the capture"),
     }
 }
 

@@ -13,12 +13,42 @@ pub struct Server {
     pub grpc: String,
     pub http: String,
     pub stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    /// What it printed after its first line.
+    pub stdout: std::sync::Arc<std::sync::Mutex<String>>,
     /// The admin token the server wrote into its data dir at its first start.
     pub token_file: std::path::PathBuf,
 }
 
 impl Server {
     pub fn start(data_dir: &Path, extra: &[&str]) -> Server {
+        Self::spawn(data_dir, extra, "sluice server ready")
+    }
+
+    /// A server that joins a cluster whose owner is another one: it stands by
+    /// (its first line says so) and takes over when the owner is gone. Its
+    /// calls use `owner`'s admin token (a standby makes none).
+    pub fn start_standby(data_dir: &Path, extra: &[&str], owner: &Server) -> Server {
+        let mut s = Self::spawn(data_dir, extra, "sluice server standby");
+        s.token_file = owner.token_file.clone();
+        s
+    }
+
+    /// Waits until a standby says it is ready (it became the owner), at most
+    /// `timeout`; returns how long that took.
+    pub fn wait_ready(&self, timeout: Duration) -> Duration {
+        let start = Instant::now();
+        while !self.stdout.lock().unwrap().contains("sluice server ready") {
+            assert!(
+                start.elapsed() < timeout,
+                "not the owner after {timeout:?}; stderr: {}",
+                self.stderr.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        start.elapsed()
+    }
+
+    fn spawn(data_dir: &Path, extra: &[&str], first: &str) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .args(["server", "--data-dir"])
             .arg(data_dir)
@@ -47,19 +77,25 @@ impl Server {
         // sluice server ready: grpc ADDR http ADDR capture ID data-dir DIR
         let words: Vec<&str> = line.split_whitespace().collect();
         assert!(
-            line.starts_with("sluice server ready"),
-            "no ready line: {line:?}; stderr: {}",
+            line.starts_with(first),
+            "no line `{first}`: {line:?}; stderr: {}",
             stderr.lock().unwrap()
         );
+        let stdout = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let rest = stdout.clone();
         std::thread::spawn(move || {
-            let mut rest = String::new();
-            while out.read_line(&mut rest).unwrap_or(0) > 0 {}
+            let mut line = String::new();
+            while out.read_line(&mut line).unwrap_or(0) > 0 {
+                rest.lock().unwrap().push_str(&line);
+                line.clear();
+            }
         });
         Server {
             child,
             grpc: format!("http://{}", words[4]),
             http: format!("http://{}", words[6]),
             stderr,
+            stdout,
             token_file: data_dir.join("admin-token"),
         }
     }

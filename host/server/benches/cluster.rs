@@ -1,0 +1,188 @@
+//! Cluster figures of `sluice server` (release build), printed as a table and
+//! written to `target/bench/cluster.json`: owner failover on a private etcd.
+//!
+//! Two servers share a plugin store; the owner runs an endless datagen ->
+//! sink-blackhole changefeed at a fixed rate. Each round SIGKILLs the owner and
+//! times, from the kill:
+//! - until the standby prints that it is the owner (elected, state rebuilt
+//!   from etcd, listeners serving), and
+//! - until the changefeed's checkpoint moves again on it;
+//!
+//! then starts the killed server again as the next standby. The lease is
+//! `CLUSTER_BENCH_LEASE_S` (5 s), the rounds `CLUSTER_BENCH_ROUNDS` (10); the
+//! issue's target is every changefeed moving again within two leases.
+//!
+//! Run with `cargo xtask bench-cluster` (it builds the plugins first).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sluice_api::client::{Authorized, Bearer};
+use sluice_api::v1 as pb;
+use sluice_api::v1::changefeed_service_client::ChangefeedServiceClient;
+use tonic::transport::Channel;
+
+mod common;
+use common::{Server, id, upload};
+
+fn start(data: &Path, args: &[&str]) -> Server {
+    Server::start(data, args).0
+}
+
+fn ready_at(server: &Server) -> Option<Instant> {
+    *server.ready.lock().unwrap()
+}
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+async fn connect(url: &str, token: &str) -> Authorized {
+    let bearer = Bearer::new(Some(token)).unwrap();
+    loop {
+        if let Ok(c) = Channel::from_shared(url.to_string())
+            .unwrap()
+            .connect()
+            .await
+        {
+            return Authorized::new(c, bearer);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn checkpoint(c: &mut ChangefeedServiceClient<Authorized>) -> Option<u64> {
+    let cf = c.get_changefeed(id("endless")).await.ok()?.into_inner();
+    Some(cf.checkpoint_ts)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let lease_s = env_or("CLUSTER_BENCH_LEASE_S", 5);
+    let rounds = env_or("CLUSTER_BENCH_ROUNDS", 10) as usize;
+    let etcd = sluice_tests::etcd::PrivateEtcd::start();
+    etcd.wait_listening();
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().join("plugins").display());
+    let lease = lease_s.to_string();
+    let args = [
+        "--etcd",
+        &etcd.endpoint,
+        "--plugin-store",
+        &store,
+        "--lease-ttl-s",
+        &lease,
+    ];
+    let data = [dir.path().join("a"), dir.path().join("b")];
+    let mut nodes = [start(&data[0], &args), start(&data[1], &args)];
+    let mut owner = 0;
+    let token = std::fs::read_to_string(data[0].join("admin-token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let channel = connect(&nodes[0].url, &token).await;
+    upload(channel.clone(), "sink-blackhole", pb::PluginWorld::Sink).await;
+    ChangefeedServiceClient::new(channel)
+        .create_changefeed(pb::CreateChangefeedRequest {
+            id: Some(id("endless")),
+            config_toml: "[source]\ntype = \"datagen\"\ntotal-rows = 0\nrate = 5000\n\n[sink]\nplugin = \"sink-blackhole@0.1.0\"\n".into(),
+            start_ts: 0,
+            target_ts: 0,
+        })
+        .await
+        .unwrap();
+
+    let (mut elected, mut moving) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        // The checkpoint moves on the owner before it is killed.
+        let mut c = ChangefeedServiceClient::new(connect(&nodes[owner].url, &token).await);
+        let first = loop {
+            if let Some(cp) = checkpoint(&mut c).await.filter(|&cp| cp > 0) {
+                break cp;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        while checkpoint(&mut c).await.unwrap_or(0) <= first {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let standby = 1 - owner;
+        let killed = Instant::now();
+        let _ = nodes[owner].child.kill();
+        let _ = nodes[owner].child.wait();
+        let before = checkpoint(&mut c).await;
+        drop(c);
+        let ready = loop {
+            if let Some(at) = ready_at(&nodes[standby]) {
+                break at;
+            }
+            assert!(
+                killed.elapsed() < Duration::from_secs(10 * lease_s),
+                "no new owner"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        let mut c = ChangefeedServiceClient::new(connect(&nodes[standby].url, &token).await);
+        let at_takeover = checkpoint(&mut c)
+            .await
+            .unwrap_or(0)
+            .max(before.unwrap_or(0));
+        loop {
+            if checkpoint(&mut c).await.unwrap_or(0) > at_takeover {
+                break;
+            }
+            assert!(
+                killed.elapsed() < Duration::from_secs(10 * lease_s),
+                "the checkpoint does not move on the new owner"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let moved = killed.elapsed();
+        let took = ready.duration_since(killed);
+        eprintln!(
+            "round {round}: new owner after {:.2} s, checkpoint moving after {:.2} s",
+            took.as_secs_f64(),
+            moved.as_secs_f64()
+        );
+        elected.push(took.as_secs_f64());
+        moving.push(moved.as_secs_f64());
+        // The killed server comes back as the next standby.
+        nodes[owner] = start(&data[owner], &args);
+        owner = standby;
+    }
+    elected.sort_by(f64::total_cmp);
+    moving.sort_by(f64::total_cmp);
+    let row = |what: &str, v: &[f64]| {
+        println!(
+            "| {what} | {:.2} s | {:.2} s | {:.2}× | {:.2}× |",
+            percentile(v, 0.5),
+            percentile(v, 0.99),
+            percentile(v, 0.5) / lease_s as f64,
+            percentile(v, 0.99) / lease_s as f64
+        );
+    };
+    println!("\nOwner failover, {rounds} SIGKILLs of the owner, lease {lease_s} s\n");
+    println!("| from the kill until | p50 | p99 | p50 / lease | p99 / lease |");
+    println!("|---|---|---|---|---|");
+    row("the standby is the owner", &elected);
+    row("the checkpoint moves again", &moving);
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench");
+    std::fs::create_dir_all(&out).unwrap();
+    let json = serde_json::json!({
+        "lease-s": lease_s,
+        "rounds": rounds,
+        "elected-s": {"p50": percentile(&elected, 0.5), "p99": percentile(&elected, 0.99)},
+        "moving-s": {"p50": percentile(&moving, 0.5), "p99": percentile(&moving, 0.99)},
+    });
+    std::fs::write(
+        out.join("cluster.json"),
+        serde_json::to_string_pretty(&json).unwrap(),
+    )
+    .unwrap();
+}

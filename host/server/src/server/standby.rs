@@ -1,0 +1,291 @@
+//! A capture that is not the owner: it waits in line for ownership while its
+//! listeners answer. gRPC calls go on to the owner (the caller's token with
+//! them; the owner checks it), so any capture answers the API; `/healthz`
+//! says which capture is the owner; the rest of the HTTP API names it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use sluice_meta::MetaStore;
+use sluice_owner::CaptureInfo;
+use tokio::sync::watch;
+
+use super::listen::Connections;
+
+/// The header a forwarded call carries: a call that has it is not forwarded
+/// again (two captures that each think the other is the owner answer
+/// "unavailable" instead of passing a call back and forth).
+pub const FORWARDED: &str = "sluice-forwarded-by";
+
+/// Who the owner is, as this capture last read it (every half second).
+#[derive(Clone)]
+pub struct OwnerView(watch::Receiver<Option<CaptureInfo>>);
+
+impl OwnerView {
+    /// Follows the owner in `store` until `stop` changes.
+    pub fn follow(store: Arc<dyn MetaStore>, mut stop: watch::Receiver<bool>) -> Self {
+        let (tx, rx) = watch::channel(None);
+        tokio::spawn(async move {
+            loop {
+                match sluice_owner::election::current_owner(store.as_ref()).await {
+                    Ok(owner) => {
+                        let owner = owner.map(|(info, _)| info);
+                        tx.send_if_modified(|now| {
+                            let changed = *now != owner;
+                            *now = owner;
+                            changed
+                        });
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "The owner could not be read; the last one read stays.")
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+        });
+        Self(rx)
+    }
+
+    fn owner(&self) -> Option<CaptureInfo> {
+        self.0.borrow().clone()
+    }
+}
+
+/// Forwards every gRPC call but the health checks to the owner.
+#[derive(Clone)]
+pub struct ForwardLayer {
+    owner: OwnerView,
+    capture_id: String,
+    channel: Arc<Mutex<Option<(String, tonic::transport::Channel)>>>,
+}
+
+impl ForwardLayer {
+    /// Forwards for capture `capture_id` to the owner `owner` names.
+    pub fn new(owner: OwnerView, capture_id: String) -> Self {
+        Self {
+            owner,
+            capture_id,
+            channel: Arc::default(),
+        }
+    }
+
+    /// A channel to the owner's address (one kept while the owner stays).
+    fn channel_to(&self, address: &str) -> Result<tonic::transport::Channel, tonic::Status> {
+        let mut kept = self.channel.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, channel)) = kept.as_ref()
+            && at == address
+        {
+            return Ok(channel.clone());
+        }
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|e| tonic::Status::unavailable(format!("the owner's address {address}: {e}")))?
+            .connect_timeout(Duration::from_secs(5))
+            .connect_lazy();
+        *kept = Some((address.to_string(), channel.clone()));
+        Ok(channel)
+    }
+}
+
+impl<S> tower::Layer<S> for ForwardLayer {
+    type Service = Forward<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Forward {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// A gRPC service behind [`ForwardLayer`].
+#[derive(Clone)]
+pub struct Forward<S> {
+    inner: S,
+    layer: ForwardLayer,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+impl<S> tower::Service<http::Request<tonic::body::Body>> for Forward<S>
+where
+    S: tower::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<tonic::body::Body>) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let layer = self.layer.clone();
+        Box::pin(async move {
+            if request.uri().path().starts_with("/grpc.health.v1.") {
+                return inner.call(request).await;
+            }
+            let unavailable = |message: String| Ok(tonic::Status::unavailable(message).into_http());
+            if let Some(by) = request.headers().get(FORWARDED) {
+                return unavailable(format!(
+                    "capture {} is not the owner either (forwarded by {}); retry",
+                    layer.capture_id,
+                    by.to_str().unwrap_or("?")
+                ));
+            }
+            let Some(owner) = layer.owner.owner() else {
+                return unavailable(format!(
+                    "capture {} is a standby and no owner is elected yet; retry",
+                    layer.capture_id
+                ));
+            };
+            if owner.id == layer.capture_id {
+                return unavailable(format!(
+                    "capture {} is taking over as the owner; retry",
+                    layer.capture_id
+                ));
+            }
+            let channel = match layer.channel_to(&owner.address) {
+                Ok(channel) => channel,
+                Err(status) => return Ok(status.into_http()),
+            };
+            if let Ok(value) = http::HeaderValue::from_str(&layer.capture_id) {
+                request.headers_mut().insert(FORWARDED, value);
+            }
+            match tower::ServiceExt::oneshot(channel, request).await {
+                Ok(response) => Ok(response),
+                Err(e) => unavailable(format!(
+                    "capture {} could not reach the owner {} at {}: {e}; retry",
+                    layer.capture_id, owner.id, owner.address
+                )),
+            }
+        })
+    }
+}
+
+/// The HTTP listener of a standby: `/healthz` answers (a standby is healthy),
+/// everything else says where the owner is.
+pub fn http_router(owner: OwnerView, capture_id: String) -> axum::Router {
+    let health = {
+        let (owner, capture_id) = (owner.clone(), capture_id.clone());
+        move || async move {
+            let line = match owner.owner() {
+                Some(o) => format!(
+                    "ok: capture {capture_id} is a standby; the owner is capture {} at {}\n",
+                    o.id, o.address
+                ),
+                None => format!("ok: capture {capture_id} is a standby; no owner is elected yet\n"),
+            };
+            (StatusCode::OK, line).into_response()
+        }
+    };
+    let elsewhere = move || async move {
+        let message = match owner.owner() {
+            Some(o) => format!(
+                "capture {capture_id} is a standby; ask the owner, capture {} (gRPC at {}), or \
+                 use the gRPC API here, which forwards to it",
+                o.id, o.address
+            ),
+            None => format!("capture {capture_id} is a standby and no owner is elected yet; retry"),
+        };
+        let body = serde_json::json!({"code": "unavailable", "message": message});
+        let mut response: Response =
+            (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+        response.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("1"),
+        );
+        response
+    };
+    axum::Router::new()
+        .route("/healthz", axum::routing::get(health))
+        .fallback(elsewhere)
+}
+
+/// A capture waiting in line for ownership, answering on its listeners.
+pub struct Standby<'a> {
+    /// Its registration (campaigns with it).
+    pub registration: &'a sluice_owner::Registration,
+    /// The meta store (who the owner is).
+    pub store: Arc<dyn MetaStore>,
+    /// Its id.
+    pub capture_id: String,
+    /// The gRPC listener's connections.
+    pub grpc: &'a Connections,
+    /// The HTTP listener's connections.
+    pub http: &'a Connections,
+}
+
+/// How long a standby's open calls may take to finish once it is elected.
+const HANDOVER_GRACE: Duration = Duration::from_secs(5);
+
+impl Standby<'_> {
+    /// Answers (forwarding to the owner) until this capture is elected
+    /// (`Some`), asked to stop (`None`), or must stop (`fatal`: the lease).
+    pub async fn serve(
+        self,
+        fatal: &mut watch::Receiver<Option<String>>,
+        term: &mut tokio::signal::unix::Signal,
+    ) -> anyhow::Result<Option<sluice_owner::OwnerTerm>> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let owner = OwnerView::follow(self.store.clone(), stop_rx.clone());
+        let (_health, health_service) = tonic_health::server::health_reporter();
+        let stopped = |mut stop: watch::Receiver<bool>| async move {
+            let _ = stop.changed().await;
+        };
+        let grpc = tokio::spawn(
+            tonic::transport::Server::builder()
+                .layer(ForwardLayer::new(owner.clone(), self.capture_id.clone()))
+                .add_service(health_service)
+                .serve_with_incoming_shutdown(self.grpc.take().await, stopped(stop_rx.clone())),
+        );
+        let http = tokio::spawn(
+            axum::serve(
+                self.http.take().await,
+                http_router(owner, self.capture_id.clone()),
+            )
+            .with_graceful_shutdown(stopped(stop_rx))
+            .into_future(),
+        );
+        let outcome = tokio::select! {
+            elected = self.registration.campaign() => elected.map(Some).map_err(anyhow::Error::from),
+            _ = tokio::signal::ctrl_c() => Ok(None),
+            _ = term.recv() => Ok(None),
+            reason = async {
+                let _ = fatal.wait_for(Option::is_some).await;
+                fatal.borrow().clone()
+            } => Err(anyhow::anyhow!(
+                "sluice server stopped: {}",
+                reason.unwrap_or_default()
+            )),
+        };
+        // The full API takes the listeners over once these have let go.
+        let _ = stop_tx.send(true);
+        for server in [grpc.abort_handle(), http.abort_handle()] {
+            let _ = tokio::time::timeout(HANDOVER_GRACE, async {
+                while !server.is_finished() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await;
+            server.abort();
+        }
+        let _ = tokio::join!(grpc, http);
+        outcome
+    }
+}
