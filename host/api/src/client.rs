@@ -516,6 +516,16 @@ pub fn find_token(
 pub enum CaptureCommand {
     /// List the live captures.
     List,
+    /// Drain a capture before maintenance (admin): its changefeeds move to
+    /// other captures and it gets no new work until it restarts.
+    Drain {
+        /// The capture's id (`capture list`).
+        #[arg(long)]
+        capture: String,
+        /// Wait until nothing is left on it, showing what remains.
+        #[arg(long)]
+        wait: bool,
+    },
 }
 
 /// Runs one CLI command; a server error becomes one line.
@@ -1136,9 +1146,40 @@ async fn execute(args: &CliArgs, channel: Channel, bearer: Bearer) -> Result<Out
                 .await?
                 .into_inner();
             Out::Rows(
-                vec!["id", "address", "owner", "changefeeds", "version"],
+                vec![
+                    "id",
+                    "address",
+                    "owner",
+                    "changefeeds",
+                    "draining",
+                    "version",
+                ],
                 list.captures.iter().map(capture_json).collect(),
             )
+        }
+        CliCommand::Capture(CaptureCommand::Drain { capture, wait }) => {
+            let request = pb::DrainCaptureRequest {
+                capture_id: capture.clone(),
+            };
+            let mut remaining = cluster
+                .drain_capture(request.clone())
+                .await?
+                .into_inner()
+                .remaining;
+            let started = std::time::Instant::now();
+            while *wait && remaining > 0 {
+                eprintln!(
+                    "draining {capture}: {remaining} changefeed(s) left after {} s",
+                    started.elapsed().as_secs()
+                );
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                remaining = cluster
+                    .drain_capture(request.clone())
+                    .await?
+                    .into_inner()
+                    .remaining;
+            }
+            Out::One(json!({"capture": capture, "draining": true, "remaining": remaining}))
         }
         CliCommand::Status => {
             let health = cluster.health(pb::HealthRequest {}).await?.into_inner();

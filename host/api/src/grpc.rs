@@ -831,6 +831,9 @@ pub async fn captures(node: &Node, tenant: Option<&str>) -> Result<Vec<pb::Captu
             *assigned.entry(capture).or_default() += 1;
         }
     }
+    let drained = sluice_owner::drained(store.as_ref())
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
     let mut out = Vec::new();
     for kv in &listing.kvs {
         if !matches!(MetaKey::parse(&kv.key), Some(MetaKey::Capture { .. })) {
@@ -841,6 +844,7 @@ pub async fn captures(node: &Node, tenant: Option<&str>) -> Result<Vec<pb::Captu
         out.push(pb::Capture {
             is_owner: owner.as_deref() == Some(c.id.as_str()),
             changefeeds: assigned.get(&c.id).copied().unwrap_or(0),
+            draining: drained.contains(&c.id),
             id: c.id,
             address: c.address,
             version: c.sluice_version,
@@ -852,6 +856,42 @@ pub async fn captures(node: &Node, tenant: Option<&str>) -> Result<Vec<pb::Captu
 
 #[tonic::async_trait]
 impl ClusterService for Api {
+    async fn drain_capture(
+        &self,
+        request: Request<pb::DrainCaptureRequest>,
+    ) -> Result<Response<pb::DrainCaptureResponse>, Status> {
+        caller(&request)?
+            .check("*", Access::Server)
+            .map_err(auth_status)?;
+        let capture = &request.get_ref().capture_id;
+        let store = &self.node.store;
+        let unavailable = |e: sluice_meta::MetaError| Status::unavailable(e.to_string());
+        let key = keys::drain(capture).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        if store
+            .get(&keys::capture(capture).map_err(|e| Status::invalid_argument(e.to_string()))?)
+            .await
+            .map_err(unavailable)?
+            .is_none()
+        {
+            return Err(Status::not_found(format!(
+                "no live capture {capture}; `sluice cli capture list` shows them"
+            )));
+        }
+        store
+            .put(&key, b"{}".to_vec(), None)
+            .await
+            .map_err(unavailable)?;
+        let remaining = sluice_owner::load_by_capture(store.as_ref())
+            .await
+            .map_err(unavailable)?
+            .get(capture)
+            .copied()
+            .unwrap_or(0);
+        Ok(Response::new(pb::DrainCaptureResponse {
+            remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
+        }))
+    }
+
     async fn list_captures(
         &self,
         request: Request<pb::ListCapturesRequest>,

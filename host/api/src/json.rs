@@ -297,5 +297,6 @@ pub fn capture_json(c: &pb::Capture) -> Value {
         "version": c.version,
         "started-at-ms": c.started_at_ms,
         "changefeeds": c.changefeeds,
+        "draining": c.draining,
     })
 }

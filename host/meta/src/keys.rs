@@ -315,6 +315,19 @@ pub fn owner_candidate(lease: LeaseId) -> String {
     format!("{ROOT}owner/{:x}", lease.0 as u64)
 }
 
+/// `/sluice/v1/drain/`: the captures being drained.
+pub fn drain_prefix() -> String {
+    format!("{ROOT}drain/")
+}
+
+/// `/sluice/v1/drain/{capture}`: the owner drains the capture (its work is
+/// placed elsewhere and it gets no new work); the capture deletes it when it
+/// registers again.
+pub fn drain(capture: &str) -> Result<String, MetaError> {
+    validate_name(NameKind::Capture, capture)?;
+    Ok(format!("{ROOT}drain/{capture}"))
+}
+
 /// `/sluice/v1/cluster/plugin-store`: where the cluster keeps its plugin files
 /// (ADR 0012), recorded by the first server started with `--plugin-store`.
 pub fn cluster_plugin_store() -> String {

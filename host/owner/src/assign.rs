@@ -484,6 +484,41 @@ async fn follow(
                 continue;
             }
         };
+        // A drain of the capture stops the work there; the owner places it
+        // again on another one.
+        let mut drains = match inner
+            .store
+            .watch(&keys::drain_prefix(), Some(listing.revision))
+            .await
+        {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::debug!(error = %e, "Could not watch the drains; listing again.");
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
+        // A drain that began before the watch.
+        if record.desired == Desired::Run {
+            match drained(inner.store.as_ref()).await {
+                Ok(d) if captures.iter().any(|c| d.contains(c)) => {
+                    tracing::info!(
+                        "The capture is being drained: stopping the work there to place it elsewhere."
+                    );
+                    match stop(&inner, &mut record, &mut written, &mut deadline, stop_wait).await {
+                        Ok(()) => {}
+                        Err(Lost::Ownership) => break 'follow lost(),
+                        Err(Lost::TimedOut) => break 'follow gave_up(),
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "Could not read the drains; listing again.");
+                    tokio::time::sleep(RETRY).await;
+                    continue;
+                }
+            }
+        }
         // A capture that was registered when the work was placed on it and is
         // no longer: its lease ended (it stopped writing before that), so the
         // work ends here and the owner places it again.
@@ -548,6 +583,20 @@ async fn follow(
                         }
                     }
                 }
+                event = next_departure(&mut drains), if record.desired == Desired::Run => match event {
+                    Some(Ok(ev)) if ev.kind == WatchEventKind::Put => {
+                        if captures.iter().any(|c| keys::drain(c).is_ok_and(|k| k == ev.kv.key)) {
+                            tracing::info!("The capture is being drained: stopping the work there to place it elsewhere.");
+                            match stop(&inner, &mut record, &mut written, &mut deadline, stop_wait).await {
+                                Ok(()) => {}
+                                Err(Lost::Ownership) => break 'follow lost(),
+                                Err(Lost::TimedOut) => break 'follow gave_up(),
+                            }
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(_)) | None => continue 'follow,
+                },
                 event = next_departure(&mut departures) => match event {
                     Some(Ok(ev)) if ev.kind == WatchEventKind::Delete => {
                         if let Some(capture) = captures.iter().find(|c| {
@@ -576,6 +625,26 @@ async fn follow(
     outcome
 }
 
+/// Writes `Desired::Stop` into the assignments (the capture flushes, stops
+/// and reports; the owner then places the work again), starting the stop's
+/// deadline.
+async fn stop(
+    inner: &Inner,
+    record: &mut Assignment,
+    written: &mut BTreeMap<String, Revision>,
+    deadline: &mut Option<tokio::time::Instant>,
+    stop_wait: Option<Duration>,
+) -> Result<(), Lost> {
+    record.desired = Desired::Stop;
+    if deadline.is_none() {
+        *deadline = stop_wait.map(|w| tokio::time::Instant::now() + w);
+    }
+    for (key, revision) in written.iter_mut() {
+        *revision = write(inner, key, record, *deadline).await?;
+    }
+    Ok(())
+}
+
 /// Where [`place`] put the work.
 struct Placed {
     capture: String,
@@ -585,34 +654,67 @@ struct Placed {
 }
 
 /// The live capture with the fewest changefeeds assigned (this node's first
-/// among equals); this node's when none is registered. Retries while the
-/// store does not answer.
+/// among equals), not one being drained; this node's when none is
+/// registered. Waits while every capture is being drained (the work is
+/// unschedulable: said in the log, never dropped), and retries while the store
+/// does not answer.
 async fn place(inner: &Inner) -> Placed {
+    let mut said = false;
     loop {
-        match load_by_capture(inner.store.as_ref()).await {
-            Ok(load) if load.is_empty() => {
-                return Placed {
-                    capture: inner.capture.clone(),
-                    registered: false,
-                };
+        let (load, drained) = match (
+            load_by_capture(inner.store.as_ref()).await,
+            drained(inner.store.as_ref()).await,
+        ) {
+            (Ok(load), Ok(drained)) => (load, drained),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "Could not read the captures' load; retrying.");
+                tokio::time::sleep(RETRY).await;
+                continue;
             }
-            Ok(load) => {
-                let capture = load
-                    .iter()
-                    .min_by_key(|(c, n)| (**n, **c != inner.capture, (*c).clone()))
-                    .map(|(c, _)| c.clone())
-                    .expect("not empty");
+        };
+        if load.is_empty() {
+            return Placed {
+                capture: inner.capture.clone(),
+                registered: false,
+            };
+        }
+        let chosen = load
+            .iter()
+            .filter(|(c, _)| !drained.contains(*c))
+            .min_by_key(|(c, n)| (**n, **c != inner.capture, (*c).clone()))
+            .map(|(c, _)| c.clone());
+        match chosen {
+            Some(capture) => {
                 return Placed {
                     capture,
                     registered: true,
                 };
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "Could not read the captures' load; retrying.");
-                tokio::time::sleep(RETRY).await;
+            None => {
+                if !said {
+                    tracing::warn!(
+                        "Every capture is being drained: the changefeed waits for one that takes work."
+                    );
+                    said = true;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
     }
+}
+
+/// The captures being drained.
+pub async fn drained(
+    store: &dyn MetaStore,
+) -> Result<std::collections::BTreeSet<String>, MetaError> {
+    let prefix = keys::drain_prefix();
+    Ok(store
+        .list(&prefix)
+        .await?
+        .kvs
+        .iter()
+        .filter_map(|kv| kv.key.strip_prefix(&prefix).map(str::to_string))
+        .collect())
 }
 
 /// Every registered capture and how many changefeeds are assigned to it.

@@ -484,9 +484,10 @@ fn sigkill_the_server_ten_times_loses_no_row() {
 
 /// Two servers on one etcd with a shared plugin store. The second stands by,
 /// forwards the API (a streamed upload, a create, queries) to the owner and
-/// runs the work the owner places on it (the least loaded capture). SIGKILL
-/// the owner mid-run: the standby takes over within two leases and finishes
-/// both changefeeds. Then the killed server comes back as a standby, takes
+/// runs the work the owner places on it (the least loaded capture). A drain of
+/// the owner's capture moves its changefeed to the other one. SIGKILL the
+/// owner mid-run: the standby takes over within two leases and finishes both
+/// changefeeds. Then the killed server comes back as a standby, takes
 /// work, and is killed again: the owner places its work on itself. Every row
 /// is delivered, a duplicate only flagged replay.
 #[test]
@@ -577,6 +578,29 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
     assert_eq!(per_capture(&b), [1, 1], "one changefeed on each capture");
     let first_dir = sink_dir_of(&a, "first", &data_a);
     let second_dir = sink_dir_of(&a, "second", &data_a);
+
+    // Drain the owner's capture: its changefeed moves to the other one, and
+    // it gets no new work.
+    let captures = b.json(&["capture", "list"]);
+    let owner_id = captures
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["owner"] == true)
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let drained = b.json(&["capture", "drain", "--capture", &owner_id, "--wait"]);
+    assert_eq!(drained["remaining"], 0, "{drained}");
+    let captures = b.json(&["capture", "list"]);
+    for c in captures.as_array().unwrap() {
+        let drained = c["id"] == owner_id.as_str();
+        assert_eq!(c["draining"], drained, "{captures}");
+        assert_eq!(c["changefeeds"], if drained { 0 } else { 2 }, "{captures}");
+    }
+    let err = b.error(&["capture", "drain", "--capture", "nobody"]);
+    assert!(err.contains("no live capture nobody"), "{err}");
 
     let log_a = a.kill();
     let taken_over = b.wait_ready(Duration::from_secs(4 * LEASE_S + 10));

@@ -682,7 +682,7 @@ async fn report_health(
 }
 
 /// Registers the capture (refused while a live capture holds the same id:
-/// the same data dir in another process).
+/// the same data dir in another process), and ends a drain of it.
 async fn register(
     store: Arc<dyn MetaStore>,
     id: &str,
@@ -697,8 +697,14 @@ async fn register(
         sluice_version: env!("CARGO_PKG_VERSION").to_string(),
         started_at_ms,
     };
-    match Registration::register(store, info, lease_ttl).await {
-        Ok(registration) => Ok(registration),
+    match Registration::register(store.clone(), info, lease_ttl).await {
+        Ok(registration) => {
+            // Back after a drain (a restart for maintenance): it takes work again.
+            if store.delete(&keys::drain(id)?).await? {
+                tracing::info!("This capture was drained; it takes work again.");
+            }
+            Ok(registration)
+        }
         Err(e @ ElectionError::AlreadyRegistered { .. }) => Err(e.into()),
         Err(e) => Err(e).context("registering the capture"),
     }

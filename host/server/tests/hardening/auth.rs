@@ -135,6 +135,13 @@ fn case(method: &str, acme_token: &str) -> Option<(Vec<u8>, Needs)> {
         ),
         "ListCaptures" => (pb::ListCapturesRequest {}.encode_to_vec(), AnyToken),
         "GetOwner" => (pb::GetOwnerRequest {}.encode_to_vec(), AnyToken),
+        "DrainCapture" => (
+            pb::DrainCaptureRequest {
+                capture_id: "nobody".into(),
+            }
+            .encode_to_vec(),
+            Admin,
+        ),
         "Health" => (pb::HealthRequest {}.encode_to_vec(), AnyToken),
         "ListProcessors" => (
             pb::ListProcessorsRequest {
