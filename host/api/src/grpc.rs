@@ -461,6 +461,11 @@ pub fn status_pb(v: &FeedView, sink_data_dir: Option<&std::path::Path>) -> pb::C
         sink_data_dir: sink_data_dir
             .map(|p| p.display().to_string())
             .unwrap_or_default(),
+        capture: v
+            .progress
+            .as_ref()
+            .and_then(|p| p.capture.clone())
+            .unwrap_or_default(),
         failure: info
             .failure
             .as_ref()
@@ -913,7 +918,11 @@ impl ClusterService for Api {
             .filter(|v| v.progress.is_some())
             .map(|v| pb::Processor {
                 changefeed: Some(id_pb(v.changefeed.id())),
-                capture_id: self.node.capture_id.clone(),
+                capture_id: v
+                    .progress
+                    .as_ref()
+                    .and_then(|p| p.capture.clone())
+                    .unwrap_or_else(|| self.node.capture_id.clone()),
                 checkpoint_ts: v.changefeed.checkpoint().get(),
                 resolved_ts: v.resolved_ts.get(),
             })

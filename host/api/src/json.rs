@@ -175,6 +175,7 @@ pub fn status_json(s: &pb::ChangefeedStatus) -> Value {
         "rows-written": s.rows_written,
         "retries": s.retries,
         "sink-data-dir": s.sink_data_dir,
+        "capture": s.capture,
         "failure": s.failure,
         "errors": records(&s.last_errors),
         "warnings": records(&s.last_warnings),

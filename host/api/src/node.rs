@@ -100,15 +100,24 @@ impl Node {
         }
     }
 
-    /// Where the sink of `v` keeps its data, if it was granted a directory.
+    /// Where the sink of `v` keeps its data, if it was granted a directory:
+    /// the path on this capture, or, for work another capture runs, the path
+    /// under that capture's data dir.
     pub fn sink_data_dir(&self, v: &FeedView) -> Option<PathBuf> {
         let info = &v.changefeed.info;
-        info.config
-            .sink
-            .capabilities
-            .data_dir
-            .is_granted()
-            .then(|| self.capture.plugin_data_dir(&info.id, "sink"))
+        if !info.config.sink.capabilities.data_dir.is_granted() {
+            return None;
+        }
+        let elsewhere = v
+            .progress
+            .as_ref()
+            .and_then(|p| p.capture.as_deref())
+            .is_some_and(|c| c != self.capture_id);
+        Some(if elsewhere {
+            sluice_capture::plugin_data_dir(std::path::Path::new(""), &info.id, "sink")
+        } else {
+            self.capture.plugin_data_dir(&info.id, "sink")
+        })
     }
 
     /// What `tenant` holds now: its changefeeds (not removed) with what

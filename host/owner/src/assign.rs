@@ -56,6 +56,7 @@ impl From<&TaskReport> for WorkProgress {
             shadow: r.shadow.clone(),
             validator: r.validator.clone(),
             redo: r.redo,
+            capture: None,
         }
     }
 }
@@ -362,8 +363,11 @@ impl Reports {
     /// resolved ts, the sum of the counters; none until every capture reported.
     fn progress(&self) -> Option<WorkProgress> {
         let mut out: Option<WorkProgress> = None;
-        for report in self.captures.values() {
-            let p = WorkProgress::from(report.as_ref()?);
+        for (capture, report) in &self.captures {
+            let p = WorkProgress {
+                capture: Some(capture.clone()),
+                ..WorkProgress::from(report.as_ref()?)
+            };
             out = Some(match out {
                 None => p,
                 Some(o) => WorkProgress {
@@ -385,6 +389,7 @@ impl Reports {
                         (Some(a), Some(b)) => Some(a.merge(b)),
                         (a, b) => a.or(b),
                     },
+                    capture: o.capture.or(p.capture),
                 },
             });
         }

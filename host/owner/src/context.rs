@@ -51,6 +51,9 @@ pub struct WorkProgress {
     pub validator: Option<sluice_core::ValidatorReport>,
     /// Where the work's redo log stands, with consistent replication.
     pub redo: Option<crate::RedoReport>,
+    /// The capture that runs the work (none: not known, as for work that
+    /// runs in this process).
+    pub capture: Option<String>,
 }
 
 /// The latest progress of running work, read at any time by anyone (queries
