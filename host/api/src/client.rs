@@ -523,8 +523,11 @@ pub enum CaptureCommand {
         #[arg(long)]
         capture: String,
         /// Wait until nothing is left on it, showing what remains.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "cancel")]
         wait: bool,
+        /// End the drain: the capture takes new work again.
+        #[arg(long)]
+        cancel: bool,
     },
 }
 
@@ -1157,9 +1160,14 @@ async fn execute(args: &CliArgs, channel: Channel, bearer: Bearer) -> Result<Out
                 list.captures.iter().map(capture_json).collect(),
             )
         }
-        CliCommand::Capture(CaptureCommand::Drain { capture, wait }) => {
+        CliCommand::Capture(CaptureCommand::Drain {
+            capture,
+            wait,
+            cancel,
+        }) => {
             let request = pb::DrainCaptureRequest {
                 capture_id: capture.clone(),
+                cancel: *cancel,
             };
             let mut remaining = cluster
                 .drain_capture(request.clone())
@@ -1179,7 +1187,7 @@ async fn execute(args: &CliArgs, channel: Channel, bearer: Bearer) -> Result<Out
                     .into_inner()
                     .remaining;
             }
-            Out::One(json!({"capture": capture, "draining": true, "remaining": remaining}))
+            Out::One(json!({"capture": capture, "draining": !cancel, "remaining": remaining}))
         }
         CliCommand::Status => {
             let health = cluster.health(pb::HealthRequest {}).await?.into_inner();

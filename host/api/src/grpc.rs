@@ -882,10 +882,14 @@ impl ClusterService for Api {
                 "no live capture {capture}; `sluice cli capture list` shows them"
             )));
         }
-        store
-            .put(&key, b"{}".to_vec(), None)
-            .await
-            .map_err(unavailable)?;
+        if request.get_ref().cancel {
+            store.delete(&key).await.map_err(unavailable)?;
+        } else {
+            store
+                .put(&key, b"{}".to_vec(), None)
+                .await
+                .map_err(unavailable)?;
+        }
         let remaining = sluice_owner::load_by_capture(store.as_ref())
             .await
             .map_err(unavailable)?

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_meta::keys::{self, MetaKey};
-use sluice_meta::{KeyValue, MetaError, WatchEventKind};
+use sluice_meta::{KeyValue, MetaError, Revision, WatchEventKind};
 use sluice_owner::{ChangefeedId, ChangefeedInfo};
 use sluice_protocol::{
     ASSIGNMENT_VERSION, Assignment, Desired, Epoch, ErrorKind, Outcome, Tables, TaskPosition,
@@ -154,7 +154,8 @@ async fn run(capture: Arc<Capture>, mut stop: watch::Receiver<Option<Halt>>) {
                 };
                 present.insert(id.clone());
                 if let Some(a) = decode(kv) {
-                    result = result.and(state.on_assignment(id, Some(a)).await);
+                    result =
+                        result.and(state.on_assignment(id, Some((a, kv.create_revision))).await);
                 }
             }
             // Assignments deleted while nobody watched.
@@ -196,7 +197,7 @@ async fn run(capture: Arc<Capture>, mut stop: watch::Receiver<Option<Halt>>) {
                         };
                         let assignment = match event.kind {
                             WatchEventKind::Put => match decode(&event.kv) {
-                                Some(a) => Some(a),
+                                Some(a) => Some((a, event.kv.create_revision)),
                                 None => continue,
                             },
                             WatchEventKind::Delete => None,
@@ -269,14 +270,15 @@ impl State {
         }
     }
 
-    /// Acts on `id`'s assignment as it now stands (`None`: deleted). An error
-    /// means the store did not answer: the caller lists again and retries.
+    /// Acts on `id`'s assignment as it now stands (`None`: deleted), with the
+    /// revision its key was created at. An error means the store did not
+    /// answer: the caller lists again and retries.
     async fn on_assignment(
         &mut self,
         id: ChangefeedId,
-        assignment: Option<Assignment>,
+        assignment: Option<(Assignment, Revision)>,
     ) -> Result<(), MetaError> {
-        let Some(a) = assignment else {
+        let Some((a, created)) = assignment else {
             // The owner took the task away: nothing of it may run here.
             if let Some(r) = self.running.remove(&id) {
                 tracing::info!(changefeed = %id, epoch = r.epoch.0, "Assignment deleted; aborting its work.");
@@ -326,12 +328,17 @@ impl State {
             let r = self.running.remove(&id).expect("present");
             r.processor.abort(false).await;
         }
-        self.begin(id, a).await
+        self.begin(id, a, created).await
     }
 
     /// Starts the work of an assignment this agent does not run yet, unless it
     /// is stale or already done.
-    async fn begin(&mut self, id: ChangefeedId, a: Assignment) -> Result<(), MetaError> {
+    async fn begin(
+        &mut self,
+        id: ChangefeedId,
+        a: Assignment,
+        created: Revision,
+    ) -> Result<(), MetaError> {
         let ctx = self.capture.ctx().clone();
         let epoch = a.changefeed_epoch;
         let position_key = keys::task_position(id.tenant(), id.name(), &ctx.capture_id)?;
@@ -341,8 +348,15 @@ impl State {
                     tracing::info!(changefeed = %id, epoch = epoch.0, newer = p.changefeed_epoch, "Ignoring an assignment of an older epoch.");
                     return Ok(());
                 }
-                Ok(p) if p.changefeed_epoch == epoch.0 && p.state.is_terminal() => {
-                    // Done and reported already (an agent that restarted).
+                Ok(p)
+                    if p.changefeed_epoch == epoch.0
+                        && p.state.is_terminal()
+                        && kv.mod_revision > created =>
+                {
+                    // Done and reported already, after this assignment was
+                    // made (an agent that restarted). An end reported
+                    // before it belongs to an earlier placement of the same
+                    // epoch here (work that moved away and back): run it.
                     return Ok(());
                 }
                 Ok(_) => {}

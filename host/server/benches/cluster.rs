@@ -12,6 +12,11 @@
 //! `CLUSTER_BENCH_LEASE_S` (5 s), the rounds `CLUSTER_BENCH_ROUNDS` (10); the
 //! issue's target is every changefeed moving again within two leases.
 //!
+//! Then drain convergence: `CLUSTER_BENCH_FEEDS` (8) more changefeeds, and
+//! each round drains the capture that holds the work, timing until nothing is
+//! left on it and until every changefeed's checkpoint moved on the other one,
+//! and ends the drain.
+//!
 //! Run with `cargo xtask bench-cluster` (it builds the plugins first).
 
 use std::path::Path;
@@ -20,6 +25,7 @@ use std::time::{Duration, Instant};
 use sluice_api::client::{Authorized, Bearer};
 use sluice_api::v1 as pb;
 use sluice_api::v1::changefeed_service_client::ChangefeedServiceClient;
+use sluice_api::v1::cluster_service_client::ClusterServiceClient;
 use tonic::transport::Channel;
 
 mod common;
@@ -55,8 +61,18 @@ async fn connect(url: &str, token: &str) -> Authorized {
 }
 
 async fn checkpoint(c: &mut ChangefeedServiceClient<Authorized>) -> Option<u64> {
-    let cf = c.get_changefeed(id("endless")).await.ok()?.into_inner();
+    checkpoint_of(c, "endless").await
+}
+
+async fn checkpoint_of(c: &mut ChangefeedServiceClient<Authorized>, name: &str) -> Option<u64> {
+    let cf = c.get_changefeed(id(name)).await.ok()?.into_inner();
     Some(cf.checkpoint_ts)
+}
+
+fn endless(rate: u64) -> String {
+    format!(
+        "[source]\ntype = \"datagen\"\ntotal-rows = 0\nrate = {rate}\n\n[sink]\nplugin = \"sink-blackhole@0.1.0\"\n"
+    )
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -92,7 +108,7 @@ async fn main() {
     ChangefeedServiceClient::new(channel)
         .create_changefeed(pb::CreateChangefeedRequest {
             id: Some(id("endless")),
-            config_toml: "[source]\ntype = \"datagen\"\ntotal-rows = 0\nrate = 5000\n\n[sink]\nplugin = \"sink-blackhole@0.1.0\"\n".into(),
+            config_toml: endless(5_000),
             start_ts: 0,
             target_ts: 0,
         })
@@ -156,8 +172,85 @@ async fn main() {
         nodes[owner] = start(&data[owner], &args);
         owner = standby;
     }
+    // Drain convergence, through the owner.
+    let feeds = env_or("CLUSTER_BENCH_FEEDS", 8);
+    let channel = connect(&nodes[owner].url, &token).await;
+    let mut c = ChangefeedServiceClient::new(channel.clone());
+    let mut cluster = ClusterServiceClient::new(channel);
+    let mut names = vec!["endless".to_string()];
+    for i in 0..feeds {
+        let name = format!("drain-{i}");
+        c.create_changefeed(pb::CreateChangefeedRequest {
+            id: Some(id(&name)),
+            config_toml: endless(1_000),
+            start_ts: 0,
+            target_ts: 0,
+        })
+        .await
+        .unwrap();
+        names.push(name);
+    }
+    let (mut emptied, mut resumed) = (Vec::new(), Vec::new());
+    for round in 0..rounds.min(5) {
+        // Every checkpoint moves; then the capture with the most work goes.
+        let mut before = Vec::new();
+        for name in &names {
+            loop {
+                let cp = checkpoint_of(&mut c, name).await.unwrap_or(0);
+                if cp > 0 {
+                    before.push(cp);
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let captures = cluster
+            .list_captures(pb::ListCapturesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .captures;
+        let busiest = captures.iter().max_by_key(|c| c.changefeeds).unwrap();
+        let (capture, on_it) = (busiest.id.clone(), busiest.changefeeds);
+        let drain = |cancel| pb::DrainCaptureRequest {
+            capture_id: capture.clone(),
+            cancel,
+        };
+        let started = Instant::now();
+        while cluster
+            .drain_capture(drain(false))
+            .await
+            .unwrap()
+            .into_inner()
+            .remaining
+            > 0
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let empty = started.elapsed();
+        let mut at_drain = Vec::new();
+        for name in &names {
+            at_drain.push(checkpoint_of(&mut c, name).await.unwrap_or(0));
+        }
+        for (name, cp) in names.iter().zip(&at_drain) {
+            while checkpoint_of(&mut c, name).await.unwrap_or(0) <= *cp {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        let moving_again = started.elapsed();
+        eprintln!(
+            "drain {round}: {on_it} changefeeds off {capture} after {:.2} s, all moving after {:.2} s",
+            empty.as_secs_f64(),
+            moving_again.as_secs_f64()
+        );
+        emptied.push(empty.as_secs_f64());
+        resumed.push(moving_again.as_secs_f64());
+        cluster.drain_capture(drain(true)).await.unwrap();
+    }
     elected.sort_by(f64::total_cmp);
     moving.sort_by(f64::total_cmp);
+    emptied.sort_by(f64::total_cmp);
+    resumed.sort_by(f64::total_cmp);
     let row = |what: &str, v: &[f64]| {
         println!(
             "| {what} | {:.2} s | {:.2} s | {:.2}× | {:.2}× |",
@@ -172,6 +265,23 @@ async fn main() {
     println!("|---|---|---|---|---|");
     row("the standby is the owner", &elected);
     row("the checkpoint moves again", &moving);
+    println!(
+        "\nDrain of the busiest capture, {} rounds, {} changefeeds in the cluster\n",
+        emptied.len(),
+        feeds + 1
+    );
+    println!("| from the drain until | p50 | max |");
+    println!("|---|---|---|");
+    for (what, v) in [
+        ("nothing is left on the capture", &emptied),
+        ("every checkpoint moved on the other", &resumed),
+    ] {
+        println!(
+            "| {what} | {:.2} s | {:.2} s |",
+            percentile(v, 0.5),
+            v[v.len() - 1]
+        );
+    }
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench");
     std::fs::create_dir_all(&out).unwrap();
     let json = serde_json::json!({
@@ -179,6 +289,8 @@ async fn main() {
         "rounds": rounds,
         "elected-s": {"p50": percentile(&elected, 0.5), "p99": percentile(&elected, 0.99)},
         "moving-s": {"p50": percentile(&moving, 0.5), "p99": percentile(&moving, 0.99)},
+        "drain-emptied-s": {"p50": percentile(&emptied, 0.5), "max": emptied[emptied.len() - 1]},
+        "drain-moving-s": {"p50": percentile(&resumed, 0.5), "max": resumed[resumed.len() - 1]},
     });
     std::fs::write(
         out.join("cluster.json"),

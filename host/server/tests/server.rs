@@ -607,6 +607,19 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
         assert_eq!(c["draining"], drained, "{captures}");
         assert_eq!(c["changefeeds"], if drained { 0 } else { 2 }, "{captures}");
     }
+    // Ended, the capture takes work again (what moved stays).
+    let ended = b.json(&["capture", "drain", "--capture", &owner_id, "--cancel"]);
+    assert_eq!(ended["draining"], false, "{ended}");
+    let captures = b.json(&["capture", "list"]);
+    assert!(
+        captures
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["draining"] == false),
+        "{captures}"
+    );
+    assert_eq!(per_capture(&b), [0, 2]);
     let err = b.error(&["capture", "drain", "--capture", "nobody"]);
     assert!(err.contains("no live capture nobody"), "{err}");
 

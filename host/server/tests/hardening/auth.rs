@@ -138,6 +138,7 @@ fn case(method: &str, acme_token: &str) -> Option<(Vec<u8>, Needs)> {
         "DrainCapture" => (
             pb::DrainCaptureRequest {
                 capture_id: "nobody".into(),
+                cancel: false,
             }
             .encode_to_vec(),
             Admin,
