@@ -51,10 +51,19 @@ impl PluginFiles {
         let cache = match store.local_dir() {
             Some(_) => None,
             None => {
-                std::fs::create_dir_all(cache).map_err(|source| RegistryError::Io {
+                let io = |source| RegistryError::Io {
                     path: cache.display().to_string(),
                     source,
-                })?;
+                };
+                std::fs::create_dir_all(cache).map_err(io)?;
+                // A crash mid-copy leaves a temporary file (never a half file
+                // under a plugin's name); one capture owns this directory.
+                for entry in std::fs::read_dir(cache).map_err(io)? {
+                    let entry = entry.map_err(io)?;
+                    if entry.file_name().to_string_lossy().contains(".tmp") {
+                        let _ = std::fs::remove_file(entry.path());
+                    }
+                }
                 Some(cache.to_path_buf())
             }
         };

@@ -65,6 +65,16 @@ async fn a_plugin_uploaded_through_one_capture_runs_on_another() {
     server.kill();
     assert_eq!(b.load("acme", &id).await.unwrap().digest(), sha);
 
+    // What a crash in the middle of a copy into the cache leaves goes at the
+    // next start; the cached file stays.
+    let leftover = dir
+        .path()
+        .join(format!("b/plugin-cache/{sha}.wasm.tmp4242-0"));
+    std::fs::write(&leftover, b"half").unwrap();
+    let b = capture_without_agreeing(&meta, &uri, &dir.path().join("b")).await;
+    assert!(!leftover.exists());
+    assert_eq!(b.load("acme", &id).await.unwrap().digest(), sha);
+
     // A damaged cache file is read again from the store, not run.
     server.spawn();
     std::fs::write(&cached, b"tampered").unwrap();
