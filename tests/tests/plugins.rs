@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use sluice_core::{
-    Batch, BatchBuilder, Column, ColumnType, CommitTs, DdlEvent, FLAG_REPLAY, Filter, Op, Sink,
-    TableSchema, Value,
+    Batch, BatchBuilder, Column, ColumnType, CommitTs, DdlEvent, FLAG_REPLAY, Filter, Op,
+    PluginError, Sink, TableSchema, Value,
 };
 use sluice_runtime::{
     PluginKind, PluginRuntime, PluginSettings, RuntimeConfig, WasmFilter, WasmSink,
@@ -200,6 +200,79 @@ async fn sink_file_writes_exact_canal_json_lines() {
         1
     );
     assert_eq!(sink.stats().counters()["rows"], 3);
+}
+
+/// A sink behind a closed write fence (its capture's lease may have ended)
+/// is refused every call before the plugin runs: what it wrote before stays,
+/// nothing more reaches the file, and what it holds unflushed is dropped.
+#[tokio::test]
+async fn a_closed_write_fence_refuses_every_sink_call_before_the_plugin_runs() {
+    let rt = PluginRuntime::new(RuntimeConfig::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let component = rt
+        .load_file(PluginKind::Sink, &plugin_path("sink-file"))
+        .unwrap();
+    let mut settings =
+        PluginSettings::new("sink-file", serde_json::json!({ "dir": "out" }).to_string());
+    settings.capabilities.data_dir = Some(dir.path().to_path_buf());
+    let fence = sluice_core::WriteFence::until(
+        std::time::Instant::now() + std::time::Duration::from_secs(60),
+    );
+    settings.capabilities.fence = fence.clone();
+    let mut sink = WasmSink::new(component, settings).unwrap();
+    let (schemas, mut batch) = sample();
+    sink.write(&schemas, &mut batch).await.unwrap();
+    sink.flush(CommitTs::new(TS + 2)).await.unwrap();
+    let file = dir.path().join("out/changes-000001.jsonl");
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(written.lines().count(), 3);
+    // Written, not flushed, when the fence closes.
+    let (schemas, mut batch) = sample();
+    sink.write(&schemas, &mut batch).await.unwrap();
+    fence.close();
+    let (schemas, mut batch) = sample();
+    let refused = sink.write(&schemas, &mut batch).await.unwrap_err();
+    assert!(
+        matches!(&refused, PluginError::Refused(m) if m.contains("lease")),
+        "{refused}"
+    );
+    for refused in [
+        sink.flush(CommitTs::new(TS + 9)).await.unwrap_err(),
+        sink.apply_ddl(&DdlEvent::of_table(
+            CommitTs::new(TS + 9),
+            "app",
+            "users",
+            "DROP TABLE users",
+        ))
+        .await
+        .unwrap_err(),
+        sink.close().await.unwrap_err(),
+    ] {
+        assert!(matches!(refused, PluginError::Refused(_)), "{refused}");
+    }
+    assert!(!sink.is_live(), "the instance is dropped, not closed");
+    let after: Vec<String> = std::fs::read_dir(dir.path().join("out"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    assert_eq!(
+        after
+            .concat()
+            .lines()
+            .filter(|l| l.contains("DROP TABLE"))
+            .count(),
+        0
+    );
+    assert!(
+        after.concat().lines().count() <= 6,
+        "at most what was written before the fence closed: {}",
+        after.concat().lines().count()
+    );
+    assert_eq!(
+        sink.stats().counters()["rows"],
+        3,
+        "rows count once flushed: only those flushed before the fence closed"
+    );
 }
 
 #[tokio::test]

@@ -192,6 +192,19 @@ pub enum ChangefeedCommand {
         #[arg(long, short = 'c')]
         changefeed: String,
     },
+    /// Move a running changefeed to another capture (admin): it stops where
+    /// it runs (written, flushed, saved) and runs next on that capture.
+    Move {
+        /// `name` or `tenant/name`.
+        #[arg(long, short = 'c')]
+        changefeed: String,
+        /// The capture's id (`capture list`).
+        #[arg(long)]
+        capture: String,
+    },
+    /// Even the number of running changefeeds per capture (admin); prints
+    /// the moves asked for.
+    Rebalance,
     /// Whether everything upstream is downstream (TiCDC's synced status).
     Synced {
         /// `name` or `tenant/name`.
@@ -619,6 +632,14 @@ enum Out {
     One(Value),
 }
 
+fn move_json(m: &pb::ChangefeedMove) -> Value {
+    let id =
+        m.id.as_ref()
+            .map(|r| format!("{}/{}", r.tenant, r.name))
+            .unwrap_or_default();
+    json!({"id": id, "from": m.from_capture, "to": m.to_capture})
+}
+
 fn changefeed_ref(tenant: &str, id: &str) -> pb::ChangefeedRef {
     match id.split_once('/') {
         Some((t, n)) => pb::ChangefeedRef {
@@ -822,6 +843,29 @@ async fn execute(args: &CliArgs, channel: Channel, bearer: Bearer) -> Result<Out
                     .await?
                     .into_inner()),
             },
+            ChangefeedCommand::Move {
+                changefeed,
+                capture,
+            } => Out::One(move_json(
+                &cluster
+                    .move_changefeed(pb::MoveChangefeedRequest {
+                        id: Some(changefeed_ref(tenant, changefeed)),
+                        capture_id: capture.clone(),
+                    })
+                    .await?
+                    .into_inner(),
+            )),
+            ChangefeedCommand::Rebalance => Out::Rows(
+                vec!["id", "from", "to"],
+                cluster
+                    .rebalance_changefeeds(pb::RebalanceChangefeedsRequest {})
+                    .await?
+                    .into_inner()
+                    .moves
+                    .iter()
+                    .map(move_json)
+                    .collect(),
+            ),
             ChangefeedCommand::Remove { changefeed } => one(feeds
                 .remove_changefeed(changefeed_ref(tenant, changefeed))
                 .await?

@@ -859,6 +859,28 @@ pub async fn captures(node: &Node, tenant: Option<&str>) -> Result<Vec<pb::Captu
     Ok(out)
 }
 
+fn move_pb(m: &sluice_owner::relocate::Move) -> pb::ChangefeedMove {
+    pb::ChangefeedMove {
+        id: Some(pb::ChangefeedRef {
+            tenant: m.changefeed.tenant().to_string(),
+            name: m.changefeed.name().to_string(),
+        }),
+        from_capture: m.from.clone(),
+        to_capture: m.to.clone(),
+    }
+}
+
+fn move_status(e: sluice_owner::relocate::MoveError) -> Status {
+    use sluice_owner::relocate::MoveError;
+    match e {
+        MoveError::Store(e) => Status::unavailable(e.to_string()),
+        MoveError::NoCapture(_) => Status::not_found(e.to_string()),
+        MoveError::Draining(_) | MoveError::NotRunning(_) => {
+            Status::failed_precondition(e.to_string())
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl ClusterService for Api {
     async fn drain_capture(
@@ -898,6 +920,40 @@ impl ClusterService for Api {
             .unwrap_or(0);
         Ok(Response::new(pb::DrainCaptureResponse {
             remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
+        }))
+    }
+
+    async fn move_changefeed(
+        &self,
+        request: Request<pb::MoveChangefeedRequest>,
+    ) -> Result<Response<pb::ChangefeedMove>, Status> {
+        let caller = caller(&request)?;
+        caller.check("*", Access::Server).map_err(auth_status)?;
+        let r = request.get_ref();
+        let id = changefeed_id(&caller, r.id.as_ref(), Access::Write)?;
+        sluice_meta::keys::validate_name(sluice_meta::keys::NameKind::Capture, &r.capture_id)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        // Names a changefeed this owner knows (not found otherwise).
+        self.node.owner.snapshot().get(&id).map_err(status)?;
+        let moved =
+            sluice_owner::relocate::request_move(self.node.store.as_ref(), &id, &r.capture_id)
+                .await
+                .map_err(move_status)?;
+        Ok(Response::new(move_pb(&moved)))
+    }
+
+    async fn rebalance_changefeeds(
+        &self,
+        request: Request<pb::RebalanceChangefeedsRequest>,
+    ) -> Result<Response<pb::RebalanceChangefeedsResponse>, Status> {
+        caller(&request)?
+            .check("*", Access::Server)
+            .map_err(auth_status)?;
+        let moves = sluice_owner::relocate::rebalance(self.node.store.as_ref())
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(pb::RebalanceChangefeedsResponse {
+            moves: moves.iter().map(move_pb).collect(),
         }))
     }
 

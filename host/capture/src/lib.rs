@@ -49,6 +49,10 @@ pub struct Ctx {
     /// so a capture whose lease ended (cut off from the store, or too slow to
     /// renew it) writes nothing more.
     pub capture_guard: Compare,
+    /// Open while this capture may write downstream
+    /// (`Registration::fence`): every plugin it runs is refused writes once
+    /// it closes, and a run that ends then is `fenced`, not failed.
+    pub fence: sluice_core::WriteFence,
     /// What a changefeed may ask for (stored ones are clamped to it).
     pub limits: ServerLimits,
     /// `--stop-timeout-ms`.
@@ -73,6 +77,7 @@ impl Ctx {
     ) -> sluice_runtime::PluginSettings {
         let mut settings = plugin_settings(plugin, changefeed, name, data_dir);
         settings.capabilities.reserved = self.reserved.listeners();
+        settings.capabilities.fence = self.fence.clone();
         settings
     }
 }

@@ -276,6 +276,11 @@ pub(crate) async fn report_end(
     live: &Live,
     outcome: &Outcome,
 ) {
+    if let Err(closed) = ctx.fence.check() {
+        // Another capture may run the changefeed by now: it reports.
+        tracing::info!(%closed, "Not reporting the end of the run.");
+        return;
+    }
     let state = TaskState::from(outcome.clone());
     for attempt in 1..=REPORT_ATTEMPTS {
         let reporter = live.reporter.lock().expect("not poisoned").clone();
@@ -548,6 +553,12 @@ async fn run(
         Ok(report) if report.interrupted => Outcome::Stopped,
         Ok(_) => Outcome::Finished,
         Err(PipelineError::Persist(ProgressStoreError::Fenced(_))) => Outcome::Fenced,
+        Err(e) if ctx.fence.check().is_err() => {
+            // The capture's lease may have ended: its sink was refused, and
+            // the run is not a failure of the changefeed's.
+            tracing::warn!(error = %crate::error_chain(&e), "The run stopped: this capture is fenced.");
+            Outcome::Fenced
+        }
         Err(e) => {
             let kind = match &e {
                 PipelineError::Sink(p) | PipelineError::Filter { error: p, .. } => {

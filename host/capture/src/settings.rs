@@ -41,8 +41,10 @@ pub fn plugin_settings<P: Display>(
                 .filter_map(|a| a.parse().ok())
                 .collect(),
             http_allow: plugin.capabilities.http.clone(),
-            // A server adds its own listeners (`Ctx::plugin_settings`).
+            // A server adds its own listeners and its write fence
+            // (`Ctx::plugin_settings`).
             reserved: Vec::new(),
+            fence: sluice_core::WriteFence::open(),
             sql: plugin
                 .capabilities
                 .sql

@@ -5,6 +5,7 @@
 mod batch;
 mod error;
 mod event;
+mod fence;
 mod traits;
 mod ts;
 mod validator;
@@ -18,6 +19,7 @@ pub use event::{
     ChangesPool, Checkpoint, DdlEvent, Op, RowWriter, RunPart, RunShape, RunTransaction, Segment,
     SourcePosition, TableChanges, Transaction, TransactionRun, Value,
 };
+pub use fence::{FenceClosed, WriteFence};
 pub use traits::{Filter, ResumeError, Sink, Source, SourceEvent, SourceStats};
 pub use ts::{CheckpointTs, CommitTs, ResolvedTs};
 pub use validator::{MAX_REPORTED_MISMATCHES, ValidatorReport};

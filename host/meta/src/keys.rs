@@ -328,6 +328,20 @@ pub fn drain(capture: &str) -> Result<String, MetaError> {
     Ok(format!("{ROOT}drain/{capture}"))
 }
 
+/// `/sluice/v1/move/`: changefeeds an operator asked to move.
+pub fn move_prefix() -> String {
+    format!("{ROOT}move/")
+}
+
+/// `/sluice/v1/move/{tenant}/{changefeed}`: the changefeed is to run on the
+/// capture its value names (`changefeed move`, `changefeed rebalance`): the
+/// owner stops it where it runs and places it there, then deletes the key.
+pub fn changefeed_move(tenant: &str, changefeed: &str) -> Result<String, MetaError> {
+    validate_name(NameKind::Tenant, tenant)?;
+    validate_name(NameKind::Changefeed, changefeed)?;
+    Ok(format!("{ROOT}move/{tenant}/{changefeed}"))
+}
+
 /// `/sluice/v1/cluster/plugin-store`: where the cluster keeps its plugin files
 /// (ADR 0012), recorded by the first server started with `--plugin-store`.
 pub fn cluster_plugin_store() -> String {

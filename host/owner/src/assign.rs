@@ -28,6 +28,7 @@ use crate::context::{LiveProgress, Work, WorkProgress};
 use crate::id::ChangefeedId;
 use crate::info::ChangefeedInfo;
 use crate::records::GiveUp;
+use crate::relocate::{self, Relocations};
 use crate::{ASSIGNMENT_VERSION, Assignment, Desired, Tables, TaskReport};
 
 /// How long [`AssignedWork::abort`] waits for the capture to report that its
@@ -441,7 +442,8 @@ async fn follow(
     let Placed {
         capture,
         registered,
-    } = place(&inner).await;
+        asked,
+    } = place(&inner, &id).await;
     tracing::info!(%capture, "Assigning the changefeed.");
     let captures = vec![capture];
     let mut written = BTreeMap::new();
@@ -451,6 +453,12 @@ async fn follow(
             Ok(revision) => written.insert(key, revision),
             Err(_) => return lost(),
         };
+    }
+    if let Some(revision) = asked
+        && let Err(e) = relocate::done(inner.store.as_ref(), &inner.guard, &id, revision).await
+    {
+        // Left, it is taken as asked again: the work stays where it went.
+        tracing::warn!(error = %e, "Could not delete the carried out move.");
     }
     let prefix = keys::task_prefix(id.tenant(), id.name()).expect("valid names");
     let mut reports = Reports {
@@ -489,41 +497,33 @@ async fn follow(
                 continue;
             }
         };
-        // A drain of the capture stops the work there; the owner places it
-        // again on another one.
-        let mut drains = match inner
-            .store
-            .watch(&keys::drain_prefix(), Some(listing.revision))
-            .await
+        // A drain of the capture or a move of the changefeed stops the work
+        // there; the owner places it again.
+        let mut relocations = match Relocations::watch(
+            inner.store.as_ref(),
+            &captures,
+            &id,
+            listing.revision,
+        )
+        .await
         {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::debug!(error = %e, "Could not watch the drains; listing again.");
-                tokio::time::sleep(RETRY).await;
-                continue;
-            }
-        };
-        // A drain that began before the watch.
-        if record.desired == Desired::Run {
-            match drained(inner.store.as_ref()).await {
-                Ok(d) if captures.iter().any(|c| d.contains(c)) => {
-                    tracing::info!(
-                        "The capture is being drained: stopping the work there to place it elsewhere."
-                    );
+            Ok((relocations, already)) => {
+                if let Some(why) = already.filter(|_| record.desired == Desired::Run) {
+                    tracing::info!(%why, "Stopping the work to place it elsewhere.");
                     match stop(&inner, &mut record, &mut written, &mut deadline, stop_wait).await {
                         Ok(()) => {}
                         Err(Lost::Ownership) => break 'follow lost(),
                         Err(Lost::TimedOut) => break 'follow gave_up(),
                     }
                 }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::debug!(error = %e, "Could not read the drains; listing again.");
-                    tokio::time::sleep(RETRY).await;
-                    continue;
-                }
+                relocations
             }
-        }
+            Err(e) => {
+                tracing::debug!(error = %e, "Could not watch for drains and moves; listing again.");
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
         // A capture that was registered when the work was placed on it and is
         // no longer: its lease ended (it stopped writing before that), so the
         // work ends here and the owner places it again.
@@ -588,19 +588,16 @@ async fn follow(
                         }
                     }
                 }
-                event = next_departure(&mut drains), if record.desired == Desired::Run => match event {
-                    Some(Ok(ev)) if ev.kind == WatchEventKind::Put => {
-                        if captures.iter().any(|c| keys::drain(c).is_ok_and(|k| k == ev.kv.key)) {
-                            tracing::info!("The capture is being drained: stopping the work there to place it elsewhere.");
-                            match stop(&inner, &mut record, &mut written, &mut deadline, stop_wait).await {
-                                Ok(()) => {}
-                                Err(Lost::Ownership) => break 'follow lost(),
-                                Err(Lost::TimedOut) => break 'follow gave_up(),
-                            }
+                why = relocations.next(), if record.desired == Desired::Run => match why {
+                    Some(why) => {
+                        tracing::info!(%why, "Stopping the work to place it elsewhere.");
+                        match stop(&inner, &mut record, &mut written, &mut deadline, stop_wait).await {
+                            Ok(()) => {}
+                            Err(Lost::Ownership) => break 'follow lost(),
+                            Err(Lost::TimedOut) => break 'follow gave_up(),
                         }
                     }
-                    Some(Ok(_)) => {}
-                    Some(Err(_)) | None => continue 'follow,
+                    None => continue 'follow,
                 },
                 event = next_departure(&mut departures) => match event {
                     Some(Ok(ev)) if ev.kind == WatchEventKind::Delete => {
@@ -656,6 +653,9 @@ struct Placed {
     /// Whether that capture was registered (a capture that is not, in tests
     /// without registrations, is never counted as gone).
     registered: bool,
+    /// The revision of the move record that was read (carried out, or not
+    /// possible any more): deleted once the work is assigned.
+    asked: Option<Revision>,
 }
 
 /// The live capture with the fewest changefeeds assigned (this node's first
@@ -663,15 +663,16 @@ struct Placed {
 /// registered. Waits while every capture is being drained (the work is
 /// unschedulable: said in the log, never dropped), and retries while the store
 /// does not answer.
-async fn place(inner: &Inner) -> Placed {
+async fn place(inner: &Inner, id: &ChangefeedId) -> Placed {
     let mut said = false;
     loop {
-        let (load, drained) = match (
+        let (load, drained, asked) = match (
             load_by_capture(inner.store.as_ref()).await,
             drained(inner.store.as_ref()).await,
+            relocate::preferred(inner.store.as_ref(), id).await,
         ) {
-            (Ok(load), Ok(drained)) => (load, drained),
-            (Err(e), _) | (_, Err(e)) => {
+            (Ok(load), Ok(drained), Ok(asked)) => (load, drained, asked),
+            (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => {
                 tracing::warn!(error = %e, "Could not read the captures' load; retrying.");
                 tokio::time::sleep(RETRY).await;
                 continue;
@@ -681,18 +682,29 @@ async fn place(inner: &Inner) -> Placed {
             return Placed {
                 capture: inner.capture.clone(),
                 registered: false,
+                asked: asked.map(|(_, revision)| revision),
             };
         }
-        let chosen = load
-            .iter()
-            .filter(|(c, _)| !drained.contains(*c))
-            .min_by_key(|(c, n)| (**n, **c != inner.capture, (*c).clone()))
-            .map(|(c, _)| c.clone());
+        let takes = |c: &String| load.contains_key(c) && !drained.contains(c);
+        let chosen = match &asked {
+            Some((to, _)) if takes(to) => Some(to.clone()),
+            _ => load
+                .iter()
+                .filter(|(c, _)| !drained.contains(*c))
+                .min_by_key(|(c, n)| (**n, **c != inner.capture, (*c).clone()))
+                .map(|(c, _)| c.clone()),
+        };
+        if let Some((to, _)) = &asked
+            && chosen.as_ref() != Some(to)
+        {
+            tracing::warn!(%to, "The capture a move named is gone or being drained; placing the changefeed by load.");
+        }
         match chosen {
             Some(capture) => {
                 return Placed {
                     capture,
                     registered: true,
+                    asked: asked.map(|(_, revision)| revision),
                 };
             }
             None => {

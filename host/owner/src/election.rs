@@ -16,6 +16,7 @@
 //! can have been given its work.
 
 use crate::CaptureInfo;
+use sluice_core::WriteFence;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,6 +67,11 @@ pub struct Registration {
     ttl: Duration,
     /// The create revision of the capture's record.
     registered: Revision,
+    /// When the lease's grant was asked for: it ends at the store no sooner
+    /// than a TTL after this.
+    granted_at: Instant,
+    /// Open while the lease stands (see [`Registration::fence`]).
+    fence: WriteFence,
 }
 
 impl std::fmt::Debug for Registration {
@@ -97,6 +103,7 @@ impl Registration {
         info: CaptureInfo,
         ttl: Duration,
     ) -> Result<Self, ElectionError> {
+        let granted_at = Instant::now();
         let lease = store.grant_lease(ttl).await?;
         let capture_key = keys::capture(&info.id)?;
         let value = keys::encode(&info)?;
@@ -113,6 +120,8 @@ impl Registration {
                 lease: lease.id,
                 ttl: lease.ttl,
                 registered: r.revision,
+                granted_at,
+                fence: WriteFence::until(granted_at.into_std() + fence_after(lease.ttl)),
             }),
             Ok(_) => {
                 let _ = store.revoke(lease.id).await;
@@ -150,6 +159,15 @@ impl Registration {
     pub fn guard(&self) -> Compare {
         let key = keys::capture(&self.info.id).expect("checked at registration");
         Compare::create_revision(key, self.registered)
+    }
+
+    /// Open while this capture may write downstream: [`keep_alive`] moves it
+    /// on with each renewal, to a margin before the lease can end at the
+    /// store, and closes it when it returns. Every plugin call of the
+    /// capture's processors checks it, so a capture that was cut off or
+    /// paused past its lease writes nothing once another may have its work.
+    pub fn fence(&self) -> &WriteFence {
+        &self.fence
     }
 
     fn candidacy(&self) -> String {
@@ -261,10 +279,18 @@ pub async fn current_owner(
 /// renewal succeeded for four fifths of a TTL since the last good one was
 /// sent, so the lease is about to end at the store (its deadline there is at
 /// least a TTL after that send) and another capture may soon take over.
-/// Errors in between are retried (sooner than the usual period).
+/// Errors in between are retried (sooner than the usual period). Keeps
+/// [`Registration::fence`] open as long, and closes it on return.
 pub async fn keep_alive(registration: &Registration) -> String {
+    let why = renew(registration).await;
+    registration.fence.close();
+    why
+}
+
+async fn renew(registration: &Registration) -> String {
     let (store, lease, ttl) = (&registration.store, registration.lease, registration.ttl);
-    let mut deadline = Instant::now() + fence_after(ttl);
+    let fence = &registration.fence;
+    let mut deadline = registration.granted_at + fence_after(ttl);
     let mut wait = ttl / 3;
     loop {
         tokio::time::sleep_until((Instant::now() + wait).min(deadline)).await;
@@ -279,6 +305,7 @@ pub async fn keep_alive(registration: &Registration) -> String {
         match tokio::time::timeout(deadline - sent, store.keep_alive(lease)).await {
             Ok(Ok(granted)) => {
                 deadline = sent + fence_after(granted);
+                fence.extend_to(deadline.into_std());
                 wait = granted / 3;
             }
             Ok(Err(MetaError::LeaseNotFound { .. })) => {
@@ -344,6 +371,9 @@ mod tests {
         // b is not renewed: after its TTL its keys are gone; a's stay.
         tokio::time::sleep(ttl * 4).await;
         assert!(!keeper.is_finished());
+        let now = Instant::now().into_std();
+        assert!(a.fence().is_open_at(now), "renewed: a may write");
+        assert!(!b.fence().is_open_at(now), "never renewed: b may not");
         let captures = store.list(&keys::capture_prefix()).await.unwrap();
         let ids: Vec<_> = captures.kvs.iter().map(|kv| kv.key.clone()).collect();
         assert_eq!(ids, vec![keys::capture("a").unwrap()]);
@@ -355,6 +385,7 @@ mod tests {
         store.revoke(a.lease()).await.unwrap();
         let why = tokio::time::timeout(ttl, keeper).await.unwrap().unwrap();
         assert!(why.contains("lease expired"), "{why}");
+        assert!(a.fence().check().is_err(), "closed once the keeper gave up");
     }
 
     /// A store whose lease renewals stop answering while `cut` is set (a
@@ -430,6 +461,10 @@ mod tests {
         tokio::time::sleep(ttl * 2).await;
         assert!(!keeper.is_finished() && !waiting_b.is_finished());
         let cut_at = Instant::now();
+        assert!(
+            a.fence().is_open_at(cut_at.into_std()),
+            "renewed until the cut"
+        );
         cut_off.cut.store(true, std::sync::atomic::Ordering::SeqCst);
         let (stopped_at, why) = tokio::time::timeout(ttl * 3, keeper)
             .await
@@ -438,6 +473,10 @@ mod tests {
         assert!(why.contains("could not be renewed"), "{why}");
         let (owner_at, term) = waiting_b.await.unwrap();
         term.unwrap();
+        // a's plugins were refused writes before b could own (or run) its work,
+        // whether or not a's keeper had run yet.
+        assert!(!a.fence().is_open_at(owner_at.into_std()));
+        assert!(b.fence().is_open_at(owner_at.into_std()));
         assert!(
             stopped_at < owner_at,
             "a stopped ({:?} after the cut) before b became the owner ({:?} after)",

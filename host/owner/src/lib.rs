@@ -40,6 +40,7 @@ mod info;
 mod manager;
 mod plugin;
 mod records;
+pub mod relocate;
 mod rollout;
 mod runtime;
 mod shadow;

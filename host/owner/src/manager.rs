@@ -78,6 +78,10 @@ pub struct FeedStateManager<C, J> {
     streak: Option<Streak>,
     /// The latest time seen; the manager's now never goes back.
     now_ms: u64,
+    /// An epoch whose run ended without finishing or failing (stopped: its
+    /// capture left, was drained, or stopped): a running changefeed runs
+    /// again under the next epoch, so that no two runs share one.
+    ended: Option<Epoch>,
 }
 
 impl<C: Clock, J: JitterSource> FeedStateManager<C, J> {
@@ -101,6 +105,7 @@ impl<C: Clock, J: JitterSource> FeedStateManager<C, J> {
             backoff: Backoff::new(config),
             streak: None,
             now_ms,
+            ended: None,
         };
         match manager.changefeed.state() {
             FeedState::Pending => {
@@ -313,6 +318,15 @@ impl<C: Clock, J: JitterSource> FeedStateManager<C, J> {
         Ok(self.evaluate(now))
     }
 
+    /// The run of `epoch` stopped without finishing or failing (its capture
+    /// left or was drained, or it was stopped there): the next decision of a
+    /// running changefeed starts it again under a new epoch, at once.
+    pub fn on_run_stopped(&mut self, epoch: Epoch) -> Result<(), Fenced> {
+        self.fence(epoch)?;
+        self.ended = Some(epoch);
+        Ok(())
+    }
+
     /// The passing of time: restarts a pending changefeed whose backoff ended, and
     /// fails one whose checkpoint has not moved for `fail-after-ms`.
     pub fn tick(&mut self) -> Decision {
@@ -327,10 +341,10 @@ impl<C: Clock, J: JitterSource> FeedStateManager<C, J> {
 
     fn evaluate(&mut self, now: u64) -> Decision {
         match self.changefeed.state() {
-            FeedState::Normal => Decision::Run,
+            FeedState::Normal => self.run(),
             FeedState::Warning => match self.fail_at() {
                 Some(fail_at) if now >= fail_at => self.fail_no_progress(),
-                _ => Decision::Run,
+                _ => self.run(),
             },
             FeedState::Pending => {
                 let streak = *self.streak.get_or_insert(Streak {
@@ -352,6 +366,21 @@ impl<C: Clock, J: JitterSource> FeedStateManager<C, J> {
             FeedState::Failed | FeedState::Stopped | FeedState::Finished | FeedState::Removed => {
                 Decision::Idle
             }
+        }
+    }
+
+    /// Keeps the current run, or starts the next epoch's if the current one
+    /// has stopped (the state stays as it is).
+    fn run(&mut self) -> Decision {
+        let epoch = self.changefeed.epoch();
+        if self.ended.take() != Some(epoch) {
+            return Decision::Run;
+        }
+        let info = &mut self.changefeed.info;
+        info.epoch = epoch.next();
+        Decision::Restart {
+            epoch: info.epoch,
+            checkpoint: self.changefeed.status.checkpoint_ts,
         }
     }
 
@@ -427,6 +456,29 @@ mod tests {
         let cf = Changefeed::create(info, 0).unwrap();
         let m = FeedStateManager::new(cf, config, clock.clone(), jitter).unwrap();
         (m, clock)
+    }
+
+    #[test]
+    fn a_stopped_run_is_followed_by_one_under_the_next_epoch_at_once() {
+        let (mut m, _clock) = manager(None);
+        assert_eq!(m.tick(), Decision::Run);
+        // A report of another epoch changes nothing.
+        assert!(m.on_run_stopped(Epoch(7)).is_err());
+        assert_eq!(m.tick(), Decision::Run);
+        m.on_run_stopped(Epoch(1)).unwrap();
+        assert_eq!(
+            m.tick(),
+            Decision::Restart {
+                epoch: Epoch(2),
+                checkpoint: m.changefeed().checkpoint(),
+            }
+        );
+        assert_eq!(state(&m), FeedState::Normal, "no backoff, no warning");
+        assert_eq!(m.tick(), Decision::Run, "once");
+        // A stop that arrives after the changefeed was paused: nothing runs.
+        m.apply_admin_job(crate::AdminJob::Pause).unwrap();
+        m.on_run_stopped(Epoch(2)).unwrap();
+        assert_eq!(m.tick(), Decision::Idle);
     }
 
     fn retryable<J: JitterSource>(m: &mut Manager<J>) -> Decision {

@@ -133,7 +133,11 @@ impl<W: Work> Feed<W> {
             }
         }
         let _ = match outcome {
-            None | Some(Outcome::Stopped) | Some(Outcome::Fenced) => return,
+            None | Some(Outcome::Fenced) => return,
+            Some(Outcome::Stopped) => {
+                let _ = self.manager.on_run_stopped(epoch);
+                return;
+            }
             Some(Outcome::Finished) => {
                 self.manager.on_finished_with_swap();
                 self.manager.on_target_reached(epoch)

@@ -100,6 +100,11 @@ pub struct Capabilities {
     /// Databases the host runs statements on for the plugin (the `sql`
     /// interface): (grant name, DSN). A sink only.
     pub sql: Vec<(String, String)>,
+    /// Until when the plugin may write anything outside: once it closes, a
+    /// sink's calls, its `sql` statements, HTTP requests and new TCP
+    /// connections are refused (a capture whose lease may have ended). Open
+    /// by default.
+    pub fence: sluice_core::WriteFence,
 }
 
 /// Everything needed to run one plugin instance.

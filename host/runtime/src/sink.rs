@@ -41,6 +41,7 @@ impl WasmSink {
                 grants,
                 settings.limits.sql_connections,
                 handle,
+                settings.capabilities.fence.clone(),
             )?))
         };
         let mut slot = Slot::new(component, settings);
@@ -102,7 +103,21 @@ impl WasmSink {
         result
     }
 
+    /// Refuses every call once the capture's [`WriteFence`] has closed: no
+    /// write, flush or schema change reaches the destination.
+    ///
+    /// [`WriteFence`]: sluice_core::WriteFence
+    fn fenced(&self) -> Result<(), PluginError> {
+        self.slot
+            .settings
+            .capabilities
+            .fence
+            .check()
+            .map_err(|closed| PluginError::Refused(closed.to_string()))
+    }
+
     async fn live(&mut self) -> Result<(), PluginError> {
+        self.fenced()?;
         if self.slot.live.is_none() {
             self.instantiate().await?;
             let config = self.slot.settings.config_json.clone();
@@ -168,6 +183,12 @@ impl Sink for WasmSink {
     async fn close(&mut self) -> Result<(), PluginError> {
         if self.slot.live.is_none() {
             return Ok(());
+        }
+        if let Err(e) = self.fenced() {
+            // What the instance holds unflushed is not delivered: the
+            // capture that takes over writes it again from the checkpoint.
+            self.slot.live = None;
+            return Err(e);
         }
         let (result, _) = guarded_call!(self.slot, (), |live, _unit| live
             .bindings

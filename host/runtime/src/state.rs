@@ -310,6 +310,8 @@ pub(crate) struct HttpPolicy {
     /// Never reached, whatever `allow` says (checked against what the host
     /// resolves to when the request is sent, not only when it was granted).
     reserved: Arc<Vec<SocketAddr>>,
+    /// Requests are refused once it closes.
+    fence: sluice_core::WriteFence,
 }
 
 /// How long a request's host may take to resolve for the reserved check.
@@ -371,6 +373,10 @@ impl WasiHttpHooks for HttpPolicy {
             > + Send,
     > {
         drop(fut);
+        if let Err(closed) = self.fence.check() {
+            tracing::warn!(uri = %request.uri(), "Plugin HTTP request denied: {closed}");
+            return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
+        }
         if !self.allows(request.uri()) {
             tracing::warn!(uri = %request.uri(), "Plugin HTTP request denied: host not on the allowlist.");
             return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
@@ -434,15 +440,19 @@ impl PluginState {
         if !caps.tcp_allow.is_empty() {
             let allow: Arc<HashSet<SocketAddr>> =
                 Arc::new(caps.tcp_allow.iter().copied().collect());
+            let fence = caps.fence.clone();
             wasi.allow_tcp(true)
                 .allow_udp(false)
                 .socket_addr_check(move |addr, use_| {
-                    let ok = match use_ {
-                        SocketAddrUse::TcpConnect => allow.contains(&addr),
-                        // `connect` first binds implicitly to the wildcard address.
-                        SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
-                        _ => false,
-                    };
+                    let ok = fence.check().is_ok()
+                        && match use_ {
+                            SocketAddrUse::TcpConnect => allow.contains(&addr),
+                            // `connect` first binds implicitly to the wildcard address.
+                            SocketAddrUse::TcpBind => {
+                                addr.ip().is_unspecified() && addr.port() == 0
+                            }
+                            _ => false,
+                        };
                     Box::pin(async move { ok })
                 });
         } else {
@@ -464,6 +474,7 @@ impl PluginState {
                 hooks: HttpPolicy {
                     allow: Arc::new(caps.http_allow.clone()),
                     reserved: Arc::new(caps.reserved.clone()),
+                    fence: caps.fence.clone(),
                 },
                 quota: MemoryQuota {
                     limit: settings.limits.memory_bytes,

@@ -15,7 +15,9 @@
 //! Then drain convergence: `CLUSTER_BENCH_FEEDS` (8) more changefeeds, and
 //! each round drains the capture that holds the work, timing until nothing is
 //! left on it and until every changefeed's checkpoint moved on the other one,
-//! and ends the drain.
+//! and ends the drain; then rebalances (half the changefeeds go back to the
+//! emptied capture), timing until the counts are even and until every
+//! checkpoint moved again.
 //!
 //! Run with `cargo xtask bench-cluster` (it builds the plugins first).
 
@@ -191,6 +193,7 @@ async fn main() {
         names.push(name);
     }
     let (mut emptied, mut resumed) = (Vec::new(), Vec::new());
+    let (mut balanced, mut rebalanced_moving) = (Vec::new(), Vec::new());
     for round in 0..rounds.min(5) {
         // Every checkpoint moves; then the capture with the most work goes.
         let mut before = Vec::new();
@@ -246,11 +249,58 @@ async fn main() {
         emptied.push(empty.as_secs_f64());
         resumed.push(moving_again.as_secs_f64());
         cluster.drain_capture(drain(true)).await.unwrap();
+        // Rebalance: the drained capture is empty; half the work goes back.
+        let mut at_rebalance = Vec::new();
+        for name in &names {
+            at_rebalance.push(checkpoint_of(&mut c, name).await.unwrap_or(0));
+        }
+        let started = Instant::now();
+        let moves = cluster
+            .rebalance_changefeeds(pb::RebalanceChangefeedsRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .moves
+            .len();
+        loop {
+            let counts: Vec<u32> = cluster
+                .list_captures(pb::ListCapturesRequest {})
+                .await
+                .unwrap()
+                .into_inner()
+                .captures
+                .iter()
+                .map(|c| c.changefeeds)
+                .collect();
+            let (lo, hi) = (counts.iter().min(), counts.iter().max());
+            if hi.zip(lo).is_some_and(|(h, l)| h - l <= 1)
+                && counts.iter().sum::<u32>() as usize == names.len()
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let even = started.elapsed();
+        for (name, cp) in names.iter().zip(&at_rebalance) {
+            while checkpoint_of(&mut c, name).await.unwrap_or(0) <= *cp {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        let all_moving = started.elapsed();
+        eprintln!(
+            "rebalance {round}: {moves} moves, even after {:.2} s, all moving after {:.2} s",
+            even.as_secs_f64(),
+            all_moving.as_secs_f64()
+        );
+        balanced.push(even.as_secs_f64());
+        rebalanced_moving.push(all_moving.as_secs_f64());
     }
     elected.sort_by(f64::total_cmp);
     moving.sort_by(f64::total_cmp);
     emptied.sort_by(f64::total_cmp);
     resumed.sort_by(f64::total_cmp);
+    balanced.sort_by(f64::total_cmp);
+    rebalanced_moving.sort_by(f64::total_cmp);
     let row = |what: &str, v: &[f64]| {
         println!(
             "| {what} | {:.2} s | {:.2} s | {:.2}× | {:.2}× |",
@@ -275,6 +325,11 @@ async fn main() {
     for (what, v) in [
         ("nothing is left on the capture", &emptied),
         ("every checkpoint moved on the other", &resumed),
+        (
+            "(rebalance, after the drain ended) the counts are even",
+            &balanced,
+        ),
+        ("(rebalance) every checkpoint moved", &rebalanced_moving),
     ] {
         println!(
             "| {what} | {:.2} s | {:.2} s |",
@@ -291,6 +346,8 @@ async fn main() {
         "moving-s": {"p50": percentile(&moving, 0.5), "p99": percentile(&moving, 0.99)},
         "drain-emptied-s": {"p50": percentile(&emptied, 0.5), "max": emptied[emptied.len() - 1]},
         "drain-moving-s": {"p50": percentile(&resumed, 0.5), "max": resumed[resumed.len() - 1]},
+        "rebalance-even-s": {"p50": percentile(&balanced, 0.5), "max": balanced[balanced.len() - 1]},
+        "rebalance-moving-s": {"p50": percentile(&rebalanced_moving, 0.5), "max": rebalanced_moving[rebalanced_moving.len() - 1]},
     });
     std::fs::write(
         out.join("cluster.json"),

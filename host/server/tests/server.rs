@@ -494,19 +494,8 @@ fn sigkill_the_server_ten_times_loses_no_row() {
 fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
     const TOTAL: u64 = 20_000;
     const LEASE_S: u64 = 2;
-    let etcd = sluice_tests::etcd::PrivateEtcd::start();
-    etcd.wait_listening();
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("file://{}", dir.path().join("shared-plugins").display());
-    let lease = LEASE_S.to_string();
-    let args = [
-        "--etcd",
-        &etcd.endpoint,
-        "--plugin-store",
-        &store,
-        "--lease-ttl-s",
-        &lease,
-    ];
+    let (_etcd, dir, args) = cluster(LEASE_S);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (data_a, data_b) = (dir.path().join("a"), dir.path().join("b"));
     let a = Server::start(&data_a, &args);
     let b = Server::start_standby(&data_b, &args, &a);
@@ -623,6 +612,50 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
     let err = b.error(&["capture", "drain", "--capture", "nobody"]);
     assert!(err.contains("no live capture nobody"), "{err}");
 
+    // Rebalance: one of the two moves to the empty capture.
+    let moves = b.json(&["changefeed", "rebalance"]);
+    let moves = moves.as_array().unwrap();
+    assert_eq!(moves.len(), 1, "{moves:?}");
+    assert_eq!(moves[0]["to"], owner_id.as_str(), "{moves:?}");
+    let moved = moves[0]["id"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("default/")
+        .to_string();
+    b.wait_for("the rebalance", Duration::from_secs(30), || {
+        runs_on(&moved) == owner_id && a.state(&moved)["checkpoint-ts"].as_u64() > Some(0)
+    });
+    assert_eq!(per_capture(&b), [1, 1]);
+    assert!(
+        b.json(&["changefeed", "rebalance"])
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    // Move the other one there too, then back.
+    let other = if moved == "first" { "second" } else { "first" };
+    let there = runs_on(other);
+    let m = b.json(&["changefeed", "move", "-c", other, "--capture", &owner_id]);
+    assert_eq!(
+        (m["from"].as_str(), m["to"].as_str()),
+        (Some(there.as_str()), Some(owner_id.as_str())),
+        "{m}"
+    );
+    b.wait_for("the move", Duration::from_secs(30), || {
+        runs_on(other) == owner_id
+    });
+    assert_eq!(per_capture(&b), [0, 2]);
+    let m = b.json(&["changefeed", "move", "-c", other, "--capture", &there]);
+    assert_eq!(m["to"], there.as_str(), "{m}");
+    b.wait_for("the move back", Duration::from_secs(30), || {
+        runs_on(other) == there
+    });
+    assert_eq!(per_capture(&b), [1, 1]);
+    let err = b.error(&["changefeed", "move", "-c", other, "--capture", "nobody"]);
+    assert!(err.contains("no live capture nobody"), "{err}");
+    let err = b.error(&["changefeed", "move", "-c", "ghost", "--capture", &there]);
+    assert!(err.starts_with("error: not found"), "{err}");
+
     let log_a = a.kill();
     let taken_over = b.wait_ready(Duration::from_secs(4 * LEASE_S + 10));
     eprintln!("the standby became the owner {taken_over:?} after the owner was killed");
@@ -666,11 +699,276 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
     );
     assert_eq!(per_capture(&b), [0], "{}", b.json(&["capture", "list"]));
     let log_b = b.stop();
-    let logs = [log_a, log_a2, log_b];
+    let logs = in_time_order(&[log_a, log_a2, log_b]);
     let both = |rel: &PathBuf| [data_a.join(rel), data_b.join(rel)];
     check_crash_output("first", &logs, &both(&first_dir), TOTAL);
     check_crash_output("second", &logs, &both(&second_dir), TOTAL);
     check_crash_output("third", &logs, &both(&third_dir), TOTAL);
+}
+
+/// Chaos: three servers on a private etcd, three changefeeds under load, and
+/// rounds that each SIGKILL or SIGSTOP (a partition longer than the lease) a
+/// capture picked at random, the owner included. After every round the
+/// cluster converges (the live captures listed, one owner, every changefeed
+/// running on a live capture with its checkpoint moving) while the stopped
+/// one is still stopped; once continued, a stopped capture finds its lease
+/// gone and exits without writing. At the end every row is there, every
+/// duplicate is flagged replay, and no epoch of a changefeed ran in two
+/// processes. `SLUICE_CHAOS_ROUNDS` (default 20) and `SLUICE_CHAOS_SEED`.
+#[test]
+fn chaos_sigkill_and_sigstop_of_random_captures_lose_no_row_and_run_no_epoch_twice() {
+    const TOTAL: u64 = 30_000;
+    const RATE: u64 = 200;
+    const LEASE_S: u64 = 2;
+    const FEEDS: [&str; 3] = ["c0", "c1", "c2"];
+    let rounds: usize = std::env::var("SLUICE_CHAOS_ROUNDS")
+        .ok()
+        .map_or(20, |r| r.parse().unwrap());
+    let mut seed: u64 = std::env::var("SLUICE_CHAOS_SEED").ok().map_or_else(
+        || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        },
+        |s| s.parse().unwrap(),
+    );
+    eprintln!("chaos: {rounds} rounds, SLUICE_CHAOS_SEED={seed}");
+    let mut random = move || {
+        // xorshift64
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let (_etcd, dir, args) = cluster(LEASE_S);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let data: Vec<PathBuf> = ["a", "b", "c"].iter().map(|n| dir.path().join(n)).collect();
+    let first = Server::start(&data[0], &args);
+    let token_of = first.token_file.clone();
+    let standby = |i: usize, live: &Server| {
+        let mut s = Server::start_standby(&data[i], &args, live);
+        s.token_file = token_of.clone();
+        s
+    };
+    let mut servers: Vec<Option<Server>> = vec![Some(first), None, None];
+    for i in 1..3 {
+        let s = standby(i, servers[0].as_ref().unwrap());
+        servers[i] = Some(s);
+    }
+    let mut logs: Vec<String> = Vec::new();
+    {
+        let a = servers[0].as_ref().unwrap();
+        a.upload("sink-file", "sink");
+        a.upload("filter-mask", "filter");
+        for name in FEEDS {
+            let file = feed_file_with(dir.path(), name, TOTAL, RATE, "flush-interval-ms = 200");
+            a.json(&[
+                "changefeed",
+                "create",
+                "-c",
+                name,
+                "--config",
+                file.to_str().unwrap(),
+            ]);
+        }
+    }
+    let json_of = |server: &Server, args: &[&str]| -> Option<Json> {
+        let mut all = vec!["--output", "json"];
+        all.extend_from_slice(args);
+        let (ok, out, _) = server.cli(&all);
+        ok.then(|| serde_json::from_str(&out).ok()).flatten()
+    };
+    let checkpoints = |server: &Server| -> Option<Vec<(u64, String, String)>> {
+        FEEDS
+            .iter()
+            .map(|name| {
+                let state = json_of(server, &["changefeed", "query", "-c", name])?;
+                Some((
+                    state["checkpoint-ts"].as_u64().unwrap_or(0),
+                    state["state"].as_str().unwrap_or("").to_string(),
+                    state["status"]["capture"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string(),
+                ))
+            })
+            .collect()
+    };
+    // The cluster has converged when `server` lists `live` captures with one
+    // owner, and every changefeed is finished or runs on a listed capture
+    // with its checkpoint past `before`.
+    let converged = |server: &Server, live: usize, before: &[u64]| -> bool {
+        let Some(captures) = json_of(server, &["capture", "list"]) else {
+            return false;
+        };
+        let list = captures.as_array().unwrap();
+        let ids: Vec<&str> = list.iter().map(|c| c["id"].as_str().unwrap()).collect();
+        if list.len() != live || list.iter().filter(|c| c["owner"] == true).count() != 1 {
+            return false;
+        }
+        let Some(now) = checkpoints(server) else {
+            return false;
+        };
+        now.iter().zip(before).all(|((ts, state, capture), b)| {
+            state == "finished" || (ids.contains(&capture.as_str()) && ts > b)
+        })
+    };
+    let wait_converged = |server: &Server, live: usize, before: &[u64], what: &str| {
+        let start = Instant::now();
+        while !converged(server, live, before) {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "{what}: the cluster did not converge in 60 s: captures {:?}, changefeeds {:?}",
+                json_of(server, &["capture", "list"]),
+                checkpoints(server)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        start.elapsed()
+    };
+    wait_converged(servers[0].as_ref().unwrap(), 3, &[0, 0, 0], "start");
+
+    let mut took = Vec::new();
+    for round in 0..rounds {
+        let victim = (random() % 3) as usize;
+        let sigstop = random() % 2 == 0;
+        let witness = (victim + 1) % 3;
+        let before: Vec<u64> = loop {
+            if let Some(c) = checkpoints(servers[witness].as_ref().unwrap()) {
+                break c.iter().map(|(ts, ..)| *ts).collect();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let server = servers[victim].take().unwrap();
+        let pid = server.child.id().to_string();
+        let what = format!(
+            "round {round}: {} server {victim}",
+            if sigstop { "SIGSTOP" } else { "SIGKILL" }
+        );
+        eprintln!("chaos: {what}");
+        if sigstop {
+            let ok = Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+            assert!(ok.success());
+            // The others take its work while it is stopped (a partition).
+            took.push(wait_converged(
+                servers[witness].as_ref().unwrap(),
+                2,
+                &before,
+                &what,
+            ));
+            let ok = Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+            assert!(ok.success());
+            let mut server = server;
+            let start = Instant::now();
+            let status = loop {
+                if let Some(status) = server.child.try_wait().unwrap() {
+                    break status;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(4 * LEASE_S + 10),
+                    "{what}: a continued capture whose lease ended must exit by itself: {}",
+                    server.stderr.lock().unwrap()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            std::thread::sleep(Duration::from_millis(100));
+            let log = server.stderr.lock().unwrap().clone();
+            assert!(!status.success(), "{what}: {log}");
+            assert!(log.contains("lease"), "{what}: says why it stopped: {log}");
+            logs.push(log);
+        } else {
+            logs.push(server.kill());
+            took.push(wait_converged(
+                servers[witness].as_ref().unwrap(),
+                2,
+                &before,
+                &what,
+            ));
+        }
+        let back = standby(victim, servers[witness].as_ref().unwrap());
+        servers[victim] = Some(back);
+        wait_converged(servers[witness].as_ref().unwrap(), 3, &[0, 0, 0], &what);
+    }
+    took.sort();
+    if !took.is_empty() {
+        eprintln!(
+            "chaos: converged after a round in p50 {:?}, max {:?}",
+            took[took.len() / 2],
+            took.last().unwrap()
+        );
+    }
+    let any = servers[0].as_ref().unwrap();
+    any.wait_for(
+        "every changefeed to finish",
+        Duration::from_secs(300),
+        || checkpoints(any).is_some_and(|c| c.iter().all(|(_, state, _)| state == "finished")),
+    );
+    // Each capture's sink writes under its own data dir.
+    let sink_dirs: Vec<PathBuf> = FEEDS
+        .iter()
+        .map(|name| {
+            let rel = PathBuf::from(format!("plugin-data/default/{name}/sink/changes"));
+            assert!(data.iter().any(|d| d.join(&rel).exists()), "{rel:?}");
+            rel
+        })
+        .collect();
+    for server in servers.into_iter().flatten() {
+        logs.push(server.stop());
+    }
+    // No epoch of a changefeed started in two processes.
+    let mut ran = std::collections::HashMap::<String, usize>::new();
+    for (process, log) in logs.iter().enumerate() {
+        for line in log.lines().filter(|l| l.contains("Processor starting.")) {
+            let span = line.split("changefeed{").nth(1).unwrap();
+            let span = span.split('}').next().unwrap().to_string();
+            if let Some(other) = ran.insert(span.clone(), process) {
+                assert_eq!(other, process, "{span} started in two processes");
+            }
+        }
+    }
+    let merged = in_time_order(&logs);
+    for (name, sink) in FEEDS.iter().zip(&sink_dirs) {
+        let dirs: Vec<PathBuf> = data.iter().map(|d| d.join(sink)).collect();
+        check_crash_output(name, &merged, &dirs, TOTAL);
+    }
+}
+
+/// A private etcd, a temporary dir and the arguments of a cluster's servers
+/// on them: that etcd, a plugin store in the dir, a lease of `lease_s`.
+fn cluster(
+    lease_s: u64,
+) -> (
+    sluice_tests::etcd::PrivateEtcd,
+    tempfile::TempDir,
+    Vec<String>,
+) {
+    let etcd = sluice_tests::etcd::PrivateEtcd::start();
+    etcd.wait_listening();
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().join("shared-plugins").display());
+    let args = vec![
+        "--etcd".to_string(),
+        etcd.endpoint.clone(),
+        "--plugin-store".into(),
+        store,
+        "--lease-ttl-s".into(),
+        lease_s.to_string(),
+    ];
+    (etcd, dir, args)
+}
+
+/// The processors' starts of several servers' logs as one log, in the order
+/// of their timestamps (for the order of the checkpoints they started at).
+fn in_time_order(logs: &[String]) -> [String; 1] {
+    let mut starts: Vec<&str> = logs
+        .iter()
+        .flat_map(|l| l.lines())
+        .filter(|l| l.contains("Processor starting."))
+        .collect();
+    starts.sort_by_key(|l| l.split_whitespace().next().unwrap_or(""));
+    [starts.join("\n")]
 }
 
 /// Where `name`'s sink writes, relative to the data dir of the capture that
@@ -720,10 +1018,12 @@ fn check_crash_output(name: &str, logs: &[String], out_dirs: &[PathBuf], total: 
         "{name}: the last run resumed from a saved checkpoint: {starts:?}"
     );
 
-    let lines: Vec<Json> = out_dirs
+    // Each line with the data dir it is in.
+    let lines: Vec<(usize, Json)> = out_dirs
         .iter()
-        .filter(|d| d.exists())
-        .flat_map(|d| lines_in(d))
+        .enumerate()
+        .filter(|(_, d)| d.exists())
+        .flat_map(|(at, d)| lines_in(d).into_iter().map(move |l| (at, l)))
         .collect();
     // Generated commit ts per table, in order: where a run that starts after
     // checkpoint C must begin in each table (the first ts above C).
@@ -735,10 +1035,11 @@ fn check_crash_output(name: &str, logs: &[String], out_dirs: &[PathBuf], total: 
         ts.push(r["commitTs"].as_u64().unwrap());
     }
     let first_above = |table: &str, c: u64| generated[table].iter().copied().find(|&t| t > c);
-    let mut seen = std::collections::HashMap::<String, usize>::new();
+    // Per row: the data dir of each copy and whether it is flagged replay.
+    let mut seen = std::collections::HashMap::<String, Vec<(usize, bool)>>::new();
     let mut previous_ts = std::collections::HashMap::<String, u64>::new();
     let mut restarts_below = 0;
-    for l in &lines {
+    for (at, l) in &lines {
         let ts = l["_sluice"]["commitTs"].as_u64().unwrap();
         let table = l["table"].as_str().unwrap();
         let previous = previous_ts.insert(table.to_string(), ts).unwrap_or(0);
@@ -756,14 +1057,16 @@ fn check_crash_output(name: &str, logs: &[String], out_dirs: &[PathBuf], total: 
             "commitTs": l["_sluice"]["commitTs"], "data": l["data"][0],
         })
         .to_string();
-        let n = seen.entry(key.clone()).or_default();
-        *n += 1;
-        if *n > 1 {
-            assert_eq!(
-                l["_sluice"]["replay"], true,
-                "{name}: a duplicate is not flagged replay: {key}"
-            );
-        }
+        let copies = seen.entry(key.clone()).or_default();
+        copies.push((*at, l["_sluice"]["replay"] == true));
+        // Captures write into their own dirs, read one after the other: the
+        // first copy read need not be the first written, but only one copy
+        // may be unflagged (the others are replays).
+        assert!(
+            copies.iter().filter(|(_, replay)| !replay).count() <= 1,
+            "{name}: a row is written twice without the replay flag (copies: data dir, \
+             replay): {copies:?}: {key}"
+        );
     }
     let expected: std::collections::HashSet<String> =
         expected_rows(total).iter().map(|e| e.to_string()).collect();
@@ -778,7 +1081,7 @@ fn check_crash_output(name: &str, logs: &[String], out_dirs: &[PathBuf], total: 
     }
     let replayed = lines
         .iter()
-        .filter(|l| l["_sluice"]["replay"] == true)
+        .filter(|(_, l)| l["_sluice"]["replay"] == true)
         .count();
     eprintln!(
         "{name}: {} lines for {total} rows, {replayed} flagged replay, {restarts_below} restarts below the written rows, starts {starts:?}",

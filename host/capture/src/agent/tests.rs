@@ -63,6 +63,7 @@ async fn fixture() -> Fixture {
         redo_root: sluice_redo::StorageUri::Local(dir.path().join("redo")),
         capture_id: "c-1".into(),
         capture_guard: Compare::create_revision("/test/owner", created),
+        fence: sluice_core::WriteFence::open(),
         limits: ServerLimits {
             max_call_timeout_ms: 600_000,
             max_host_call_timeout_ms: 600_000,

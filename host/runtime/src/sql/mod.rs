@@ -104,6 +104,8 @@ pub struct SqlPools {
     grants: BTreeMap<String, Grant>,
     connections: usize,
     handle: Handle,
+    /// No statement runs once it closes.
+    fence: sluice_core::WriteFence,
 }
 
 impl std::fmt::Debug for SqlPools {
@@ -136,6 +138,7 @@ impl SqlPools {
         grants: &[(String, String)],
         connections: usize,
         handle: Handle,
+        fence: sluice_core::WriteFence,
     ) -> Result<Self, GrantError> {
         let connections = connections.clamp(1, 64);
         let mut out = BTreeMap::new();
@@ -161,6 +164,7 @@ impl SqlPools {
             grants: out,
             connections,
             handle,
+            fence,
         })
     }
 
@@ -190,6 +194,9 @@ impl SqlPools {
         groups: Vec<Vec<wit::Statement>>,
     ) -> Result<Vec<u64>, wit::SqlError> {
         let pool = self.pool(database)?;
+        if let Err(closed) = self.fence.check() {
+            return Err(denied(closed.to_string()));
+        }
         if groups.len() > MAX_GROUPS {
             return Err(denied(format!(
                 "{} groups in one call; at most {MAX_GROUPS}",
@@ -353,6 +360,7 @@ mod tests {
             &[("target".into(), "odbc://u:secret@db/x".into())],
             4,
             handle.handle().clone(),
+            sluice_core::WriteFence::open(),
         )
         .unwrap_err();
         assert!(bad.to_string().contains("capabilities.sql.target"), "{bad}");
@@ -361,6 +369,7 @@ mod tests {
             &[("t".into(), "mysql://u:secret@db:notaport/x".into())],
             4,
             handle.handle().clone(),
+            sluice_core::WriteFence::open(),
         )
         .unwrap_err();
         assert!(!bad.to_string().contains("secret"), "{bad}");
@@ -368,6 +377,7 @@ mod tests {
             &[("t".into(), "mysql://u:secret@127.0.0.1:1/x".into())],
             4,
             handle.handle().clone(),
+            sluice_core::WriteFence::open(),
         )
         .unwrap();
         assert!(!format!("{pools:?}").contains("secret"));
@@ -387,10 +397,25 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.kind, wit::ErrorKind::Retryable, "{}", err.message);
         assert!(!err.message.contains("secret"), "{}", err.message);
+        // A closed fence (the capture's lease may have ended): denied before
+        // any connection is tried.
+        pools.fence.close();
+        let err = handle
+            .block_on(pools.execute(
+                "t",
+                vec![vec![wit::Statement {
+                    sql: "SELECT 1".into(),
+                    params: Vec::new(),
+                }]],
+            ))
+            .unwrap_err();
+        assert_eq!(err.kind, wit::ErrorKind::Denied, "{}", err.message);
+        assert!(err.message.contains("lease"), "{}", err.message);
         let pools = SqlPools::new(
             &[("pg".into(), "postgres://u:secret@127.0.0.1:1/x".into())],
             4,
             handle.handle().clone(),
+            sluice_core::WriteFence::open(),
         )
         .unwrap();
         let err = handle

@@ -322,6 +322,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         data_dir: data_dir.clone(),
         capture_id: id.clone(),
         capture_guard: registration.guard(),
+        fence: registration.fence().clone(),
         limits,
         stop_timeout,
         reserved: sluice_capture::Reserved::new(

@@ -88,6 +88,10 @@ impl ForwardLayer {
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
             .map_err(|e| tonic::Status::unavailable(format!("the owner's address {address}: {e}")))?
             .connect_timeout(Duration::from_secs(5))
+            // An owner that stopped answering (frozen, cut off) fails the
+            // calls under way in seconds instead of holding them.
+            .http2_keep_alive_interval(Duration::from_secs(1))
+            .keep_alive_timeout(Duration::from_secs(3))
             .connect_lazy();
         *kept = Some((address.to_string(), channel.clone()));
         Ok(channel)

@@ -143,6 +143,15 @@ fn case(method: &str, acme_token: &str) -> Option<(Vec<u8>, Needs)> {
             .encode_to_vec(),
             Admin,
         ),
+        "MoveChangefeed" => (
+            pb::MoveChangefeedRequest {
+                id: feed("f"),
+                capture_id: "nobody".into(),
+            }
+            .encode_to_vec(),
+            Admin,
+        ),
+        "RebalanceChangefeeds" => (pb::RebalanceChangefeedsRequest {}.encode_to_vec(), Admin),
         "Health" => (pb::HealthRequest {}.encode_to_vec(), AnyToken),
         "ListProcessors" => (
             pb::ListProcessorsRequest {
