@@ -80,6 +80,10 @@ struct Inner {
     capture: String,
     /// Wakes the owner once a handle saw its work end.
     wake: mpsc::UnboundedSender<ChangefeedId>,
+    /// Work an earlier owner assigned that still runs ([`Assigner::adopt`]):
+    /// changefeed → (its capture, its epoch), taken by the first assignment
+    /// of that changefeed and epoch.
+    adopted: Mutex<BTreeMap<ChangefeedId, (String, Epoch)>>,
 }
 
 impl Assigner {
@@ -100,6 +104,7 @@ impl Assigner {
                 give_up,
                 capture,
                 wake,
+                adopted: Mutex::default(),
             }),
             stop_wait: None,
         }
@@ -115,12 +120,69 @@ impl Assigner {
         self
     }
 
-    /// Deletes every assignment (a new owner, at start: the work of earlier
-    /// owners is gone or fenced, and what runs is assigned anew).
-    pub async fn clear(&self) -> Result<(), MetaError> {
-        let listing = self.inner.store.list(&keys::assignments_prefix()).await?;
-        for chunk in listing.kvs.chunks(sluice_meta::MAX_TXN_OPS) {
-            let ops = chunk.iter().map(|kv| Op::delete(&kv.key));
+    /// A new owner, at start: keeps the assignments earlier owners made whose
+    /// work still runs (to run, on a capture registered before the
+    /// assignment was written, so that the same registration runs it), for
+    /// [`Assigner::assign`] to follow where it runs instead of placing it
+    /// anew; deletes every other one (the work of a capture that is gone or
+    /// registered again, or being stopped). Returns what it kept.
+    pub async fn adopt(&self) -> Result<Vec<(ChangefeedId, Epoch)>, MetaError> {
+        let store = self.inner.store.as_ref();
+        let registered: BTreeMap<String, Revision> = store
+            .list(&keys::capture_prefix())
+            .await?
+            .kvs
+            .into_iter()
+            .filter_map(|kv| match keys::MetaKey::parse(&kv.key) {
+                Some(keys::MetaKey::Capture { capture }) => Some((capture, kv.create_revision)),
+                _ => None,
+            })
+            .collect();
+        let listing = store.list(&keys::assignments_prefix()).await?;
+        let mut found: BTreeMap<ChangefeedId, Vec<(String, Epoch, String)>> = BTreeMap::new();
+        let mut stale = Vec::new();
+        for kv in listing.kvs {
+            let running = match (
+                keys::MetaKey::parse(&kv.key),
+                keys::decode::<Assignment>(&kv.key, &kv.value),
+            ) {
+                (
+                    Some(keys::MetaKey::Assignment {
+                        capture,
+                        tenant,
+                        changefeed,
+                    }),
+                    Ok(a),
+                ) if a.desired == Desired::Run
+                    && registered
+                        .get(&capture)
+                        .is_some_and(|since| *since < kv.mod_revision) =>
+                {
+                    ChangefeedId::new(tenant, changefeed)
+                        .ok()
+                        .map(|id| (id, capture, a.changefeed_epoch))
+                }
+                _ => None,
+            };
+            match running {
+                Some((id, capture, epoch)) => {
+                    found.entry(id).or_default().push((capture, epoch, kv.key))
+                }
+                None => stale.push(kv.key),
+            }
+        }
+        let mut adopted = BTreeMap::new();
+        for (id, mut runs) in found {
+            if runs.len() == 1 {
+                let (capture, epoch, _) = runs.pop().expect("one");
+                adopted.insert(id, (capture, epoch));
+            } else {
+                // Never made by one owner: none of them is taken as running.
+                stale.extend(runs.into_iter().map(|(.., key)| key));
+            }
+        }
+        for chunk in stale.chunks(sluice_meta::MAX_TXN_OPS) {
+            let ops = chunk.iter().map(Op::delete);
             let result = self
                 .inner
                 .store
@@ -134,7 +196,12 @@ impl Assigner {
                 });
             }
         }
-        Ok(())
+        let kept = adopted
+            .iter()
+            .map(|(id, (_, e))| (id.clone(), *e))
+            .collect();
+        *self.inner.adopted.lock().expect("not poisoned") = adopted;
+        Ok(kept)
     }
 
     /// Assigns `info`'s tables (all of them) to the capture under `epoch`, after
@@ -439,12 +506,31 @@ async fn follow(
         kind: ErrorKind::Retryable,
         message: "this server lost its ownership of the meta store".into(),
     };
+    let adopted = inner
+        .adopted
+        .lock()
+        .expect("not poisoned")
+        .remove(&id)
+        .filter(|(_, epoch)| *epoch == record.changefeed_epoch);
     let Placed {
         capture,
         registered,
         asked,
-    } = place(&inner, &id).await;
-    tracing::info!(%capture, "Assigning the changefeed.");
+    } = match adopted {
+        Some((capture, _)) => {
+            tracing::info!(%capture, "Following the work an earlier owner assigned there.");
+            Placed {
+                capture,
+                registered: true,
+                asked: None,
+            }
+        }
+        None => {
+            let placed = place(&inner, &id).await;
+            tracing::info!(capture = %placed.capture, "Assigning the changefeed.");
+            placed
+        }
+    };
     let captures = vec![capture];
     let mut written = BTreeMap::new();
     for capture in &captures {
@@ -940,9 +1026,14 @@ mod tests {
         panic!("timed out waiting until {what}");
     }
 
-    #[tokio::test]
-    async fn the_handle_writes_the_assignment_and_follows_the_reported_position() {
-        let dir = tempfile::tempdir().unwrap();
+    /// The assignment keys in `store`.
+    async fn assigned(store: &Arc<dyn MetaStore>) -> Vec<String> {
+        let listing = store.list(&keys::assignments_prefix()).await.unwrap();
+        listing.kvs.into_iter().map(|kv| kv.key).collect()
+    }
+
+    /// An embedded store in `dir` and the guard of an owner of it.
+    async fn owned_store(dir: &tempfile::TempDir) -> (Arc<dyn MetaStore>, Compare) {
         let store: Arc<dyn MetaStore> = Arc::new(
             sluice_meta::EmbeddedMetaStore::open(dir.path().join("meta.redb"))
                 .await
@@ -950,7 +1041,13 @@ mod tests {
         );
         store.put("/owner", b"1".to_vec(), None).await.unwrap();
         let created = store.get("/owner").await.unwrap().unwrap().create_revision;
-        let guard = Compare::create_revision("/owner", created);
+        (store, Compare::create_revision("/owner", created))
+    }
+
+    #[tokio::test]
+    async fn the_handle_writes_the_assignment_and_follows_the_reported_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, guard) = owned_store(&dir).await;
         let (wake, mut woken) = mpsc::unbounded_channel();
         let assigner = Assigner::new(store.clone(), guard, Arc::new(|_| {}), "c-1".into(), wake);
         let id = ChangefeedId::new("t", "c").unwrap();
@@ -1036,16 +1133,68 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_new_owner_adopts_only_work_that_still_runs_on_the_same_registration() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, guard) = owned_store(&dir).await;
+        let record = |epoch: u64, desired: Desired| {
+            keys::encode(&Assignment {
+                version: ASSIGNMENT_VERSION,
+                changefeed_epoch: Epoch(epoch),
+                tables: Tables::All,
+                checkpoint_ts: CheckpointTs::new(100),
+                info_revision: Revision(1),
+                desired,
+            })
+            .unwrap()
+        };
+        let put = |key: String, value: Vec<u8>| {
+            let store = store.clone();
+            async move { store.put(&key, value, None).await.unwrap() }
+        };
+        let assignment = |capture: &str, name: &str| keys::assignment(capture, "t", name).unwrap();
+        // c-2's assignment predates its registration: a restarted capture,
+        // which does not run it.
+        put(assignment("c-2", "old"), record(1, Desired::Run)).await;
+        for c in ["c-0", "c-1", "c-2"] {
+            put(keys::capture(c).unwrap(), b"{}".to_vec()).await;
+        }
+        put(assignment("c-1", "run"), record(2, Desired::Run)).await;
+        put(assignment("c-1", "stopping"), record(4, Desired::Stop)).await;
+        put(assignment("c-9", "gone"), record(1, Desired::Run)).await;
+        // One changefeed on two captures: neither is taken as running.
+        put(assignment("c-0", "twice"), record(1, Desired::Run)).await;
+        put(assignment("c-1", "twice"), record(1, Desired::Run)).await;
+        let (wake, _woken) = mpsc::unbounded_channel();
+        let assigner = Assigner::new(store.clone(), guard, Arc::new(|_| {}), "c-0".into(), wake);
+        let run = ChangefeedId::new("t", "run").unwrap();
+        assert_eq!(assigner.adopt().await.unwrap(), [(run.clone(), Epoch(2))]);
+        assert_eq!(assigned(&store).await, [assignment("c-1", "run")]);
+        // Assigned at that epoch, it stays where it runs (by load it would go
+        // to c-0, which has nothing).
+        let info =
+            ChangefeedInfo::new(run, crate::info::tests::sample_config(), CommitTs::new(100));
+        let before = store.get(&assignment("c-1", "run")).await.unwrap().unwrap();
+        let _work = assigner.assign(&info, Epoch(2), CheckpointTs::new(150), Revision(1));
+        // Written again (under this owner's guard), where it was.
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while store
+                .get(&assignment("c-1", "run"))
+                .await
+                .unwrap()
+                .is_none_or(|kv| kv.mod_revision == before.mod_revision)
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(assigned(&store).await, [assignment("c-1", "run")]);
+    }
+
+    #[tokio::test]
     async fn a_newer_epoch_in_the_position_fences_the_handle() {
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn MetaStore> = Arc::new(
-            sluice_meta::EmbeddedMetaStore::open(dir.path().join("meta.redb"))
-                .await
-                .unwrap(),
-        );
-        store.put("/owner", b"1".to_vec(), None).await.unwrap();
-        let created = store.get("/owner").await.unwrap().unwrap().create_revision;
-        let guard = Compare::create_revision("/owner", created);
+        let (store, guard) = owned_store(&dir).await;
         let (wake, _woken) = mpsc::unbounded_channel();
         let assigner = Assigner::new(store.clone(), guard, Arc::new(|_| {}), "c-1".into(), wake);
         let info = ChangefeedInfo::new(
@@ -1068,14 +1217,7 @@ mod tests {
     #[tokio::test]
     async fn an_unreadable_position_fails_the_work_with_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn MetaStore> = Arc::new(
-            sluice_meta::EmbeddedMetaStore::open(dir.path().join("meta.redb"))
-                .await
-                .unwrap(),
-        );
-        store.put("/owner", b"1".to_vec(), None).await.unwrap();
-        let created = store.get("/owner").await.unwrap().unwrap().create_revision;
-        let guard = Compare::create_revision("/owner", created);
+        let (store, guard) = owned_store(&dir).await;
         let (wake, _woken) = mpsc::unbounded_channel();
         let assigner = Assigner::new(store.clone(), guard, Arc::new(|_| {}), "c-1".into(), wake);
         let info = ChangefeedInfo::new(
@@ -1103,14 +1245,7 @@ mod tests {
     #[tokio::test]
     async fn a_stop_nobody_reports_counts_as_stopped_after_the_stop_wait() {
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn MetaStore> = Arc::new(
-            sluice_meta::EmbeddedMetaStore::open(dir.path().join("meta.redb"))
-                .await
-                .unwrap(),
-        );
-        store.put("/owner", b"1".to_vec(), None).await.unwrap();
-        let created = store.get("/owner").await.unwrap().unwrap().create_revision;
-        let guard = Compare::create_revision("/owner", created);
+        let (store, guard) = owned_store(&dir).await;
         let (wake, _woken) = mpsc::unbounded_channel();
         let assigner = Assigner::new(store.clone(), guard, Arc::new(|_| {}), "c-1".into(), wake)
             .with_stop_wait(Duration::from_millis(300));

@@ -97,6 +97,11 @@ pub struct Stored {
     pub positions: Vec<(ChangefeedId, Epoch, CheckpointTs)>,
     /// Changefeeds with a record this build cannot read: left alone.
     pub unreadable: Vec<ChangefeedId>,
+    /// Work an earlier owner assigned that still runs: (changefeed, the epoch
+    /// it runs under). A running changefeed of that epoch keeps running where
+    /// it is (the new owner adopts it); every other one starts under a new
+    /// epoch.
+    pub running: Vec<(ChangefeedId, Epoch)>,
 }
 
 /// An info to write, compare-and-swap on the revision it was stored at

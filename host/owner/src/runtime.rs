@@ -234,9 +234,10 @@ impl<C: OwnerContext> Runtime<C> {
                     }
                 }
             }
-            if cf.state().is_running() {
+            if cf.state().is_running() && !stored.running.contains(&(id.clone(), cf.epoch())) {
                 // A restart: the work of the previous epoch is gone, or fenced
-                // once the new one claims the task position.
+                // once the new one claims the task position. (Work that still
+                // runs under this epoch is adopted: it goes on.)
                 cf.info.epoch = cf.info.epoch.next();
             }
             if let Some(open) = cf.info.swaps.last_mut().filter(|s| s.state.is_open()) {

@@ -485,9 +485,11 @@ fn sigkill_the_server_ten_times_loses_no_row() {
 /// Two servers on one etcd with a shared plugin store. The second stands by,
 /// forwards the API (a streamed upload, a create, queries) to the owner and
 /// runs the work the owner places on it (the least loaded capture). A drain of
-/// the owner's capture moves its changefeed to the other one. SIGKILL the
-/// owner mid-run: the standby takes over within two leases and finishes both
-/// changefeeds. Then the killed server comes back as a standby, takes
+/// the owner's capture moves its changefeed to the other one; a rebalance
+/// moves one back, and `changefeed move` moves one there and back. SIGKILL the
+/// owner mid-run: the standby takes over within two leases, adopts the
+/// changefeed its own capture runs (same epoch, no restart), places the other
+/// one under a new epoch, and finishes both. Then the killed server comes back as a standby, takes
 /// work, and is killed again: the owner places its work on itself. Every row
 /// is delivered, a duplicate only flagged replay.
 #[test]
@@ -656,6 +658,8 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
     let err = b.error(&["changefeed", "move", "-c", "ghost", "--capture", &there]);
     assert!(err.starts_with("error: not found"), "{err}");
 
+    let epoch = |server: &Server, name: &str| server.state(name)["epoch"].as_u64().unwrap();
+    let (kept_epoch, moved_epoch) = (epoch(&a, other), epoch(&a, &moved));
     let log_a = a.kill();
     let taken_over = b.wait_ready(Duration::from_secs(4 * LEASE_S + 10));
     eprintln!("the standby became the owner {taken_over:?} after the owner was killed");
@@ -664,6 +668,16 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
     assert!(
         taken_over < Duration::from_secs(2 * LEASE_S + 4),
         "took {taken_over:?}"
+    );
+    // The new owner adopted what ran on its own capture (same epoch, not
+    // started again); what ran on the killed one runs under a new epoch.
+    let on_b = |name: &str| b.state(name)["status"]["capture"] == there.as_str();
+    assert_eq!(epoch(&b, other), kept_epoch);
+    assert!(on_b(other));
+    b.wait_for(
+        "the killed capture's work to move",
+        Duration::from_secs(30),
+        || epoch(&b, &moved) > moved_epoch && on_b(&moved),
     );
     // The killed server comes back, as a standby, and takes the new work
     // (the owner's capture runs the other two).

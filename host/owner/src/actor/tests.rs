@@ -344,6 +344,8 @@ async fn a_restart_takes_the_checkpoint_of_the_current_epoch_under_a_new_epoch()
             (id("orders"), Epoch(2), CheckpointTs::new(900)),
         ],
         unreadable: vec![id("broken")],
+        // Work of another epoch still running is not adopted.
+        running: vec![(id("orders"), Epoch(2))],
     };
     let (owner, ctx) = owner(FakeContext {
         stored: Mutex::new(Some(stored)),
@@ -358,6 +360,29 @@ async fn a_restart_takes_the_checkpoint_of_the_current_epoch_under_a_new_epoch()
     // A changefeed with records this build cannot read is left alone.
     let err = owner.create(info("broken")).await.unwrap_err();
     assert!(matches!(err, OwnerError::Precondition(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_new_owner_adopts_work_that_still_runs_under_the_stored_epoch() {
+    let mut stored_info = info("orders");
+    stored_info.epoch = Epoch(3);
+    stored_info.created_at_ms = 1;
+    let stored = Stored {
+        infos: vec![(stored_info, Revision(5))],
+        positions: vec![(id("orders"), Epoch(3), CheckpointTs::new(150))],
+        running: vec![(id("orders"), Epoch(3))],
+        ..Stored::default()
+    };
+    let (owner, ctx) = owner(FakeContext {
+        stored: Mutex::new(Some(stored)),
+        ..FakeContext::default()
+    })
+    .await;
+    let view = owner.snapshot().get(&id("orders")).unwrap();
+    assert_eq!(view.changefeed.epoch(), Epoch(3), "the same run goes on");
+    assert_eq!(view.changefeed.checkpoint(), CheckpointTs::new(150));
+    let (_, epoch, checkpoint, _) = ctx.started.lock().unwrap()[0].clone();
+    assert_eq!((epoch, checkpoint), (Epoch(3), CheckpointTs::new(150)));
 }
 
 #[tokio::test]

@@ -23,13 +23,15 @@ pub struct ServerContext {
 impl OwnerContext for ServerContext {
     type Work = AssignedWork;
 
-    /// Reads the records, and deletes every earlier assignment: a new owner
-    /// assigns anew what runs (the work of earlier owners is gone, or fenced
-    /// once the new epoch claims its task position).
+    /// Reads the records, and the assignments of earlier owners: what still
+    /// runs is adopted (it goes on where it runs), every other assignment is
+    /// deleted (that work is gone, or fenced once a new epoch claims its
+    /// task position).
     async fn load(&self) -> Result<Stored, OwnerError> {
-        let stored = self.records.load().await?;
-        self.assigner
-            .clear()
+        let mut stored = self.records.load().await?;
+        stored.running = self
+            .assigner
+            .adopt()
             .await
             .map_err(|e| OwnerError::Unavailable(format!("meta store: {e}")))?;
         Ok(stored)
