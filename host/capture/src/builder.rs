@@ -35,6 +35,7 @@ pub async fn open_redo(
     consistent: &sluice_config::ConsistentConfig,
     root: &StorageUri,
     id: &str,
+    fence: &sluice_core::WriteFence,
 ) -> anyhow::Result<Option<LogWriter>> {
     if !consistent.enabled() {
         return Ok(None);
@@ -45,7 +46,8 @@ pub async fn open_redo(
         .map_err(|e| anyhow::anyhow!("changefeed id {id:?}: {e}"))?;
     let storage = Storage::open(root, id)
         .await
-        .map_err(|e| anyhow::anyhow!("opening the redo log in {root}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("opening the redo log in {root}: {e}"))?
+        .fenced(fence.clone());
     let writer = LogWriter::open(storage)
         .await
         .map_err(|e| anyhow::anyhow!("opening the redo log in {root}: {e}"))?

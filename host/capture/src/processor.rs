@@ -430,6 +430,7 @@ async fn run(
         &info.config.consistent,
         &ctx.redo_root.child(id.tenant()),
         id.name(),
+        &ctx.fence,
     )
     .await
     {

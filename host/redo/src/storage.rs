@@ -14,6 +14,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use sluice_core::WriteFence;
+
 use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
@@ -50,6 +52,8 @@ pub struct Storage {
     backend: Backend,
     /// What to call it in messages (no secret).
     shown: String,
+    /// Writes and deletes are refused once it closes ([`Storage::fenced`]).
+    fence: WriteFence,
 }
 
 impl std::fmt::Debug for Storage {
@@ -124,6 +128,7 @@ impl Storage {
                 Ok(Self {
                     backend: Backend::Local(dir),
                     shown,
+                    fence: WriteFence::open(),
                 })
             }
             StorageUri::S3(loc) => {
@@ -137,9 +142,25 @@ impl Storage {
                         prefix: ObjectPath::from(child.prefix.as_str()),
                     },
                     shown,
+                    fence: WriteFence::open(),
                 })
             }
         }
+    }
+
+    /// The same storage, whose writes and deletes are refused once `fence`
+    /// closes (a capture whose lease may have ended writes no more of a
+    /// changefeed's redo log).
+    pub fn fenced(mut self, fence: WriteFence) -> Self {
+        self.fence = fence;
+        self
+    }
+
+    fn check_fence(&self, doing: &str, name: &str) -> Result<(), StorageError> {
+        self.fence.check().map_err(|closed| StorageError {
+            what: format!("cannot {doing} {name} in {}", self.shown),
+            source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, closed.to_string()),
+        })
     }
 
     /// Where it is, for messages (`file:///dir/cf`, `s3://bucket/prefix/cf`;
@@ -161,6 +182,7 @@ impl Storage {
     /// file (a reader sees it only when every part is in). The caller keeps
     /// `bytes` to try again if it fails.
     pub async fn put(&self, name: &str, bytes: Arc<Vec<u8>>) -> Result<(), StorageError> {
+        self.check_fence("write", name)?;
         match &self.backend {
             Backend::Local(dir) => {
                 let (dir, name) = (dir.clone(), name.to_string());
@@ -305,6 +327,7 @@ impl Storage {
 
     /// Removes `name` (gone already is fine).
     pub async fn delete(&self, name: &str) -> Result<(), StorageError> {
+        self.check_fence("delete", name)?;
         match &self.backend {
             Backend::Local(dir) => {
                 let path = dir.join(name);

@@ -1046,3 +1046,30 @@ fn a_large_file_is_written_past_the_page_cache_from_where_it_was_encoded() {
         assert_eq!(rows, txns.len());
     });
 }
+
+#[test]
+fn a_fenced_storage_refuses_writes_and_deletes_once_the_fence_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = StorageUri::Local(dir.path().to_path_buf());
+    runtime().block_on(async {
+        let fence = sluice_core::WriteFence::until(
+            std::time::Instant::now() + std::time::Duration::from_secs(60),
+        );
+        let storage = Storage::open(&uri, "cf")
+            .await
+            .unwrap()
+            .fenced(fence.clone());
+        storage.put("a", Arc::new(b"one".to_vec())).await.unwrap();
+        fence.close();
+        let err = storage
+            .put("b", Arc::new(b"two".to_vec()))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("cannot write b"), "{err}");
+        assert_eq!(err.source.kind(), std::io::ErrorKind::PermissionDenied);
+        assert!(storage.delete("a").await.is_err());
+        // Reading goes on; nothing changed.
+        assert_eq!(storage.get("a").await.unwrap(), b"one");
+        assert!(!storage.exists("b").await.unwrap());
+    });
+}

@@ -94,7 +94,13 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
     if file.feed.consistent.enabled() {
         let root = sluice_redo::StorageUri::parse(&file.feed.consistent.storage)
             .map_err(|e| anyhow::anyhow!("consistent.storage: {e}"))?;
-        let log = sluice_capture::open_redo(&file.feed.consistent, &root, &file.id).await?;
+        let log = sluice_capture::open_redo(
+            &file.feed.consistent,
+            &root,
+            &file.id,
+            &sluice_core::WriteFence::open(),
+        )
+        .await?;
         eprintln!(
             "[{}] writing every change to the redo log in {root}/{} before the sink",
             file.id, file.id
