@@ -80,10 +80,19 @@ struct Inner {
     capture: String,
     /// Wakes the owner once a handle saw its work end.
     wake: mpsc::UnboundedSender<ChangefeedId>,
-    /// Work an earlier owner assigned that still runs ([`Assigner::adopt`]):
-    /// changefeed → (its capture, its epoch), taken by the first assignment
-    /// of that changefeed and epoch.
-    adopted: Mutex<BTreeMap<ChangefeedId, (String, Epoch)>>,
+    /// Work an earlier owner assigned that still runs ([`Assigner::adopt`]),
+    /// taken by the first assignment of that changefeed and epoch; what is
+    /// not taken goes ([`Assigner::release_unadopted`]).
+    adopted: Mutex<BTreeMap<ChangefeedId, Adopted>>,
+}
+
+/// An assignment a new owner found running.
+struct Adopted {
+    capture: String,
+    epoch: Epoch,
+    key: String,
+    /// Its mod revision then.
+    revision: Revision,
 }
 
 impl Assigner {
@@ -139,7 +148,7 @@ impl Assigner {
             })
             .collect();
         let listing = store.list(&keys::assignments_prefix()).await?;
-        let mut found: BTreeMap<ChangefeedId, Vec<(String, Epoch, String)>> = BTreeMap::new();
+        let mut found: BTreeMap<ChangefeedId, Vec<Adopted>> = BTreeMap::new();
         let mut stale = Vec::new();
         for kv in listing.kvs {
             let running = match (
@@ -158,27 +167,30 @@ impl Assigner {
                         .get(&capture)
                         .is_some_and(|since| *since < kv.mod_revision) =>
                 {
-                    ChangefeedId::new(tenant, changefeed)
-                        .ok()
-                        .map(|id| (id, capture, a.changefeed_epoch))
+                    ChangefeedId::new(tenant, changefeed).ok().map(|id| {
+                        let adopted = Adopted {
+                            capture,
+                            epoch: a.changefeed_epoch,
+                            key: kv.key.clone(),
+                            revision: kv.mod_revision,
+                        };
+                        (id, adopted)
+                    })
                 }
                 _ => None,
             };
             match running {
-                Some((id, capture, epoch)) => {
-                    found.entry(id).or_default().push((capture, epoch, kv.key))
-                }
+                Some((id, adopted)) => found.entry(id).or_default().push(adopted),
                 None => stale.push(kv.key),
             }
         }
         let mut adopted = BTreeMap::new();
         for (id, mut runs) in found {
             if runs.len() == 1 {
-                let (capture, epoch, _) = runs.pop().expect("one");
-                adopted.insert(id, (capture, epoch));
+                adopted.insert(id, runs.pop().expect("one"));
             } else {
                 // Never made by one owner: none of them is taken as running.
-                stale.extend(runs.into_iter().map(|(.., key)| key));
+                stale.extend(runs.into_iter().map(|a| a.key));
             }
         }
         for chunk in stale.chunks(sluice_meta::MAX_TXN_OPS) {
@@ -198,10 +210,30 @@ impl Assigner {
         }
         let kept = adopted
             .iter()
-            .map(|(id, (_, e))| (id.clone(), *e))
+            .map(|(id, a)| (id.clone(), a.epoch))
             .collect();
         *self.inner.adopted.lock().expect("not poisoned") = adopted;
         Ok(kept)
+    }
+
+    /// Deletes the assignments [`Assigner::adopt`] kept that no assignment
+    /// took (the owner does not run that changefeed at that epoch: it was
+    /// paused, or fails, as the old owner left it), unless written since:
+    /// their captures stop that work. Call once the owner started what it
+    /// runs.
+    pub async fn release_unadopted(&self) -> Result<(), MetaError> {
+        let left = std::mem::take(&mut *self.inner.adopted.lock().expect("not poisoned"));
+        for (id, a) in left {
+            tracing::info!(changefeed = %id, capture = %a.capture, epoch = a.epoch.0, "Ending work an earlier owner assigned that does not run now.");
+            let txn = Txn::new()
+                .when([
+                    self.inner.guard.clone(),
+                    Compare::mod_revision(&a.key, a.revision),
+                ])
+                .and_then([Op::delete(&a.key)]);
+            self.inner.store.txn(txn).await?;
+        }
+        Ok(())
     }
 
     /// Assigns `info`'s tables (all of them) to the capture under `epoch`, after
@@ -226,10 +258,23 @@ impl Assigner {
         let (revision, revision_rx) = watch::channel(info_revision);
         let live = Arc::new(Reported::default());
         let span = tracing::info_span!("assignment", id = %info.id, epoch = epoch.0);
+        // Work that already runs at this epoch is followed where it is.
+        let adopted = {
+            let mut adopted = self.inner.adopted.lock().expect("not poisoned");
+            match adopted.remove(&info.id) {
+                Some(a) if a.epoch == epoch => Some(a.capture),
+                Some(other) => {
+                    adopted.insert(info.id.clone(), other);
+                    None
+                }
+                None => None,
+            }
+        };
         let task = tokio::spawn(
             follow(
                 self.inner.clone(),
                 info.id.clone(),
+                adopted,
                 record,
                 (desired_rx, revision_rx),
                 live.clone(),
@@ -497,6 +542,7 @@ impl Reports {
 async fn follow(
     inner: Arc<Inner>,
     id: ChangefeedId,
+    adopted: Option<String>,
     mut record: Assignment,
     (mut desired, mut revision): (watch::Receiver<Desired>, watch::Receiver<Revision>),
     live: Arc<Reported>,
@@ -506,18 +552,12 @@ async fn follow(
         kind: ErrorKind::Retryable,
         message: "this server lost its ownership of the meta store".into(),
     };
-    let adopted = inner
-        .adopted
-        .lock()
-        .expect("not poisoned")
-        .remove(&id)
-        .filter(|(_, epoch)| *epoch == record.changefeed_epoch);
     let Placed {
         capture,
         registered,
         asked,
     } = match adopted {
-        Some((capture, _)) => {
+        Some(capture) => {
             tracing::info!(%capture, "Following the work an earlier owner assigned there.");
             Placed {
                 capture,
@@ -1159,6 +1199,7 @@ mod tests {
             put(keys::capture(c).unwrap(), b"{}".to_vec()).await;
         }
         put(assignment("c-1", "run"), record(2, Desired::Run)).await;
+        put(assignment("c-0", "paused"), record(3, Desired::Run)).await;
         put(assignment("c-1", "stopping"), record(4, Desired::Stop)).await;
         put(assignment("c-9", "gone"), record(1, Desired::Run)).await;
         // One changefeed on two captures: neither is taken as running.
@@ -1167,8 +1208,15 @@ mod tests {
         let (wake, _woken) = mpsc::unbounded_channel();
         let assigner = Assigner::new(store.clone(), guard, Arc::new(|_| {}), "c-0".into(), wake);
         let run = ChangefeedId::new("t", "run").unwrap();
-        assert_eq!(assigner.adopt().await.unwrap(), [(run.clone(), Epoch(2))]);
-        assert_eq!(assigned(&store).await, [assignment("c-1", "run")]);
+        let paused = ChangefeedId::new("t", "paused").unwrap();
+        assert_eq!(
+            assigner.adopt().await.unwrap(),
+            [(paused, Epoch(3)), (run.clone(), Epoch(2))]
+        );
+        assert_eq!(
+            assigned(&store).await,
+            [assignment("c-0", "paused"), assignment("c-1", "run")]
+        );
         // Assigned at that epoch, it stays where it runs (by load it would go
         // to c-0, which has nothing).
         let info =
@@ -1188,6 +1236,9 @@ mod tests {
         })
         .await
         .unwrap();
+        // The owner did not start `paused` (it was paused before the old
+        // owner could stop it): its work ends.
+        assigner.release_unadopted().await.unwrap();
         assert_eq!(assigned(&store).await, [assignment("c-1", "run")]);
     }
 

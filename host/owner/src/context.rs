@@ -195,4 +195,11 @@ pub trait OwnerContext: Send + Sync + 'static {
 
     /// A removed changefeed's work-side leftovers (counters) may go.
     fn forget_work(&self, id: &ChangefeedId);
+
+    /// Called once at start, after the owner started what it runs: work of
+    /// earlier owners that [`Stored::running`] named and that was not
+    /// started again under its epoch is ended. Default: nothing.
+    fn release_unadopted(&self) -> impl Future<Output = Result<(), OwnerError>> + Send {
+        async { Ok(()) }
+    }
 }

@@ -259,6 +259,7 @@ impl<C: OwnerContext> Runtime<C> {
             runtime.persist(&id, true).await?;
         }
         runtime.tick().await;
+        runtime.ctx.release_unadopted().await?;
         Ok(runtime)
     }
 

@@ -87,4 +87,11 @@ impl OwnerContext for ServerContext {
     fn forget_work(&self, id: &ChangefeedId) {
         self.capture.forget(id);
     }
+
+    async fn release_unadopted(&self) -> Result<(), OwnerError> {
+        self.assigner
+            .release_unadopted()
+            .await
+            .map_err(|e| OwnerError::Unavailable(format!("meta store: {e}")))
+    }
 }
