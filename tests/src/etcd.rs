@@ -22,8 +22,24 @@ impl Drop for PrivateEtcd {
 }
 
 impl PrivateEtcd {
-    /// Starts etcd; it may not accept requests yet (see [`PrivateEtcd::wait_listening`]).
+    /// Starts etcd and waits until it listens. Ports are picked free but can
+    /// be taken by another process (a test started beside this one) before
+    /// etcd binds them: an etcd that exits, or that never listens, is started
+    /// again on other ports (five attempts).
     pub fn start() -> Self {
+        let mut why = String::new();
+        for _ in 0..5 {
+            let mut etcd = Self::spawn();
+            match etcd.come_up(Duration::from_secs(30)) {
+                Ok(()) => return etcd,
+                // Dropped: killed, and started again on other ports.
+                Err(e) => why = e,
+            }
+        }
+        panic!("etcd did not start in five attempts: {why}");
+    }
+
+    fn spawn() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let (client, peer) = (free_port(), free_port());
         let client_url = format!("http://127.0.0.1:{client}");
@@ -52,6 +68,35 @@ impl PrivateEtcd {
             child,
             _dir: dir,
             endpoint: format!("127.0.0.1:{client}"),
+        }
+    }
+
+    /// Waits until this etcd (not another process on its port) listens.
+    fn come_up(&mut self, within: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
+                return Err(format!(
+                    "etcd on {} exited ({status}): a port it was given was taken",
+                    self.endpoint
+                ));
+            }
+            if std::net::TcpStream::connect(&self.endpoint).is_ok() {
+                // Its own listener, unless it is about to exit for a taken
+                // peer port: look once more.
+                std::thread::sleep(Duration::from_millis(100));
+                if self.child.try_wait().map_err(|e| e.to_string())?.is_none() {
+                    return Ok(());
+                }
+                continue;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "etcd on {} did not listen within {within:?}",
+                    self.endpoint
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
