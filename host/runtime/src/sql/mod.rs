@@ -353,6 +353,13 @@ mod tests {
         assert!(over.message.contains("64 MiB"), "{}", over.message);
     }
 
+    fn select_one() -> Vec<Vec<wit::Statement>> {
+        vec![vec![wit::Statement {
+            sql: "SELECT 1".into(),
+            params: Vec::new(),
+        }]]
+    }
+
     #[test]
     fn grants_need_a_known_dsn_and_errors_never_repeat_it() {
         let handle = tokio::runtime::Runtime::new().unwrap();
@@ -387,13 +394,7 @@ mod tests {
         assert_eq!(err.kind, wit::ErrorKind::Denied);
         // Nothing listens on port 1: a connection error, retryable.
         let err = handle
-            .block_on(pools.execute(
-                "t",
-                vec![vec![wit::Statement {
-                    sql: "SELECT 1".into(),
-                    params: Vec::new(),
-                }]],
-            ))
+            .block_on(pools.execute("t", select_one()))
             .unwrap_err();
         assert_eq!(err.kind, wit::ErrorKind::Retryable, "{}", err.message);
         assert!(!err.message.contains("secret"), "{}", err.message);
@@ -401,13 +402,7 @@ mod tests {
         // any connection is tried.
         pools.fence.close();
         let err = handle
-            .block_on(pools.execute(
-                "t",
-                vec![vec![wit::Statement {
-                    sql: "SELECT 1".into(),
-                    params: Vec::new(),
-                }]],
-            ))
+            .block_on(pools.execute("t", select_one()))
             .unwrap_err();
         assert_eq!(err.kind, wit::ErrorKind::Denied, "{}", err.message);
         assert!(err.message.contains("lease"), "{}", err.message);
