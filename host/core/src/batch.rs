@@ -903,100 +903,111 @@ impl TableBatch {
                 self.seq.len()
             )));
         }
-        let (mut n_before, mut n_after) = (0, 0);
-        for (i, &op) in self.ops.iter().enumerate() {
-            match op {
-                0 => n_after += 1,
-                1 => {
-                    n_before += 1;
-                    n_after += 1
-                }
-                2 => n_before += 1,
-                other => return Err(fail(format!("row {i} has unknown op code {other}"))),
-            }
-        }
         if self.commit_ts.windows(2).any(|w| w[0] > w[1]) {
             return Err(fail("rows are not in commit-ts order".into()));
         }
-        for (image, columns, rows) in [
-            ("before", &self.before, n_before),
-            ("after", &self.after, n_after),
-        ] {
-            if columns.len() != schema.columns.len() {
+        check_images(self.table_id, schema, &self.ops, &self.before, &self.after)
+    }
+}
+
+/// Checks row images against `schema`: known op codes, one column per schema
+/// column of the kind its type stores, a value for every row that has that
+/// image, sound NULL bitmaps and offsets, UTF-8 text.
+pub(crate) fn check_images(
+    table_id: u32,
+    schema: &TableSchema,
+    ops: &[u8],
+    before: &[ColumnData],
+    after: &[ColumnData],
+) -> Result<(), BatchError> {
+    let fail = |reason: String| BatchError { table_id, reason };
+    let (mut n_before, mut n_after) = (0, 0);
+    for (i, &op) in ops.iter().enumerate() {
+        match op {
+            0 => n_after += 1,
+            1 => {
+                n_before += 1;
+                n_after += 1
+            }
+            2 => n_before += 1,
+            other => return Err(fail(format!("row {i} has unknown op code {other}"))),
+        }
+    }
+    for (image, columns, rows) in [("before", before, n_before), ("after", after, n_after)] {
+        if columns.len() != schema.columns.len() {
+            return Err(fail(format!(
+                "{image} image has {} columns, schema version {} has {}",
+                columns.len(),
+                schema.version,
+                schema.columns.len()
+            )));
+        }
+        for (data, column) in columns.iter().zip(&schema.columns) {
+            let kind_ok = matches!(
+                (&data.values, column.ty),
+                (ColumnValues::Uint64(_), ColumnType::Uint)
+                    | (ColumnValues::Float64(_), ColumnType::Float)
+                    | (
+                        ColumnValues::Bytes(_),
+                        ColumnType::Decimal
+                            | ColumnType::Text
+                            | ColumnType::Blob
+                            | ColumnType::Json
+                    )
+                    | (
+                        ColumnValues::Int64(_),
+                        ColumnType::Int
+                            | ColumnType::Datetime
+                            | ColumnType::Date
+                            | ColumnType::Boolean
+                    )
+            );
+            if !kind_ok {
                 return Err(fail(format!(
-                    "{image} image has {} columns, schema version {} has {}",
-                    columns.len(),
-                    schema.version,
-                    schema.columns.len()
+                    "{image} column `{}` carries the wrong value kind for {:?}",
+                    column.name, column.ty
                 )));
             }
-            for (data, column) in columns.iter().zip(&schema.columns) {
-                let kind_ok = matches!(
-                    (&data.values, column.ty),
-                    (ColumnValues::Uint64(_), ColumnType::Uint)
-                        | (ColumnValues::Float64(_), ColumnType::Float)
-                        | (
-                            ColumnValues::Bytes(_),
-                            ColumnType::Decimal
-                                | ColumnType::Text
-                                | ColumnType::Blob
-                                | ColumnType::Json
-                        )
-                        | (
-                            ColumnValues::Int64(_),
-                            ColumnType::Int
-                                | ColumnType::Datetime
-                                | ColumnType::Date
-                                | ColumnType::Boolean
-                        )
-                );
-                if !kind_ok {
+            if data.len() != rows {
+                return Err(fail(format!(
+                    "{image} column `{}` has {} values for {rows} rows",
+                    column.name,
+                    data.len()
+                )));
+            }
+            if data.nulls.len() > rows.div_ceil(8) {
+                return Err(fail(format!(
+                    "{image} column `{}` has an oversized NULL bitmap",
+                    column.name
+                )));
+            }
+            if let ColumnValues::Bytes(b) = &data.values {
+                let empty = b.offsets.is_empty() && b.data.is_empty();
+                if !empty
+                    && (b.offsets.first() != Some(&0)
+                        || b.offsets.windows(2).any(|w| w[0] > w[1])
+                        || *b.offsets.last().unwrap_or(&0) as usize != b.data.len())
+                {
                     return Err(fail(format!(
-                        "{image} column `{}` carries the wrong value kind for {:?}",
-                        column.name, column.ty
-                    )));
-                }
-                if data.len() != rows {
-                    return Err(fail(format!(
-                        "{image} column `{}` has {} values for {rows} rows",
-                        column.name,
-                        data.len()
-                    )));
-                }
-                if data.nulls.len() > rows.div_ceil(8) {
-                    return Err(fail(format!(
-                        "{image} column `{}` has an oversized NULL bitmap",
+                        "{image} column `{}` has bad offsets",
                         column.name
                     )));
                 }
-                if let ColumnValues::Bytes(b) = &data.values {
-                    let empty = b.offsets.is_empty() && b.data.is_empty();
-                    if !empty
-                        && (b.offsets.first() != Some(&0)
-                            || b.offsets.windows(2).any(|w| w[0] > w[1])
-                            || *b.offsets.last().unwrap_or(&0) as usize != b.data.len())
-                    {
-                        return Err(fail(format!(
-                            "{image} column `{}` has bad offsets",
-                            column.name
-                        )));
-                    }
-                    if column.ty.is_text() {
-                        for i in 0..rows {
-                            let v = &b.data[b.offsets[i] as usize..b.offsets[i + 1] as usize];
-                            if std::str::from_utf8(v).is_err() {
-                                return Err(fail(format!(
-                                    "{image} column `{}` row {i} is not UTF-8",
-                                    column.name
-                                )));
-                            }
+                if column.ty.is_text() {
+                    for i in 0..rows {
+                        let v = &b.data[b.offsets[i] as usize..b.offsets[i + 1] as usize];
+                        if std::str::from_utf8(v).is_err() {
+                            return Err(fail(format!(
+                                "{image} column `{}` row {i} is not UTF-8",
+                                column.name
+                            )));
                         }
                     }
                 }
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 /// What one sink write carries: table batches, each referring to its schema.

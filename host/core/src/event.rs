@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use crate::batch::{ColumnData, ColumnSize, Row, TableSchema, rows_of};
+use crate::batch::{ColumnData, ColumnSize, Row, TableSchema, check_images, rows_of};
+use crate::error::BatchError;
 use crate::ts::{CheckpointTs, CommitTs};
 
 /// The kind of a row change.
@@ -238,6 +239,43 @@ impl TableChanges {
             bytes: 0,
             pool: None,
         }
+    }
+
+    /// Changes made of columns read back from elsewhere (another capture's
+    /// shipment): `seq` and `flags` (empty: none set, else one per row) per row,
+    /// images checked against `schema` as a batch's are; `bytes` is their wire
+    /// size as the writer counted it. Columns that do not fit are refused.
+    pub fn from_columns(
+        schema: Arc<TableSchema>,
+        ops: Vec<u8>,
+        seq: Vec<u32>,
+        flags: Vec<u8>,
+        before: Vec<ColumnData>,
+        after: Vec<ColumnData>,
+        bytes: usize,
+    ) -> Result<Self, BatchError> {
+        let n = ops.len();
+        if seq.len() != n || !(flags.is_empty() || flags.len() == n) {
+            return Err(BatchError {
+                table_id: schema.table_id,
+                reason: format!(
+                    "{n} ops but {} row seq and {} flags",
+                    seq.len(),
+                    flags.len()
+                ),
+            });
+        }
+        check_images(schema.table_id, &schema, &ops, &before, &after)?;
+        Ok(Self {
+            schema,
+            ops,
+            seq,
+            flags,
+            before,
+            after,
+            bytes,
+            pool: None,
+        })
     }
 
     /// The table's schema.
@@ -691,7 +729,7 @@ impl DdlEvent {
 
 /// Where one transaction's rows of a table end in a [`RunPart`]: cumulative
 /// counts, so segment `i` spans from the ends of segment `i - 1` (or 0) to these.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Segment {
     /// Index of the transaction in [`TransactionRun::transactions`].
     pub txn: u32,
@@ -991,6 +1029,85 @@ impl TransactionRun {
         });
     }
 
+    /// A run of `transactions` whose rows are `parts` (each segment naming a
+    /// transaction by its index); refused when a segment names a transaction
+    /// the run does not have, or segments do not grow.
+    pub fn from_parts(
+        transactions: Vec<RunTransaction>,
+        parts: Vec<RunPart>,
+    ) -> Result<Self, BatchError> {
+        let (mut rows, mut bytes) = (0, 0);
+        for part in &parts {
+            let c = &part.changes;
+            let fail = |reason: String| BatchError {
+                table_id: c.schema.table_id,
+                reason,
+            };
+            let mut last = Segment {
+                txn: 0,
+                rows: 0,
+                before: 0,
+                after: 0,
+                bytes: 0,
+            };
+            for (i, s) in part.segments.iter().enumerate() {
+                let ordered = (i == 0 || s.txn > last.txn)
+                    && s.rows >= last.rows
+                    && s.before >= last.before
+                    && s.after >= last.after
+                    && s.bytes >= last.bytes;
+                if !ordered || s.txn as usize >= transactions.len() {
+                    return Err(fail(format!(
+                        "segment {i} (transaction {} of {}) does not follow the one before",
+                        s.txn,
+                        transactions.len()
+                    )));
+                }
+                last = *s;
+            }
+            let images = (
+                c.before.first().map_or(0, ColumnData::len),
+                c.after.first().map_or(0, ColumnData::len),
+            );
+            if (last.rows, last.before, last.after, last.bytes)
+                != (c.ops.len(), images.0, images.1, c.bytes)
+            {
+                return Err(fail(format!(
+                    "segments end at row {} but the part has {} rows",
+                    last.rows,
+                    c.ops.len()
+                )));
+            }
+            rows += c.ops.len();
+            bytes += c.bytes;
+        }
+        Ok(Self {
+            transactions,
+            parts,
+            rows,
+            bytes,
+            shape: RunShape::default(),
+        })
+    }
+
+    /// Takes out the parts of the tables `keep` refuses (their rows go
+    /// elsewhere); the transactions stay, so the run still carries every
+    /// transaction's commit ts and source position.
+    pub fn take_parts(&mut self, keep: impl Fn(&TableSchema) -> bool) -> Vec<RunPart> {
+        if self.parts.iter().all(|p| keep(&p.changes.schema)) {
+            return Vec::new();
+        }
+        let (kept, taken): (Vec<RunPart>, Vec<RunPart>) = std::mem::take(&mut self.parts)
+            .into_iter()
+            .partition(|p| keep(&p.changes.schema));
+        self.parts = kept;
+        for part in &taken {
+            self.rows -= part.changes.len();
+            self.bytes -= part.changes.bytes;
+        }
+        taken
+    }
+
     /// Transactions in the run.
     pub fn len(&self) -> usize {
         self.transactions.len()
@@ -1114,6 +1231,103 @@ mod tests {
             vec![0, 3]
         );
         assert_eq!(run.into_transactions(), txns);
+    }
+
+    #[test]
+    fn parts_taken_out_and_put_back_together_give_the_same_rows() {
+        let (a, b) = (schema(1, 1), schema(2, 1));
+        let txns = vec![
+            txn(10, &[(&a, Op::Insert, 1), (&b, Op::Insert, 2)]),
+            txn(11, &[(&b, Op::Update, 2)]),
+            txn(13, &[(&a, Op::Delete, 1), (&b, Op::Delete, 2)]),
+        ];
+        let mut run = TransactionRun::new();
+        for t in txns.clone() {
+            run.push(t).unwrap();
+        }
+        let taken = run.take_parts(|s| s.table_id == 1);
+        assert_eq!(taken.len(), 1);
+        assert_eq!(
+            (run.len(), run.row_count()),
+            (3, 2),
+            "every transaction stays"
+        );
+        assert_eq!(run.wire_bytes(), run.parts[0].changes.wire_bytes());
+        // Table 2's rows rebuilt from their columns, as a receiver does.
+        let part = &taken[0];
+        let c = &part.changes;
+        let rebuilt = TableChanges::from_columns(
+            c.schema().clone(),
+            c.ops().to_vec(),
+            c.seq().to_vec(),
+            c.flags().to_vec(),
+            c.before().to_vec(),
+            c.after().to_vec(),
+            c.wire_bytes(),
+        )
+        .unwrap();
+        let marks = run.transactions.clone();
+        let alone = TransactionRun::from_parts(
+            marks.clone(),
+            vec![RunPart {
+                changes: rebuilt,
+                segments: part.segments.clone(),
+            }],
+        )
+        .unwrap();
+        assert_eq!(alone.row_count(), 3);
+        let got: Vec<_> = alone
+            .into_transactions()
+            .into_iter()
+            .map(|t| (t.commit_ts, t.tables))
+            .collect();
+        let want: Vec<_> = txns
+            .iter()
+            .map(|t| {
+                let tables = t
+                    .tables
+                    .iter()
+                    .filter(|c| c.schema().table_id == 2)
+                    .cloned();
+                (t.commit_ts, tables.collect::<Vec<_>>())
+            })
+            .collect();
+        assert_eq!(got, want);
+        // Segments that name a transaction the run lacks, or overrun the
+        // rows, are refused.
+        let mut bad = part.segments.clone();
+        bad[0].txn = 9;
+        let refused = TransactionRun::from_parts(
+            marks.clone(),
+            vec![RunPart {
+                changes: part.changes.clone(),
+                segments: bad,
+            }],
+        );
+        assert!(refused.is_err());
+        let mut short = part.segments.clone();
+        short.pop();
+        assert!(
+            TransactionRun::from_parts(
+                marks,
+                vec![RunPart {
+                    changes: part.changes.clone(),
+                    segments: short,
+                }],
+            )
+            .is_err()
+        );
+        // Columns that do not fit the schema are refused.
+        let wrong = TableChanges::from_columns(
+            c.schema().clone(),
+            vec![0],
+            vec![0],
+            Vec::new(),
+            ColumnData::empty_image(c.schema()),
+            ColumnData::empty_image(c.schema()),
+            0,
+        );
+        assert!(wrong.is_err());
     }
 
     /// Capacities of a run's first part: ops, and each after-image column's

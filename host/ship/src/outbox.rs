@@ -1,0 +1,317 @@
+//! The reading capture's side: one [`Outbox`] per run and receiving capture,
+//! registered in [`Shipping`] so that the receiver's stream finds it. Credit
+//! is by bytes: the sender waits while a window's worth is sent and not yet
+//! taken by the receiver, so a slow receiver holds the source back (and with
+//! it the event cache's bounds) instead of growing a queue.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::time::Instant;
+
+use crate::error::ShipError;
+
+/// Fewest bytes a receiver may ask to hold.
+pub const MIN_WINDOW: u64 = 64 << 10;
+/// Most bytes a receiver may ask to hold.
+pub const MAX_WINDOW: u64 = 1 << 30;
+
+/// Which run's shipment, to which capture.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ShipKey {
+    /// The changefeed's tenant.
+    pub tenant: String,
+    /// The changefeed.
+    pub changefeed: String,
+    /// The run's changefeed epoch.
+    pub epoch: u64,
+    /// The receiving capture.
+    pub capture: String,
+}
+
+impl std::fmt::Display for ShipKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{} epoch {} to capture {}",
+            self.tenant, self.changefeed, self.epoch, self.capture
+        )
+    }
+}
+
+/// The outboxes of the runs this capture reads for other captures.
+#[derive(Clone)]
+pub struct Shipping {
+    outboxes: Arc<Mutex<HashMap<ShipKey, Arc<Outbox>>>>,
+    patience: Duration,
+}
+
+impl Default for Shipping {
+    fn default() -> Self {
+        Self::new(Duration::from_secs(30))
+    }
+}
+
+impl Shipping {
+    /// No outbox yet; a receiver that has not come for its shipment
+    /// `patience` after the run started sending fails the run.
+    pub fn new(patience: Duration) -> Self {
+        Self {
+            outboxes: Arc::default(),
+            patience,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<ShipKey, Arc<Outbox>>> {
+        self.outboxes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new outbox for `key`, whose receiver must present `token`.
+    pub fn open(&self, key: ShipKey, token: String) -> Result<OutboxHandle, ShipError> {
+        if token.len() < 16 {
+            return Err(ShipError::Refused(format!(
+                "the shipment {key} needs a secret of at least 16 characters"
+            )));
+        }
+        let mut outboxes = self.lock();
+        if outboxes.contains_key(&key) {
+            return Err(ShipError::Refused(format!(
+                "the shipment {key} is open already"
+            )));
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let outbox = Arc::new(Outbox {
+            key: key.clone(),
+            token,
+            state: Mutex::new(State::default()),
+            changed: Notify::new(),
+            flushed: watch::channel(0).0,
+            tx: Mutex::new(Some(tx)),
+            rx: Mutex::new(Some(rx)),
+        });
+        outboxes.insert(key, outbox.clone());
+        Ok(OutboxHandle {
+            outbox,
+            shipping: self.clone(),
+        })
+    }
+
+    /// Open outboxes.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no outbox is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Attaches the receiver `key` presenting `token` with `window` to its
+    /// outbox: what it is sent comes out of the returned channel.
+    pub(crate) fn attach(
+        &self,
+        key: &ShipKey,
+        token: &str,
+        window: u64,
+    ) -> Result<(Arc<Outbox>, mpsc::UnboundedReceiver<Bytes>), ShipError> {
+        if !(MIN_WINDOW..=MAX_WINDOW).contains(&window) {
+            return Err(ShipError::Refused(format!(
+                "a window of {window} bytes; it must be {MIN_WINDOW} to {MAX_WINDOW}"
+            )));
+        }
+        let Some(outbox) = self.lock().get(key).cloned() else {
+            // The run may not have started sending yet: the receiver tries again.
+            return Err(ShipError::Lost(format!("no shipment {key} is open (yet)")));
+        };
+        if !same_secret(outbox.token.as_bytes(), token.as_bytes()) {
+            return Err(ShipError::Refused(format!(
+                "the secret given for the shipment {key} is wrong"
+            )));
+        }
+        let rx = outbox
+            .rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| {
+                ShipError::Refused(format!("the shipment {key} has its receiver already"))
+            })?;
+        {
+            let mut state = outbox.state();
+            state.attached = true;
+            state.window = window;
+        }
+        outbox.changed.notify_waiters();
+        Ok((outbox, rx))
+    }
+}
+
+/// Compares secrets in time that does not depend on where they differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[derive(Debug, Default)]
+struct State {
+    sent: u64,
+    taken: u64,
+    window: u64,
+    attached: bool,
+    closed: Option<ShipError>,
+}
+
+/// One run's shipment to one capture.
+pub(crate) struct Outbox {
+    key: ShipKey,
+    token: String,
+    state: Mutex<State>,
+    changed: Notify,
+    flushed: watch::Sender<u64>,
+    tx: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
+    rx: Mutex<Option<mpsc::UnboundedReceiver<Bytes>>>,
+}
+
+impl Outbox {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The receiver has taken `total` bytes so far.
+    pub(crate) fn took(&self, total: u64) -> Result<(), ShipError> {
+        let mut state = self.state();
+        if total < state.taken || total > state.sent {
+            let e = ShipError::Malformed(format!(
+                "the receiver says it took {total} bytes; {} were sent and {} taken before",
+                state.sent, state.taken
+            ));
+            state.closed = Some(e.clone());
+            drop(state);
+            self.changed.notify_waiters();
+            return Err(e);
+        }
+        state.taken = total;
+        drop(state);
+        self.changed.notify_waiters();
+        Ok(())
+    }
+
+    /// The receiver's sink has every shipped row at or below `ts`.
+    pub(crate) fn flushed(&self, ts: u64) {
+        self.flushed.send_if_modified(|now| {
+            let newer = ts > *now;
+            *now = (*now).max(ts);
+            newer
+        });
+    }
+
+    /// The receiver is gone: the run cannot go on.
+    pub(crate) fn detach(&self, why: ShipError) {
+        let mut state = self.state();
+        if state.closed.is_none() {
+            state.closed = Some(why);
+        }
+        drop(state);
+        self.changed.notify_waiters();
+    }
+
+    /// Which shipment this is.
+    pub fn key(&self) -> &ShipKey {
+        &self.key
+    }
+}
+
+/// The sending side of one run's outbox to one capture; the outbox closes (its receiver sees
+/// the stream end) and leaves the registry when this is dropped.
+pub struct OutboxHandle {
+    outbox: Arc<Outbox>,
+    shipping: Shipping,
+}
+
+impl OutboxHandle {
+    /// Which shipment this is.
+    pub fn key(&self) -> &ShipKey {
+        &self.outbox.key
+    }
+
+    /// Sends `frames`, once fewer than a window of bytes are in flight. Fails
+    /// when the receiver went away, or did not come within the registry's
+    /// patience.
+    pub async fn send(&self, frames: Vec<u8>) -> Result<(), ShipError> {
+        let len = frames.len() as u64;
+        let deadline = Instant::now() + self.shipping.patience;
+        let mut frames = Some(frames);
+        loop {
+            let changed = self.outbox.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let attached = {
+                let mut state = self.outbox.state();
+                if let Some(e) = &state.closed {
+                    return Err(e.clone());
+                }
+                if state.attached && state.sent - state.taken < state.window {
+                    state.sent += len;
+                    let tx = self.outbox.tx.lock().unwrap_or_else(|e| e.into_inner());
+                    let sent = tx.as_ref().is_some_and(|tx| {
+                        tx.send(Bytes::from(frames.take().unwrap_or_default()))
+                            .is_ok()
+                    });
+                    if !sent {
+                        let e = ShipError::Lost(format!(
+                            "the stream of the shipment {} is gone",
+                            self.outbox.key
+                        ));
+                        state.closed = Some(e.clone());
+                        return Err(e);
+                    }
+                    return Ok(());
+                }
+                state.attached
+            };
+            if attached {
+                changed.await;
+            } else if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Err(ShipError::Lost(format!(
+                    "capture {} did not come for its shipment of {}/{} within {:?}",
+                    self.outbox.key.capture,
+                    self.outbox.key.tenant,
+                    self.outbox.key.changefeed,
+                    self.shipping.patience
+                )));
+            }
+        }
+    }
+
+    /// Bytes sent and bytes the receiver has taken.
+    pub fn in_flight(&self) -> (u64, u64) {
+        let state = self.outbox.state();
+        (state.sent, state.taken)
+    }
+
+    /// The receiver's durable ts: every row shipped at or below it is
+    /// downstream.
+    pub fn flushed(&self) -> watch::Receiver<u64> {
+        self.outbox.flushed.subscribe()
+    }
+}
+
+impl Drop for OutboxHandle {
+    fn drop(&mut self) {
+        self.outbox
+            .tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        self.outbox.detach(ShipError::Lost("the run ended".into()));
+        let mut outboxes = self.shipping.lock();
+        if outboxes
+            .get(&self.outbox.key)
+            .is_some_and(|o| Arc::ptr_eq(o, &self.outbox))
+        {
+            outboxes.remove(&self.outbox.key);
+        }
+    }
+}

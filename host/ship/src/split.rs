@@ -1,0 +1,244 @@
+//! The reading capture's source: [`Split`] wraps the changefeed's source,
+//! keeps the events of the tables this capture runs and ships the others' to
+//! the captures that run them. A run's local tables move on untouched: a
+//! table on the reading capture pays nothing for the shipping.
+
+use std::collections::HashMap;
+
+use sluice_core::{
+    Checkpoint, DdlEvent, ResumeError, Source, SourceEvent, SourceStats, TableChanges, TableSchema,
+    TransactionRun,
+};
+
+use crate::error::ShipError;
+use crate::frame::Encoder;
+use crate::outbox::OutboxHandle;
+
+/// Why a split source stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum SplitError<E: std::error::Error + 'static> {
+    /// The source failed.
+    #[error(transparent)]
+    Source(E),
+    /// A shipment could not go on.
+    #[error(transparent)]
+    Ship(#[from] ShipError),
+}
+
+/// One receiving capture: its outbox and its encoder.
+struct Destination {
+    outbox: OutboxHandle,
+    encoder: Encoder,
+    /// A large transaction's parts are being shipped: its later parts go too,
+    /// with rows or not, so that the receiver sees its end.
+    in_large: bool,
+}
+
+/// A source whose tables are split between this capture and others.
+pub struct Split<S> {
+    inner: S,
+    destinations: Vec<Destination>,
+    /// `schema.table` → the destination that runs it.
+    by_name: HashMap<String, usize>,
+    /// (table id, schema version) → where its rows go (`None`: here).
+    by_id: HashMap<(u32, u32), Option<usize>>,
+}
+
+impl<S: Source> Split<S> {
+    /// `inner`'s events, the tables each outbox names (`schema.table`)
+    /// shipped to it, the rest kept.
+    pub fn new(inner: S, destinations: Vec<(OutboxHandle, Vec<String>)>) -> Self {
+        let mut by_name = HashMap::new();
+        let destinations = destinations
+            .into_iter()
+            .enumerate()
+            .map(|(i, (outbox, tables))| {
+                for t in tables {
+                    by_name.insert(t, i);
+                }
+                Destination {
+                    outbox,
+                    encoder: Encoder::new(),
+                    in_large: false,
+                }
+            })
+            .collect();
+        Self {
+            inner,
+            destinations,
+            by_name,
+            by_id: HashMap::new(),
+        }
+    }
+
+    /// The lowest ts every receiver's sink has made durable (`None` without
+    /// receivers): the reading capture's checkpoint never passes it.
+    pub fn receivers_flushed(&self) -> Option<u64> {
+        self.destinations
+            .iter()
+            .map(|d| *d.outbox.flushed().borrow())
+            .min()
+    }
+
+    /// The receivers' durable ts, to watch.
+    pub fn flushed_watches(&self) -> Vec<tokio::sync::watch::Receiver<u64>> {
+        self.destinations
+            .iter()
+            .map(|d| d.outbox.flushed())
+            .collect()
+    }
+
+    fn destination(&mut self, schema: &TableSchema) -> Option<usize> {
+        let by_name = &self.by_name;
+        *self
+            .by_id
+            .entry((schema.table_id, schema.version))
+            .or_insert_with(|| by_name.get(&schema.qualified_name()).copied())
+    }
+
+    /// Where a DDL goes: every destination running a table it names, and
+    /// whether this capture keeps it (it names a table run here, or none).
+    fn ddl_destinations(&self, ddl: &DdlEvent) -> (Vec<usize>, bool) {
+        let mut names: Vec<String> = ddl
+            .tables
+            .iter()
+            .map(|(schema, table)| format!("{schema}.{table}"))
+            .collect();
+        if !ddl.table_name.is_empty() {
+            names.push(format!("{}.{}", ddl.schema_name, ddl.table_name));
+        }
+        let mut remote = Vec::new();
+        let mut local = names.is_empty();
+        for name in &names {
+            match self.by_name.get(name) {
+                Some(&i) if !remote.contains(&i) => remote.push(i),
+                Some(_) => {}
+                None => local = true,
+            }
+        }
+        (remote, local)
+    }
+
+    /// Sends what the encoders hold.
+    async fn send(&mut self) -> Result<(), ShipError> {
+        for d in &mut self.destinations {
+            if !d.encoder.is_empty() {
+                d.outbox.send(d.encoder.take()).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<S: Source> Source for Split<S> {
+    type Error = SplitError<S::Error>;
+
+    async fn next_event(&mut self) -> Result<SourceEvent, Self::Error> {
+        loop {
+            let event = self.inner.next_event().await.map_err(SplitError::Source)?;
+            match event {
+                SourceEvent::Transaction(mut txn) => {
+                    let mut shipped: Vec<Vec<&TableChanges>> =
+                        vec![Vec::new(); self.destinations.len()];
+                    let mut kept = Vec::with_capacity(txn.tables.len());
+                    let tables = std::mem::take(&mut txn.tables);
+                    let mut routes = Vec::with_capacity(tables.len());
+                    for t in &tables {
+                        routes.push(self.destination(t.schema()));
+                    }
+                    for (t, route) in tables.iter().zip(&routes) {
+                        if let Some(i) = route {
+                            shipped[*i].push(t);
+                        }
+                    }
+                    for (i, d) in self.destinations.iter_mut().enumerate() {
+                        if !shipped[i].is_empty() || d.in_large {
+                            d.encoder.transaction(&txn, &shipped[i]);
+                            d.in_large = txn.more;
+                        }
+                    }
+                    drop(shipped);
+                    for (t, route) in tables.into_iter().zip(routes) {
+                        if route.is_none() {
+                            kept.push(t);
+                        }
+                    }
+                    txn.tables = kept;
+                    self.send().await?;
+                    return Ok(SourceEvent::Transaction(txn));
+                }
+                SourceEvent::Ddl(ddl) => {
+                    let (remote, local) = self.ddl_destinations(&ddl);
+                    for i in remote {
+                        self.destinations[i].encoder.ddl(&ddl);
+                    }
+                    self.send().await?;
+                    if local {
+                        return Ok(SourceEvent::Ddl(ddl));
+                    }
+                }
+                SourceEvent::Resolved(ts) => {
+                    for d in &mut self.destinations {
+                        d.encoder.resolved(ts.get());
+                    }
+                    self.send().await?;
+                    return Ok(SourceEvent::Resolved(ts));
+                }
+                SourceEvent::End => {
+                    for d in &mut self.destinations {
+                        d.encoder.end();
+                    }
+                    self.send().await?;
+                    return Ok(SourceEvent::End);
+                }
+            }
+        }
+    }
+
+    async fn next_run(
+        &mut self,
+        max_transactions: usize,
+        max_bytes: usize,
+    ) -> Result<Option<TransactionRun>, Self::Error> {
+        let Some(mut run) = self
+            .inner
+            .next_run(max_transactions, max_bytes)
+            .await
+            .map_err(SplitError::Source)?
+        else {
+            return Ok(None);
+        };
+        if self.destinations.is_empty() {
+            return Ok(Some(run));
+        }
+        for part in &run.parts {
+            self.destination(part.changes.schema());
+        }
+        let by_id = &self.by_id;
+        let taken = run.take_parts(|s| by_id.get(&(s.table_id, s.version)) == Some(&None));
+        if !taken.is_empty() {
+            for (i, d) in self.destinations.iter_mut().enumerate() {
+                let mine: Vec<_> = taken
+                    .iter()
+                    .filter(|p| {
+                        by_id.get(&(p.changes.schema().table_id, p.changes.schema().version))
+                            == Some(&Some(i))
+                    })
+                    .collect();
+                if !mine.is_empty() {
+                    d.encoder.run(&run.transactions, &mine);
+                }
+            }
+            self.send().await?;
+        }
+        Ok(Some(run))
+    }
+
+    fn resume(&mut self, from: &Checkpoint) -> Result<(), ResumeError> {
+        self.inner.resume(from)
+    }
+
+    fn stats(&self) -> Option<std::sync::Arc<SourceStats>> {
+        self.inner.stats()
+    }
+}

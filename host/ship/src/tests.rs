@@ -1,0 +1,374 @@
+use std::time::Duration;
+
+use sluice_core::{Source, SourceEvent, TableChanges};
+use sluice_source::{DatagenConfig, DatagenSource};
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::{Channel, Endpoint, Server};
+
+use crate::frame::{Decoder, Encoder, Received};
+use crate::{
+    MIN_WINDOW, ShipError, ShipKey, ShipRequest, ShipService, ShippedSource, Shipping, Split,
+};
+
+const TOKEN: &str = "0123456789abcdef-secret";
+
+fn datagen(rows: u64) -> DatagenSource {
+    DatagenSource::new(DatagenConfig {
+        total_rows: rows,
+        max_txn_rows: 6,
+        ..DatagenConfig::default()
+    })
+    .expect("datagen")
+}
+
+fn key(capture: &str) -> ShipKey {
+    ShipKey {
+        tenant: "default".into(),
+        changefeed: "cf".into(),
+        epoch: 7,
+        capture: capture.into(),
+    }
+}
+
+/// One table's rows of one transaction, as a sink would be handed them.
+type Rows = (u64, String, TableChanges);
+
+/// Every row `source` yields until its end (by runs where it makes them),
+/// and how many resolved events it gave.
+async fn drain<S: Source>(source: &mut S) -> Result<(Vec<Rows>, usize), S::Error> {
+    let mut rows = Vec::new();
+    let mut resolved = 0;
+    let push = |txn: sluice_core::Transaction, rows: &mut Vec<Rows>| {
+        for t in txn.tables {
+            if !t.is_empty() {
+                rows.push((txn.commit_ts.get(), t.schema().qualified_name(), t));
+            }
+        }
+    };
+    loop {
+        if let Some(run) = source.next_run(64, 1 << 20).await? {
+            for txn in run.into_transactions() {
+                push(txn, &mut rows);
+            }
+            continue;
+        }
+        match source.next_event().await? {
+            SourceEvent::Transaction(txn) => push(txn, &mut rows),
+            SourceEvent::Resolved(_) => resolved += 1,
+            SourceEvent::Ddl(_) => {}
+            SourceEvent::End => {
+                assert!(
+                    rows.windows(2).all(|w| w[0].0 <= w[1].0),
+                    "rows out of commit-ts order"
+                );
+                // Within a transaction, tables come in the order the run that
+                // carried it first touched them: compare in table order.
+                rows.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+                return Ok((rows, resolved));
+            }
+        }
+    }
+}
+
+/// A shipping service on a free local port, and a channel to it.
+async fn serve(shipping: Shipping) -> Channel {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(
+        Server::builder()
+            .add_service(ShipService::new(shipping).into_server())
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    Endpoint::from_shared(format!("http://{address}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect")
+}
+
+fn request(capture: &str, token: &str, window: u64) -> ShipRequest {
+    ShipRequest {
+        key: key(capture),
+        token: token.into(),
+        window,
+        patience: Duration::from_secs(5),
+    }
+}
+
+/// A served shipment with its receiver attached at the smallest window.
+async fn attached() -> (Shipping, crate::OutboxHandle, ShippedSource) {
+    let shipping = Shipping::default();
+    let channel = serve(shipping.clone()).await;
+    let outbox = shipping.open(key("b"), TOKEN.into()).expect("open");
+    let shipped = ShippedSource::connect(channel, request("b", TOKEN, MIN_WINDOW))
+        .await
+        .expect("connect");
+    (shipping, outbox, shipped)
+}
+
+#[tokio::test]
+async fn frames_carry_every_row_schema_and_mark_back_unchanged() {
+    let mut source = datagen(3_000);
+    let (expected, _) = drain(&mut datagen(3_000)).await.expect("reference");
+    let mut encoder = Encoder::new();
+    let mut decoder = Decoder::new();
+    let mut got = Vec::new();
+    loop {
+        let mut received = Vec::new();
+        if let Some(run) = source.next_run(50, 1 << 20).await.expect("run") {
+            let parts: Vec<_> = run.parts.iter().collect();
+            encoder.run(&run.transactions, &parts);
+        } else {
+            match source.next_event().await.expect("event") {
+                SourceEvent::Transaction(txn) => {
+                    let tables: Vec<_> = txn.tables.iter().collect();
+                    encoder.transaction(&txn, &tables);
+                }
+                SourceEvent::Resolved(ts) => encoder.resolved(ts.get()),
+                SourceEvent::Ddl(ddl) => encoder.ddl(&ddl),
+                SourceEvent::End => encoder.end(),
+            }
+        }
+        decoder
+            .decode(&encoder.take(), &mut received)
+            .expect("decodes");
+        let mut ended = false;
+        for r in received {
+            let txns = match r {
+                Received::Run(run) => run.into_transactions(),
+                Received::Event(SourceEvent::Transaction(t)) => vec![t],
+                Received::Event(SourceEvent::End) => {
+                    ended = true;
+                    vec![]
+                }
+                Received::Event(_) => vec![],
+            };
+            for txn in txns {
+                for t in txn.tables {
+                    if !t.is_empty() {
+                        got.push((txn.commit_ts.get(), t.schema().qualified_name(), t));
+                    }
+                }
+            }
+        }
+        if ended {
+            break;
+        }
+    }
+    got.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    assert_eq!(got.len(), expected.len());
+    if let Some(i) = (0..got.len()).find(|&i| got[i] != expected[i]) {
+        panic!(
+            "row {i} differs from the source's: {:?}\nagainst {:?}",
+            got[i], expected[i]
+        );
+    }
+}
+
+#[tokio::test]
+async fn damaged_frames_are_refused_not_handed_on() {
+    let mut source = datagen(200);
+    let run = loop {
+        if let Some(run) = source.next_run(50, 1 << 20).await.expect("run") {
+            break run;
+        }
+        source.next_event().await.expect("event");
+    };
+    let mut encoder = Encoder::new();
+    let parts: Vec<_> = run.parts.iter().collect();
+    encoder.run(&run.transactions, &parts);
+    let bytes = encoder.take();
+    // Cut short: does not decode.
+    let mut out = Vec::new();
+    let cut = Decoder::new().decode(&bytes[..bytes.len() - 3], &mut out);
+    assert!(matches!(cut, Err(ShipError::Malformed(_))), "{cut:?}");
+    // Rows whose schema never came.
+    let mut encoder = Encoder::new();
+    encoder.run(&run.transactions, &parts);
+    let mut first = Decoder::new();
+    first.decode(&encoder.take(), &mut out).expect("whole");
+    encoder.run(&run.transactions, &parts);
+    let rows_only = encoder.take();
+    let orphan = Decoder::new().decode(&rows_only, &mut Vec::new());
+    assert!(
+        matches!(&orphan, Err(ShipError::Malformed(m)) if m.contains("before its schema")),
+        "{orphan:?}"
+    );
+    // Garbage.
+    let garbage = Decoder::new().decode(&[0xff; 64], &mut Vec::new());
+    assert!(
+        matches!(garbage, Err(ShipError::Malformed(_))),
+        "{garbage:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_split_keeps_its_tables_and_ships_the_others_in_order_over_grpc() {
+    let rows = 40_000;
+    let (expected, _) = drain(&mut datagen(rows)).await.expect("reference");
+    let schema = DatagenConfig::default().schema;
+    let remote = format!("{schema}.orders");
+    let shipping = Shipping::default();
+    let channel = serve(shipping.clone()).await;
+    let outbox = shipping.open(key("b"), TOKEN.into()).expect("open");
+    let mut split = Split::new(datagen(rows), vec![(outbox, vec![remote.clone()])]);
+    let receiver = tokio::spawn(async move {
+        let mut shipped = ShippedSource::connect(channel, request("b", TOKEN, MIN_WINDOW))
+            .await
+            .expect("connect");
+        let drained = drain(&mut shipped).await;
+        (drained, shipped.bytes_received())
+    });
+    let (local, local_resolved) = drain(&mut split).await.expect("local");
+    let ((shipped, shipped_resolved), bytes) = match receiver.await.expect("receiver") {
+        (Ok(drained), bytes) => (drained, bytes),
+        (Err(e), _) => panic!("receiver: {e}"),
+    };
+    let expected_local: Vec<_> = expected.iter().filter(|r| r.1 != remote).cloned().collect();
+    let expected_shipped: Vec<_> = expected.iter().filter(|r| r.1 == remote).cloned().collect();
+    assert!(!expected_local.is_empty() && !expected_shipped.is_empty());
+    assert_eq!(
+        (local.len(), shipped.len()),
+        (expected_local.len(), expected_shipped.len())
+    );
+    assert!(local == expected_local, "local rows differ");
+    assert!(shipped == expected_shipped, "shipped rows differ");
+    assert_eq!(
+        shipped_resolved, local_resolved,
+        "every resolved ts goes to both"
+    );
+    assert!(
+        bytes > MIN_WINDOW * 4,
+        "{bytes} bytes: more than the window, so credit was renewed"
+    );
+    drop(split);
+    assert!(shipping.is_empty(), "the outbox leaves with the run");
+}
+
+#[tokio::test]
+async fn a_receiver_that_does_not_read_holds_the_sender_at_its_window() {
+    let (shipping, outbox, shipped) = attached().await;
+    let frame = 10_000usize;
+    let sender = tokio::spawn(async move {
+        for _ in 0..1_000 {
+            if outbox.send(vec![0; frame]).await.is_err() {
+                break;
+            }
+        }
+        outbox
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!sender.is_finished(), "the sender waits for credit");
+    // The receiver took nothing: at most a window (and one frame past it) went.
+    let (sent, taken) = {
+        // Dropping the receiver ends the sender with an error; read first.
+        let found = shipping.len();
+        assert_eq!(found, 1);
+        drop(shipped);
+        let outbox = sender.await.expect("sender");
+        outbox.in_flight()
+    };
+    assert_eq!(taken, 0);
+    assert!(
+        sent >= MIN_WINDOW && sent < MIN_WINDOW + frame as u64,
+        "{sent} bytes sent against a window of {MIN_WINDOW}"
+    );
+}
+
+#[tokio::test]
+async fn a_receiver_that_goes_away_fails_the_sender() {
+    let (_shipping, outbox, shipped) = attached().await;
+    outbox.send(vec![1; 100]).await.expect("first");
+    drop(shipped);
+    let mut failed = None;
+    for _ in 0..100 {
+        match outbox.send(vec![1; 100]).await {
+            Ok(()) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    assert!(
+        matches!(&failed, Some(ShipError::Lost(m)) if m.contains("closed its stream") || m.contains("broke")),
+        "{failed:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_wrong_secret_another_run_or_a_bad_window_is_refused() {
+    let shipping = Shipping::new(Duration::from_millis(300));
+    let channel = serve(shipping.clone()).await;
+    let _outbox = shipping.open(key("b"), TOKEN.into()).expect("open");
+    let wrong = ShippedSource::connect(
+        channel.clone(),
+        request("b", "0123456789abcdef-wrong!", MIN_WINDOW),
+    )
+    .await;
+    assert!(
+        matches!(&wrong, Err(ShipError::Refused(m)) if m.contains("secret")),
+        "{:?}",
+        wrong.err()
+    );
+    let mut other_epoch = request("b", TOKEN, MIN_WINDOW);
+    other_epoch.key.epoch = 8;
+    other_epoch.patience = Duration::from_millis(300);
+    let other = ShippedSource::connect(channel.clone(), other_epoch).await;
+    assert!(
+        matches!(&other, Err(ShipError::Lost(m)) if m.contains("no shipment")),
+        "{:?}",
+        other.err()
+    );
+    let small = ShippedSource::connect(channel.clone(), request("b", TOKEN, 1024)).await;
+    assert!(
+        matches!(&small, Err(ShipError::Refused(m)) if m.contains("window")),
+        "{:?}",
+        small.err()
+    );
+    let first = ShippedSource::connect(channel.clone(), request("b", TOKEN, MIN_WINDOW)).await;
+    assert!(first.is_ok());
+    let second = ShippedSource::connect(channel, request("b", TOKEN, MIN_WINDOW)).await;
+    assert!(
+        matches!(&second, Err(ShipError::Refused(m)) if m.contains("receiver already")),
+        "{:?}",
+        second.err()
+    );
+    assert!(matches!(
+        shipping.open(key("b"), TOKEN.into()),
+        Err(ShipError::Refused(_))
+    ));
+    assert!(matches!(
+        shipping.open(key("c"), "short".into()),
+        Err(ShipError::Refused(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_receiver_that_never_comes_fails_the_sender_after_the_patience() {
+    let shipping = Shipping::new(Duration::from_millis(200));
+    let outbox = shipping.open(key("b"), TOKEN.into()).expect("open");
+    let e = outbox.send(vec![0; 10]).await.expect_err("nobody came");
+    assert!(
+        matches!(&e, ShipError::Lost(m) if m.contains("did not come")),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn what_the_receiver_made_durable_reaches_the_reader() {
+    let (_shipping, outbox, shipped) = attached().await;
+    let mut flushed = outbox.flushed();
+    let reporter = shipped.flush_reporter();
+    reporter.report(42);
+    reporter.report(41); // an older report never moves it back
+    reporter.report(40);
+    tokio::time::timeout(Duration::from_secs(5), flushed.wait_for(|ts| *ts == 42))
+        .await
+        .expect("reported in time")
+        .expect("open");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(*outbox.flushed().borrow(), 42);
+}
