@@ -176,6 +176,10 @@ pub struct Pipeline<K: Sink, F: Filter> {
     /// comes from the cache.
     source_ended: bool,
     interrupted: bool,
+    /// What the captures running this changefeed's other tables have made
+    /// durable (their events shipped from this one's source): the
+    /// checkpoint, and the source position saved with it, never pass it.
+    elsewhere: Vec<watch::Receiver<u64>>,
 }
 
 impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
@@ -228,6 +232,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             fence: None,
             source_ended: false,
             interrupted: false,
+            elsewhere: Vec::new(),
         }
     }
 
@@ -236,6 +241,14 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
     /// `redo` module).
     pub fn with_redo(mut self, redo: RedoLog) -> Self {
         self.redo = Some(redo);
+        self
+    }
+
+    /// Hold the checkpoint at what the captures running the changefeed's
+    /// other tables report durable (one watch per capture): their rows come
+    /// from this pipeline's source, so its saved position must not pass them.
+    pub fn with_tables_elsewhere(mut self, durable: Vec<watch::Receiver<u64>>) -> Self {
+        self.elsewhere = durable;
         self
     }
 
@@ -840,7 +853,8 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             self.writer.flushed(),
             self.dispatchers
                 .iter()
-                .map(|d| d.written_through(read_through)),
+                .map(|d| d.written_through(read_through))
+                .chain(self.elsewhere.iter().map(|w| CommitTs::new(*w.borrow()))),
             self.barriers.ts(),
         );
         if CheckpointTs::from(checkpoint) > self.progress.checkpoint_ts {

@@ -640,6 +640,35 @@ async fn delivers_every_generated_row_once_in_commit_ts_order_without_failures()
 }
 
 #[tokio::test]
+async fn the_checkpoint_waits_for_the_tables_run_elsewhere() {
+    let source = workload(2000);
+    let txns = transactions(&source);
+    let last_ts = txns.last().unwrap().commit_ts.get();
+    let held_at = txns[txns.len() / 3].commit_ts.get();
+    let (elsewhere_tx, elsewhere) = watch::channel(0);
+    let (behind_tx, behind) = watch::channel(last_ts);
+    elsewhere_tx.send_replace(held_at);
+    let config = PipelineConfig {
+        max_batch_rows: 100,
+        max_pending_bytes: 20_000,
+        ..config()
+    };
+    let sink = MemorySink::default();
+    let mut pipeline = Pipeline::new(config, no_filters(), sink, CheckpointTs::ZERO)
+        .with_tables_elsewhere(vec![elsewhere, behind]);
+    let generator = DatagenSource::new(source).expect("valid datagen config");
+    let report = pipeline
+        .run(generator, std::future::pending())
+        .await
+        .expect("the pipeline succeeds");
+    // Every row reached this sink; the checkpoint stopped where the other
+    // capture's durable ts is (the lowest of the two captures').
+    assert_eq!(pipeline.sink().durable_ids().len(), 2000);
+    assert_eq!(report.progress.checkpoint_ts, CheckpointTs::new(held_at));
+    drop((elsewhere_tx, behind_tx));
+}
+
+#[tokio::test]
 async fn replays_unacknowledged_batches_into_a_fresh_sink_after_a_retryable_failure() {
     let source = workload(2000);
     let txns = transactions(&source);
