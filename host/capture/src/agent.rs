@@ -18,7 +18,8 @@ use sluice_meta::keys::{self, MetaKey};
 use sluice_meta::{KeyValue, MetaError, Revision, WatchEventKind};
 use sluice_owner::{ChangefeedId, ChangefeedInfo};
 use sluice_protocol::{
-    ASSIGNMENT_VERSION, Assignment, Desired, Epoch, ErrorKind, Outcome, Tables, TaskPosition,
+    ASSIGNMENT_VERSION, Assignment, Desired, Epoch, ErrorKind, Outcome, ShipRole, Tables,
+    TaskPosition,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -404,16 +405,24 @@ impl State {
             tracing::warn!(changefeed = %id, epoch = epoch.0, info_epoch = info.epoch.0, info_revision = %kv.mod_revision, assigned_revision = %a.info_revision, "Ignoring an assignment made for a newer info than the stored one.");
             return Ok(());
         }
-        if a.tables != Tables::All {
+        // A subset of the tables comes from the capture that reads the
+        // source; every other assignment reads it here.
+        let receives = matches!(
+            a.shipment.as_ref().map(|s| &s.role),
+            Some(ShipRole::Receives { .. })
+        );
+        if receives != matches!(a.tables, Tables::Only(_)) {
             report(Outcome::Failed {
                 kind: ErrorKind::Fatal,
-                message: "this capture runs whole changefeeds only; it was assigned a subset of the tables".into(),
+                message: "the assignment names a subset of the tables without the capture that ships them, or the reverse".into(),
             })
             .await;
             return Ok(());
         }
-        tracing::info!(changefeed = %id, epoch = epoch.0, checkpoint = a.checkpoint_ts.get(), "Starting assigned work.");
-        let processor = self.capture.start(&info, epoch, a.checkpoint_ts);
+        tracing::info!(changefeed = %id, epoch = epoch.0, checkpoint = a.checkpoint_ts.get(), shipment = ?a.shipment.as_ref().map(|s| &s.role), "Starting assigned work.");
+        let processor = self
+            .capture
+            .start(&info, epoch, a.checkpoint_ts, a.shipment.clone());
         self.running.insert(
             id,
             Running {

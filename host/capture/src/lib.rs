@@ -12,6 +12,7 @@ mod processor;
 pub mod progress;
 mod reserved;
 mod settings;
+pub mod shipped;
 pub mod validate;
 mod work;
 
@@ -63,6 +64,9 @@ pub struct Ctx {
     /// the one serving the API and the owner, so a node busy moving rows still
     /// answers at once.
     pub work: tokio::runtime::Handle,
+    /// The outboxes of the runs this capture reads for other captures (the
+    /// server serves them on its gRPC listener, `sluice_ship::ShipService`).
+    pub shipping: sluice_ship::Shipping,
 }
 
 impl Ctx {

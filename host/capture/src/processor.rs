@@ -15,7 +15,7 @@ use sluice_processor::{
     ShadowCommand, ShadowLimits, ShadowSnapshot, ShadowStatus, SwapRequest, Verdict,
 };
 use sluice_protocol::{
-    Epoch, ErrorKind, LatencyReport, Outcome, ShadowDifference, ShadowReport, SwapReport,
+    Epoch, ErrorKind, LatencyReport, Outcome, ShadowDifference, ShadowReport, Shipment, SwapReport,
     SwapState, TaskState,
 };
 use sluice_runtime::{LatencyHistogram, PluginKind, PluginStats, WasmFilter, WasmSink};
@@ -29,6 +29,7 @@ use crate::builder::open_redo;
 use crate::builder::{Changefeed, ChangefeedBuilder};
 use crate::progress::{Claim, MetaProgressStore, Reporter};
 use crate::settings::plugin_data_dir;
+use crate::shipped;
 use sluice_protocol::Counters;
 use sluice_registry::RegistryError;
 
@@ -151,6 +152,7 @@ impl Processor {
         info: ChangefeedInfo,
         epoch: Epoch,
         checkpoint: CheckpointTs,
+        shipment: Option<Shipment>,
         plugins: PluginCounters,
         swap_stats: Arc<SwapStats>,
     ) -> Self {
@@ -175,7 +177,7 @@ impl Processor {
                     }
                 };
                 let outcome = tokio::select! {
-                    outcome = run(&ctx, info, epoch, checkpoint, stopped(stop_rx), &live, &plugins, (infos_rx, &swap_stats)) => outcome,
+                    outcome = run(&ctx, info, (epoch, shipment.as_ref()), checkpoint, stopped(stop_rx), &live, &plugins, (infos_rx, &swap_stats)) => outcome,
                     // A stop that takes too long cancels the pipeline (and with it
                     // any plugin call in progress, at its next slice).
                     () = deadline => {
@@ -357,7 +359,7 @@ fn registry_failure(at: &str, plugin: &str, e: RegistryError) -> Outcome {
 async fn run(
     ctx: &Ctx,
     info: ChangefeedInfo,
-    epoch: Epoch,
+    (epoch, shipment): (Epoch, Option<&Shipment>),
     checkpoint: CheckpointTs,
     shutdown: impl Future<Output = ()>,
     live: &Arc<Live>,
@@ -455,6 +457,21 @@ async fn run(
         Ok(built) => built,
         Err(e) => return failed(ErrorKind::Config, format!("source: {e}")),
     };
+    // With the tables split across captures: ship the others' tables, or
+    // take this capture's from the one that reads.
+    let window = info.config.pipeline.event_cache_bytes.0 / 2;
+    let input = match shipped::input(ctx, &info.id, epoch, shipment, source, window).await {
+        Ok(input) => input,
+        Err(e) => return failed(ErrorKind::Retryable, format!("shipment: {e}")),
+    };
+    let source = input.source;
+    if !input.elsewhere.is_empty() {
+        pipeline = pipeline.with_tables_elsewhere(input.elsewhere);
+    }
+    let _report_durable = input.reporter.map(|reporter| {
+        let task = tokio::spawn(shipped::report_durable(pipeline.progress(), reporter));
+        AbortOnDrop(task)
+    });
     // The continuous validator, if `[validator]` asks for one, publishes its
     // findings; it ends with this run.
     let _validator = validator.map(|running| {
@@ -567,8 +584,8 @@ async fn run(
                 }
                 PipelineError::Source(source)
                     if source
-                        .downcast_ref::<sluice_source::SourceError>()
-                        .is_some_and(sluice_source::SourceError::is_fatal) =>
+                        .downcast_ref::<shipped::RunSourceError>()
+                        .is_some_and(shipped::RunSourceError::is_fatal) =>
                 {
                     // The upstream must be fixed (a setting, a purged binlog):
                     // restarting cannot help.
@@ -1181,5 +1198,14 @@ impl Swapper<'_> {
             }
             let _ = self.shadows.send(ShadowCommand::Stop).await;
         }
+    }
+}
+
+/// Aborts its task when dropped (a helper task that ends with the run).
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use sluice_config::SourceConfig;
 use sluice_core::CheckpointTs;
 use sluice_owner::{ChangefeedId, ChangefeedInfo, OwnerError};
-use sluice_protocol::Epoch;
+use sluice_protocol::{Epoch, Shipment};
 use sluice_registry::RegistryError;
 use sluice_runtime::{PluginKind, WasmFilter, WasmSink};
 
@@ -43,12 +43,14 @@ impl Capture {
         &self.ctx
     }
 
-    /// Starts `info`'s pipeline under `epoch`, replicating after `checkpoint`.
+    /// Starts `info`'s pipeline under `epoch`, replicating after `checkpoint`
+    /// (of the tables `shipment` gives this capture, when it has one).
     pub fn start(
         &self,
         info: &ChangefeedInfo,
         epoch: Epoch,
         checkpoint: CheckpointTs,
+        shipment: Option<Shipment>,
     ) -> Processor {
         let plugins = {
             let mut counters = self.counters.lock().expect("not poisoned");
@@ -62,6 +64,7 @@ impl Capture {
             info.clone(),
             epoch,
             checkpoint,
+            shipment,
             plugins,
             swaps,
         )

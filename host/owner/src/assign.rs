@@ -29,7 +29,7 @@ use crate::id::ChangefeedId;
 use crate::info::ChangefeedInfo;
 use crate::records::GiveUp;
 use crate::relocate::{self, Relocations};
-use crate::{ASSIGNMENT_VERSION, Assignment, Desired, Tables, TaskReport};
+use crate::{Assignment, Desired, Tables, TaskReport, WHOLE_ASSIGNMENT_VERSION};
 
 /// How long [`AssignedWork::abort`] waits for the capture to report that its
 /// pipeline is gone before it gives up waiting (the task position's fence still
@@ -247,12 +247,13 @@ impl Assigner {
         info_revision: Revision,
     ) -> AssignedWork {
         let record = Assignment {
-            version: ASSIGNMENT_VERSION,
+            version: WHOLE_ASSIGNMENT_VERSION,
             changefeed_epoch: epoch,
             tables: Tables::All,
             checkpoint_ts: checkpoint,
             info_revision,
             desired: Desired::Run,
+            shipment: None,
         };
         let (desired, desired_rx) = watch::channel(Desired::Run);
         let (revision, revision_rx) = watch::channel(info_revision);
@@ -946,6 +947,7 @@ mod tests {
             checkpoint_ts: CheckpointTs::new(100),
             info_revision: Revision(7),
             desired: Desired::Run,
+            shipment: None,
         };
         let text = serde_json::to_string(&a).unwrap();
         assert_eq!(
@@ -1129,6 +1131,7 @@ mod tests {
                 checkpoint_ts: CheckpointTs::new(100),
                 info_revision: Revision(7),
                 desired: Desired::Run,
+                shipment: None,
             }
         );
         assert_eq!(work.live().progress(), None);
@@ -1178,12 +1181,13 @@ mod tests {
         let (store, guard) = owned_store(&dir).await;
         let record = |epoch: u64, desired: Desired| {
             keys::encode(&Assignment {
-                version: ASSIGNMENT_VERSION,
+                version: WHOLE_ASSIGNMENT_VERSION,
                 changefeed_epoch: Epoch(epoch),
                 tables: Tables::All,
                 checkpoint_ts: CheckpointTs::new(100),
                 info_revision: Revision(1),
                 desired,
+                shipment: None,
             })
             .unwrap()
         };

@@ -7,8 +7,56 @@ use sluice_meta::Revision;
 
 use crate::Epoch;
 
-/// Version of the stored [`Assignment`].
-pub const ASSIGNMENT_VERSION: u32 = 1;
+/// Newest version of the stored [`Assignment`] this build reads: 2 has a
+/// [`Shipment`] (an assignment without one is still written as version 1, so
+/// that a capture of an older build runs it).
+pub const ASSIGNMENT_VERSION: u32 = 2;
+
+/// The version of an [`Assignment`] without a [`Shipment`].
+pub const WHOLE_ASSIGNMENT_VERSION: u32 = 1;
+
+/// How a capture's part of a changefeed whose tables are split across
+/// captures gets its events (ADR 0013).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Shipment {
+    /// The secret a receiver presents to the reader (the same in the
+    /// reader's and the receivers' assignments of one run).
+    pub token: String,
+    /// Which side this capture is.
+    pub role: ShipRole,
+}
+
+/// The side of a shipment a capture is on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShipRole {
+    /// This capture reads the source, runs the tables no receiver runs, and
+    /// ships each receiver its tables.
+    Reads {
+        /// The receiving captures.
+        receivers: Vec<Receiver>,
+    },
+    /// This capture runs its tables ([`Assignment::tables`]) from what the
+    /// reader ships.
+    Receives {
+        /// The reading capture's id.
+        reader: String,
+        /// Its gRPC address.
+        address: String,
+    },
+}
+
+/// A capture that runs some of a changefeed's tables from what the reader
+/// ships.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Receiver {
+    /// Its id.
+    pub capture: String,
+    /// The tables it runs (`schema.table`).
+    pub tables: Vec<String>,
+}
 
 /// Which tables of a changefeed an assignment covers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,4 +99,8 @@ pub struct Assignment {
     pub info_revision: Revision,
     /// Run, stop or abort.
     pub desired: Desired,
+    /// With the changefeed's tables split across captures: which side of
+    /// the shipment this capture is (none: it reads and runs every table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shipment: Option<Shipment>,
 }

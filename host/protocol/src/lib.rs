@@ -13,7 +13,10 @@ mod epoch;
 mod report;
 mod task;
 
-pub use assignment::{ASSIGNMENT_VERSION, Assignment, Desired, Tables};
+pub use assignment::{
+    ASSIGNMENT_VERSION, Assignment, Desired, Receiver, ShipRole, Shipment, Tables,
+    WHOLE_ASSIGNMENT_VERSION,
+};
 pub use capture::CaptureInfo;
 pub use epoch::{Epoch, Fenced, fence};
 pub use report::{

@@ -33,6 +33,11 @@ mod proto {
     tonic::include_proto!("sluice.ship.v1");
 }
 
+/// The path prefix of the shipping service's gRPC calls: a server serves
+/// them without an API token (the shipment's secret is checked instead) and
+/// a standby serves them itself rather than forwarding them to the owner.
+pub const GRPC_PREFIX: &str = "/sluice.ship.v1.TableShipping/";
+
 pub use error::ShipError;
 pub use outbox::{MAX_WINDOW, MIN_WINDOW, OutboxHandle, ShipKey, Shipping};
 pub use receiver::{FlushReporter, ShipRequest, ShippedSource};

@@ -68,6 +68,19 @@ impl ShippedSource {
         }
     }
 
+    /// Opens the shipment on the capture whose gRPC listener is at `address`
+    /// (`host:port`, plain HTTP/2; a reader that stops answering fails the
+    /// stream within seconds).
+    pub async fn connect_to(address: &str, request: ShipRequest) -> Result<Self, ShipError> {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|e| ShipError::Refused(format!("the reader's address {address}: {e}")))?
+            .connect_timeout(Duration::from_secs(5))
+            .http2_keep_alive_interval(Duration::from_secs(1))
+            .keep_alive_timeout(Duration::from_secs(3))
+            .connect_lazy();
+        Self::connect(channel, request).await
+    }
+
     async fn open(channel: Channel, request: &ShipRequest) -> Result<Self, ShipError> {
         let (pulls, rx) = mpsc::channel(16);
         let open = Pull {

@@ -8,7 +8,9 @@ use sluice_config::ServerLimits;
 use sluice_core::{CheckpointTs, CommitTs};
 use sluice_meta::{Compare, EmbeddedMetaStore, MetaStore, Op, Revision, Txn, keys};
 use sluice_owner::{ChangefeedId, ChangefeedInfo, PluginId, PluginRef};
-use sluice_protocol::{Assignment, Desired, Epoch, Tables, TaskPosition, TaskState};
+use sluice_protocol::{
+    Assignment, Desired, Epoch, Receiver, ShipRole, Shipment, Tables, TaskPosition, TaskState,
+};
 use sluice_registry::PluginRegistry;
 use sluice_runtime::{PluginKind, PluginRuntime, RuntimeConfig};
 
@@ -18,9 +20,13 @@ use crate::{Capture, Ctx};
 const START: u64 = 1000;
 
 struct Fixture {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     store: Arc<dyn MetaStore>,
     capture: Arc<Capture>,
+    registry: Arc<PluginRegistry>,
+    guard: Compare,
+    /// Capture c-1's shipments.
+    shipping: sluice_ship::Shipping,
 }
 
 async fn fixture() -> Fixture {
@@ -56,28 +62,64 @@ async fn fixture() -> Fixture {
         .unwrap()
         .unwrap()
         .create_revision;
-    let capture = Arc::new(Capture::new(Arc::new(Ctx {
-        store: store.clone(),
-        registry,
-        data_dir: dir.path().to_path_buf(),
-        redo_root: sluice_redo::StorageUri::Local(dir.path().join("redo")),
-        capture_id: "c-1".into(),
-        capture_guard: Compare::create_revision("/test/owner", created),
-        fence: sluice_core::WriteFence::open(),
-        limits: ServerLimits {
-            max_call_timeout_ms: 600_000,
-            max_host_call_timeout_ms: 600_000,
-            max_resources: 65_536,
-            max_tenant_instances: 1024,
-        },
-        stop_timeout: Duration::from_secs(10),
-        reserved: crate::Reserved::default(),
-        work: tokio::runtime::Handle::current(),
-    })));
+    let guard = Compare::create_revision("/test/owner", created);
+    let shipping = sluice_ship::Shipping::default();
+    let capture = new_capture(
+        dir.path(),
+        (&store, &registry, &guard),
+        "c-1",
+        shipping.clone(),
+    );
     Fixture {
-        _dir: dir,
+        dir,
         store,
         capture,
+        registry,
+        guard,
+        shipping,
+    }
+}
+
+impl Fixture {
+    /// Another capture on the fixture's store.
+    fn capture_named(&self, id: &str) -> Arc<Capture> {
+        new_capture(
+            self.dir.path(),
+            (&self.store, &self.registry, &self.guard),
+            id,
+            sluice_ship::Shipping::default(),
+        )
+    }
+}
+
+/// A capture `id` on `store`, with its own data dir under `root`.
+fn new_capture(
+    root: &std::path::Path,
+    (store, registry, guard): (&Arc<dyn MetaStore>, &Arc<PluginRegistry>, &Compare),
+    id: &str,
+    shipping: sluice_ship::Shipping,
+) -> Arc<Capture> {
+    let data_dir = root.join(id);
+    {
+        Arc::new(Capture::new(Arc::new(Ctx {
+            store: store.clone(),
+            registry: registry.clone(),
+            redo_root: sluice_redo::StorageUri::Local(data_dir.join("redo")),
+            data_dir,
+            capture_id: id.into(),
+            capture_guard: guard.clone(),
+            fence: sluice_core::WriteFence::open(),
+            limits: ServerLimits {
+                max_call_timeout_ms: 600_000,
+                max_host_call_timeout_ms: 600_000,
+                max_resources: 65_536,
+                max_tenant_instances: 1024,
+            },
+            stop_timeout: Duration::from_secs(10),
+            reserved: crate::Reserved::default(),
+            work: tokio::runtime::Handle::current(),
+            shipping,
+        })))
     }
 }
 
@@ -129,6 +171,7 @@ async fn assign_version(
         checkpoint_ts: CheckpointTs::new(START),
         info_revision: revision,
         desired,
+        shipment: None,
     };
     let key = keys::assignment("c-1", "default", name).unwrap();
     let put = Txn::new().and_then([Op::put(&key, keys::encode(&a).unwrap())]);
@@ -136,24 +179,39 @@ async fn assign_version(
 }
 
 async fn position(f: &Fixture, name: &str) -> Option<TaskPosition> {
-    let key = keys::task_position("default", name, "c-1").unwrap();
+    position_on(f, "c-1", name).await
+}
+
+async fn position_on(f: &Fixture, capture: &str, name: &str) -> Option<TaskPosition> {
+    let key = keys::task_position("default", name, capture).unwrap();
     let kv = f.store.get(&key).await.unwrap()?;
     Some(keys::decode(&kv.key, &kv.value).unwrap())
 }
 
 /// Waits (at most 60 s) until `name`'s task position satisfies `done`.
 async fn wait_for(f: &Fixture, name: &str, done: impl Fn(&TaskPosition) -> bool) -> TaskPosition {
+    wait_for_on(f, "c-1", name, done).await
+}
+
+/// Waits (at most 60 s) until `name`'s task position on `capture` satisfies
+/// `done`.
+async fn wait_for_on(
+    f: &Fixture,
+    capture: &str,
+    name: &str,
+    done: impl Fn(&TaskPosition) -> bool,
+) -> TaskPosition {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        if let Some(p) = position(f, name).await
+        if let Some(p) = position_on(f, capture, name).await
             && done(&p)
         {
             return p;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "timed out; the position is {:?}",
-            position(f, name).await
+            "timed out; the position on {capture} is {:?}",
+            position_on(f, capture, name).await
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -260,4 +318,100 @@ async fn a_restarted_agent_picks_up_its_assignments() {
     assert_eq!(p.checkpoint_ts, whole.checkpoint_ts);
     assert!(p.counters.rows_written >= 12_000, "{:?}", p.counters);
     agent.stop(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changefeed_split_across_two_captures_runs_each_table_on_one() {
+    use sluice_core::Source;
+    let f = fixture().await;
+    // Capture c-1 reads the source and serves its shipments; c-2 runs
+    // `shop.orders` from them.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(sluice_ship::ShipService::new(f.shipping.clone()).into_server())
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let second = f.capture_named("c-2");
+    let (reader, receiver) = (Agent::start(f.capture.clone()), Agent::start(second));
+    let rows = 3000;
+    let revision = store_info(&f, "split", 1, rows, 0).await;
+    let shipped = "shop.orders".to_string();
+    let token = "a-test-secret-of-the-shipment".to_string();
+    let assignment = |tables, role| Assignment {
+        version: sluice_protocol::ASSIGNMENT_VERSION,
+        changefeed_epoch: Epoch(1),
+        tables,
+        checkpoint_ts: CheckpointTs::new(START),
+        info_revision: revision,
+        desired: Desired::Run,
+        shipment: Some(Shipment {
+            token: token.clone(),
+            role,
+        }),
+    };
+    let reads = assignment(
+        Tables::All,
+        ShipRole::Reads {
+            receivers: vec![Receiver {
+                capture: "c-2".into(),
+                tables: vec![shipped.clone()],
+            }],
+        },
+    );
+    let receives = assignment(
+        Tables::Only(vec![shipped.clone()]),
+        ShipRole::Receives {
+            reader: "c-1".into(),
+            address,
+        },
+    );
+    for (capture, a) in [("c-2", &receives), ("c-1", &reads)] {
+        let key = keys::assignment(capture, "default", "split").unwrap();
+        f.store
+            .put(&key, keys::encode(a).unwrap(), None)
+            .await
+            .unwrap();
+    }
+    let on_reader = wait_for_on(&f, "c-1", "split", |p| p.state.is_terminal()).await;
+    let on_receiver = wait_for_on(&f, "c-2", "split", |p| p.state.is_terminal()).await;
+    assert_eq!(on_reader.state, TaskState::Finished, "{on_reader:?}");
+    assert_eq!(on_receiver.state, TaskState::Finished, "{on_receiver:?}");
+    // What each sink got: exactly its tables' rows, every row once.
+    let mut generator = sluice_source::DatagenSource::new(sluice_config::DatagenConfig {
+        total_rows: rows,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut orders = 0;
+    loop {
+        match generator.next_event().await.unwrap() {
+            sluice_core::SourceEvent::Transaction(t) => {
+                orders += t
+                    .tables
+                    .iter()
+                    .filter(|c| c.schema().qualified_name() == shipped)
+                    .map(|c| c.len() as u64)
+                    .sum::<u64>();
+            }
+            sluice_core::SourceEvent::End => break,
+            _ => {}
+        }
+    }
+    assert!(orders > 0 && orders < rows);
+    assert_eq!(on_receiver.counters.rows_written, orders);
+    assert_eq!(on_reader.counters.rows_written, rows - orders);
+    // The reader's checkpoint (saved with its source position) never passes
+    // what the receiver made durable.
+    assert!(
+        on_reader.checkpoint_ts <= on_receiver.checkpoint_ts,
+        "reader {} receiver {}",
+        on_reader.checkpoint_ts,
+        on_receiver.checkpoint_ts
+    );
+    assert!(on_receiver.checkpoint_ts > START);
+    assert!(f.shipping.is_empty(), "the shipment closed with the run");
+    reader.stop(false).await;
+    receiver.stop(false).await;
 }

@@ -315,6 +315,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Some(uri) => sluice_redo::StorageUri::parse(uri)
             .map_err(|e| anyhow::anyhow!("--redo-storage: {e}"))?,
     };
+    // The shipments of the runs this capture reads for others, served on the
+    // gRPC listener whether this capture is the owner or a standby.
+    let shipping = sluice_ship::Shipping::default();
     let capture = Arc::new(Capture::new(Arc::new(sluice_capture::Ctx {
         redo_root,
         store: store.clone(),
@@ -330,6 +333,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             args.etcd.clone(),
         ),
         work: work.handle().clone(),
+        shipping: shipping.clone(),
     })));
     let mut term_signal =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -359,6 +363,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 capture_id: id.clone(),
                 grpc: &grpc_conns,
                 http: &http_conns,
+                shipping: shipping.clone(),
             };
             match standby.serve(&mut fatal_rx, &mut term_signal).await {
                 Ok(Some(term)) => term,
@@ -488,7 +493,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .add_service(api.changefeeds())
         .add_service(api.cluster())
         .add_service(api.plugins())
-        .add_service(api.tenants());
+        .add_service(api.tenants())
+        .add_service(sluice_ship::ShipService::new(shipping).into_server());
     let app = sluice_api::http::router(node.clone());
     let stopped = |mut stop: tokio::sync::watch::Receiver<bool>| async move {
         let _ = stop.changed().await;

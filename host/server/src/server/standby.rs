@@ -1,6 +1,7 @@
 //! A capture that is not the owner: it waits in line for ownership while its
 //! listeners answer. gRPC calls go on to the owner (the caller's token with
-//! them; the owner checks it), so any capture answers the API; `/healthz`
+//! them; the owner checks it), so any capture answers the API; shipments of
+//! the runs it reads for other captures are served here; `/healthz`
 //! says which capture is the owner; the rest of the HTTP API names it.
 
 use std::future::Future;
@@ -141,7 +142,9 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let layer = self.layer.clone();
         Box::pin(async move {
-            if request.uri().path().starts_with("/grpc.health.v1.") {
+            // Health and shipments between captures are this capture's own.
+            let path = request.uri().path();
+            if path.starts_with("/grpc.health.v1.") || path.starts_with(sluice_ship::GRPC_PREFIX) {
                 return inner.call(request).await;
             }
             let unavailable = |message: String| Ok(tonic::Status::unavailable(message).into_http());
@@ -233,6 +236,9 @@ pub struct Standby<'a> {
     pub grpc: &'a Connections,
     /// The HTTP listener's connections.
     pub http: &'a Connections,
+    /// The shipments of the runs this capture reads (served here, never
+    /// forwarded).
+    pub shipping: sluice_ship::Shipping,
 }
 
 /// How long a standby's open calls may take to finish once it is elected.
@@ -256,6 +262,7 @@ impl Standby<'_> {
             tonic::transport::Server::builder()
                 .layer(ForwardLayer::new(owner.clone(), self.capture_id.clone()))
                 .add_service(health_service)
+                .add_service(sluice_ship::ShipService::new(self.shipping.clone()).into_server())
                 .serve_with_incoming_shutdown(self.grpc.take().await, stopped(stop_rx.clone())),
         );
         let http = tokio::spawn(

@@ -1,0 +1,197 @@
+//! The source of a run whose changefeed has its tables split across
+//! captures (ADR 0013): the changefeed's own source with the receivers'
+//! tables shipped to them (this capture reads), or what the reading capture
+//! ships (this capture receives). A run of a whole changefeed reads as
+//! before.
+
+use sluice_core::{Checkpoint, ResumeError, Source, SourceEvent, SourceStats, TransactionRun};
+use sluice_owner::ChangefeedId;
+use sluice_processor::Progress;
+use sluice_protocol::{Epoch, ShipRole, Shipment};
+use sluice_ship::{
+    FlushReporter, MAX_WINDOW, MIN_WINDOW, ShipError, ShipKey, ShipRequest, ShippedSource, Split,
+    SplitError,
+};
+use sluice_source::{AnySource, SourceError};
+use tokio::sync::watch;
+
+use crate::Ctx;
+use crate::builder::UpTo;
+
+/// How long a receiver keeps asking for a shipment the reader has not
+/// opened yet, and how long a reader waits for a receiver to come.
+pub const SHIP_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The source a run reads.
+pub enum RunSource {
+    /// The changefeed's source, every table.
+    Whole(UpTo<AnySource>),
+    /// The changefeed's source, the receivers' tables shipped to them.
+    Reads(Split<UpTo<AnySource>>),
+    /// What the reading capture ships.
+    Receives(ShippedSource),
+}
+
+/// Why a run's source stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunSourceError {
+    /// The changefeed's source failed.
+    #[error(transparent)]
+    Source(SourceError),
+    /// A shipment could not go on.
+    #[error(transparent)]
+    Ship(ShipError),
+}
+
+impl RunSourceError {
+    /// Whether running again cannot help (the upstream must be fixed, or a
+    /// shipment was malformed).
+    pub fn is_fatal(&self) -> bool {
+        match self {
+            Self::Source(e) => e.is_fatal(),
+            Self::Ship(e) => matches!(e, ShipError::Malformed(_)),
+        }
+    }
+}
+
+impl From<SplitError<SourceError>> for RunSourceError {
+    fn from(e: SplitError<SourceError>) -> Self {
+        match e {
+            SplitError::Source(e) => Self::Source(e),
+            SplitError::Ship(e) => Self::Ship(e),
+        }
+    }
+}
+
+impl Source for RunSource {
+    type Error = RunSourceError;
+
+    async fn next_event(&mut self) -> Result<SourceEvent, RunSourceError> {
+        match self {
+            Self::Whole(s) => s.next_event().await.map_err(RunSourceError::Source),
+            Self::Reads(s) => s.next_event().await.map_err(Into::into),
+            Self::Receives(s) => s.next_event().await.map_err(RunSourceError::Ship),
+        }
+    }
+
+    async fn next_run(
+        &mut self,
+        max_transactions: usize,
+        max_bytes: usize,
+    ) -> Result<Option<TransactionRun>, RunSourceError> {
+        match self {
+            Self::Whole(s) => s
+                .next_run(max_transactions, max_bytes)
+                .await
+                .map_err(RunSourceError::Source),
+            Self::Reads(s) => s
+                .next_run(max_transactions, max_bytes)
+                .await
+                .map_err(Into::into),
+            Self::Receives(s) => s
+                .next_run(max_transactions, max_bytes)
+                .await
+                .map_err(RunSourceError::Ship),
+        }
+    }
+
+    fn resume(&mut self, from: &Checkpoint) -> Result<(), ResumeError> {
+        match self {
+            Self::Whole(s) => s.resume(from),
+            Self::Reads(s) => s.resume(from),
+            Self::Receives(s) => s.resume(from),
+        }
+    }
+
+    fn stats(&self) -> Option<std::sync::Arc<SourceStats>> {
+        match self {
+            Self::Whole(s) => s.stats(),
+            Self::Reads(s) => s.stats(),
+            Self::Receives(_) => None,
+        }
+    }
+}
+
+/// A run's source, with what the pipeline must know of the other captures.
+pub struct RunInput {
+    /// The source.
+    pub source: RunSource,
+    /// Reading: the receivers' durable ts (the checkpoint waits for them).
+    pub elsewhere: Vec<watch::Receiver<u64>>,
+    /// Receiving: where to report this capture's durable ts.
+    pub reporter: Option<FlushReporter>,
+}
+
+/// The source of `id`'s run at `epoch` on this capture, as `shipment` says
+/// (none: every table from `source`); `window` is the bytes a receiver
+/// holds in flight.
+pub async fn input(
+    ctx: &Ctx,
+    id: &ChangefeedId,
+    epoch: Epoch,
+    shipment: Option<&Shipment>,
+    source: UpTo<AnySource>,
+    window: u64,
+) -> Result<RunInput, ShipError> {
+    let key = |capture: &str| ShipKey {
+        tenant: id.tenant().to_string(),
+        changefeed: id.name().to_string(),
+        epoch: epoch.0,
+        capture: capture.to_string(),
+    };
+    let Some(shipment) = shipment else {
+        return Ok(RunInput {
+            source: RunSource::Whole(source),
+            elsewhere: Vec::new(),
+            reporter: None,
+        });
+    };
+    match &shipment.role {
+        ShipRole::Reads { receivers } => {
+            let mut destinations = Vec::with_capacity(receivers.len());
+            for r in receivers {
+                let outbox = ctx.shipping.open(key(&r.capture), shipment.token.clone())?;
+                destinations.push((outbox, r.tables.clone()));
+            }
+            let split = Split::new(source, destinations);
+            let elsewhere = split.flushed_watches();
+            Ok(RunInput {
+                source: RunSource::Reads(split),
+                elsewhere,
+                reporter: None,
+            })
+        }
+        ShipRole::Receives { reader, address } => {
+            drop(source);
+            tracing::info!(%reader, %address, "Receiving this capture's tables from the reading capture.");
+            let shipped = ShippedSource::connect_to(
+                address,
+                ShipRequest {
+                    key: key(&ctx.capture_id),
+                    token: shipment.token.clone(),
+                    window: window.clamp(MIN_WINDOW, MAX_WINDOW),
+                    patience: SHIP_PATIENCE,
+                },
+            )
+            .await?;
+            let reporter = shipped.flush_reporter();
+            Ok(RunInput {
+                source: RunSource::Receives(shipped),
+                elsewhere: Vec::new(),
+                reporter: Some(reporter),
+            })
+        }
+    }
+}
+
+/// Reports each checkpoint the pipeline reaches to the reading capture,
+/// until the pipeline is gone.
+pub async fn report_durable(mut progress: watch::Receiver<Progress>, reporter: FlushReporter) {
+    loop {
+        let checkpoint = progress.borrow_and_update().checkpoint_ts.get();
+        reporter.report(checkpoint);
+        if progress.changed().await.is_err() {
+            return;
+        }
+    }
+}
