@@ -462,7 +462,14 @@ async fn run(
     let window = info.config.pipeline.event_cache_bytes.0 / 2;
     let input = match shipped::input(ctx, &info.id, epoch, shipment, source, window).await {
         Ok(input) => input,
-        Err(e) => return failed(ErrorKind::Retryable, format!("shipment: {e}")),
+        Err(e) => {
+            let kind = if e.is_retryable() {
+                ErrorKind::Retryable
+            } else {
+                ErrorKind::Fatal
+            };
+            return failed(kind, format!("shipment: {e}"));
+        }
     };
     let source = input.source;
     if !input.elsewhere.is_empty() {

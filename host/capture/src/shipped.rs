@@ -187,9 +187,13 @@ pub async fn input(
 /// Reports each checkpoint the pipeline reaches to the reading capture,
 /// until the pipeline is gone.
 pub async fn report_durable(mut progress: watch::Receiver<Progress>, reporter: FlushReporter) {
+    let mut reported = None;
     loop {
         let checkpoint = progress.borrow_and_update().checkpoint_ts.get();
-        reporter.report(checkpoint);
+        if reported < Some(checkpoint) {
+            reporter.report(checkpoint);
+            reported = Some(checkpoint);
+        }
         if progress.changed().await.is_err() {
             return;
         }

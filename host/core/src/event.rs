@@ -242,7 +242,7 @@ impl TableChanges {
     }
 
     /// Changes made of columns read back from elsewhere (another capture's
-    /// shipment): `seq` and `flags` (empty: none set, else one per row) per row,
+    /// shipment): `seq` per row and `flags` (rows past their end have none),
     /// images checked against `schema` as a batch's are; `bytes` is their wire
     /// size as the writer counted it. Columns that do not fit are refused.
     pub fn from_columns(
@@ -255,7 +255,8 @@ impl TableChanges {
         bytes: usize,
     ) -> Result<Self, BatchError> {
         let n = ops.len();
-        if seq.len() != n || !(flags.is_empty() || flags.len() == n) {
+        // Flags may stop short: rows past their end have none.
+        if seq.len() != n || flags.len() > n {
             return Err(BatchError {
                 table_id: schema.table_id,
                 reason: format!(
@@ -1031,55 +1032,67 @@ impl TransactionRun {
 
     /// A run of `transactions` whose rows are `parts` (each segment naming a
     /// transaction by its index); refused when a segment names a transaction
-    /// the run does not have, or segments do not grow.
+    /// the run does not have, segments do not follow each other or do not
+    /// match their rows' images, or two parts hold one table.
     pub fn from_parts(
         transactions: Vec<RunTransaction>,
         parts: Vec<RunPart>,
     ) -> Result<Self, BatchError> {
-        let (mut rows, mut bytes) = (0, 0);
+        let (mut rows, mut bytes) = (0usize, 0usize);
+        let mut tables = std::collections::HashSet::new();
         for part in &parts {
             let c = &part.changes;
             let fail = |reason: String| BatchError {
                 table_id: c.schema.table_id,
                 reason,
             };
-            let mut last = Segment {
-                txn: 0,
-                rows: 0,
-                before: 0,
-                after: 0,
-                bytes: 0,
-            };
+            if !tables.insert(c.schema.table_id) {
+                return Err(fail("two parts of one run hold the same table".into()));
+            }
+            // Where each segment must end: its rows' before and after images
+            // counted from their ops.
+            let (mut at, mut before, mut after) = (0usize, 0usize, 0usize);
+            let mut last: Option<Segment> = None;
             for (i, s) in part.segments.iter().enumerate() {
-                let ordered = (i == 0 || s.txn > last.txn)
-                    && s.rows >= last.rows
-                    && s.before >= last.before
-                    && s.after >= last.after
-                    && s.bytes >= last.bytes;
-                if !ordered || s.txn as usize >= transactions.len() {
+                let follows = last.is_none_or(|l| s.txn > l.txn && s.bytes >= l.bytes);
+                if !follows
+                    || s.txn as usize >= transactions.len()
+                    || s.rows > c.ops.len()
+                    || s.rows < at
+                {
                     return Err(fail(format!(
-                        "segment {i} (transaction {} of {}) does not follow the one before",
+                        "segment {i} (transaction {} of {}, rows to {} of {}) does not follow the one before",
                         s.txn,
-                        transactions.len()
+                        transactions.len(),
+                        s.rows,
+                        c.ops.len()
                     )));
                 }
-                last = *s;
+                for &code in &c.ops[at..s.rows] {
+                    let op = Op::from_code(code)
+                        .ok_or_else(|| fail(format!("unknown op code {code}")))?;
+                    before += usize::from(op.has_before());
+                    after += usize::from(op.has_after());
+                }
+                at = s.rows;
+                if (s.before, s.after) != (before, after) {
+                    return Err(fail(format!(
+                        "segment {i} says its images end at {} and {}, its rows' end at {before} and {after}",
+                        s.before, s.after
+                    )));
+                }
+                last = Some(*s);
             }
-            let images = (
-                c.before.first().map_or(0, ColumnData::len),
-                c.after.first().map_or(0, ColumnData::len),
-            );
-            if (last.rows, last.before, last.after, last.bytes)
-                != (c.ops.len(), images.0, images.1, c.bytes)
-            {
+            if (at, last.map_or(0, |l| l.bytes)) != (c.ops.len(), c.bytes) {
                 return Err(fail(format!(
-                    "segments end at row {} but the part has {} rows",
-                    last.rows,
+                    "segments end at row {at} but the part has {} rows",
                     c.ops.len()
                 )));
             }
             rows += c.ops.len();
-            bytes += c.bytes;
+            bytes = bytes
+                .checked_add(c.bytes)
+                .ok_or_else(|| fail("the run's size overflows".into()))?;
         }
         Ok(Self {
             transactions,
@@ -1317,6 +1330,21 @@ mod tests {
             )
             .is_err()
         );
+        // Segments whose image ends do not match their rows' ops, and two
+        // parts of one table, are refused.
+        let mut images = part.segments.clone();
+        images[0].after += 1;
+        let refused = TransactionRun::from_parts(
+            run.transactions.clone(),
+            vec![RunPart {
+                changes: part.changes.clone(),
+                segments: images,
+            }],
+        );
+        assert!(refused.is_err());
+        let twice =
+            TransactionRun::from_parts(run.transactions.clone(), vec![part.clone(), part.clone()]);
+        assert!(twice.is_err());
         // Columns that do not fit the schema are refused.
         let wrong = TableChanges::from_columns(
             c.schema().clone(),

@@ -122,15 +122,16 @@ impl Shipping {
                 "a window of {window} bytes; it must be {MIN_WINDOW} to {MAX_WINDOW}"
             )));
         }
-        let Some(outbox) = self.lock().get(key).cloned() else {
-            // The run may not have started sending yet: the receiver tries again.
-            return Err(ShipError::Lost(format!("no shipment {key} is open (yet)")));
+        // An unknown shipment and a wrong secret get the same answer, so that
+        // a caller without the secret learns nothing of which runs exist;
+        // the run may not have started sending yet, so a receiver asks again.
+        let outbox = self.lock().get(key).cloned();
+        let Some(outbox) = outbox.filter(|o| same_secret(o.token.as_bytes(), token.as_bytes()))
+        else {
+            return Err(ShipError::Lost(
+                "no shipment with that name and secret is open (yet)".into(),
+            ));
         };
-        if !same_secret(outbox.token.as_bytes(), token.as_bytes()) {
-            return Err(ShipError::Refused(format!(
-                "the secret given for the shipment {key} is wrong"
-            )));
-        }
         let rx = outbox
             .rx
             .lock()
@@ -183,7 +184,7 @@ impl Outbox {
     pub(crate) fn took(&self, total: u64) -> Result<(), ShipError> {
         let mut state = self.state();
         if total < state.taken || total > state.sent {
-            let e = ShipError::Malformed(format!(
+            let e = ShipError::Lost(format!(
                 "the receiver says it took {total} bytes; {} were sent and {} taken before",
                 state.sent, state.taken
             ));

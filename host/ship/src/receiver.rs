@@ -43,6 +43,10 @@ pub struct ShippedSource {
     /// Rows at or below this are downstream already (the resume point).
     after: u64,
     ended: bool,
+    /// The last transaction handed out was a part of a large one: its later
+    /// parts (the last one too, though it comes as a run) go one by one, as
+    /// the source's did.
+    in_parts: bool,
     key: ShipKey,
 }
 
@@ -122,6 +126,7 @@ impl ShippedSource {
             reported: 0,
             after: 0,
             ended: false,
+            in_parts: false,
             key: request.key.clone(),
         })
     }
@@ -220,9 +225,9 @@ impl Source for ShippedSource {
     type Error = ShipError;
 
     async fn next_event(&mut self) -> Result<SourceEvent, ShipError> {
-        loop {
+        let event = loop {
             match self.next_received().await? {
-                Received::Event(event) => return Ok(event),
+                Received::Event(event) => break event,
                 Received::Run(run) => {
                     let mut transactions = run.into_transactions().into_iter();
                     let first = transactions.next();
@@ -232,11 +237,13 @@ impl Source for ShippedSource {
                     }
                     // A run has a transaction; an empty one is nothing to yield.
                     if let Some(t) = first {
-                        return Ok(SourceEvent::Transaction(t));
+                        break SourceEvent::Transaction(t);
                     }
                 }
             }
-        }
+        };
+        self.in_parts = matches!(&event, SourceEvent::Transaction(t) if t.more);
+        Ok(event)
     }
 
     async fn next_run(
@@ -244,6 +251,11 @@ impl Source for ShippedSource {
         _max_transactions: usize,
         _max_bytes: usize,
     ) -> Result<Option<TransactionRun>, ShipError> {
+        // The last part of a large transaction goes as an event, after the
+        // others.
+        if self.in_parts {
+            return Ok(None);
+        }
         // The reader built its runs within its own bounds; they stay whole.
         if self.pending.is_empty() && !self.ended {
             self.fill().await?;

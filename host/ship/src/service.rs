@@ -17,16 +17,24 @@ use crate::proto::{Pull, Shipment, pull};
 /// How long a receiver has to say which shipment it wants.
 const OPEN_WITHIN: Duration = Duration::from_secs(10);
 
+/// Most streams that may be opening at once (not yet named their shipment):
+/// callers without a secret cannot hold more than this many handlers.
+const MAX_OPENING: usize = 64;
+
 /// The `TableShipping` gRPC service over this capture's outboxes.
 #[derive(Clone)]
 pub struct ShipService {
     shipping: Shipping,
+    opening: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl ShipService {
     /// Serves the outboxes of `shipping`.
     pub fn new(shipping: Shipping) -> Self {
-        Self { shipping }
+        Self {
+            shipping,
+            opening: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_OPENING)),
+        }
     }
 
     /// As a tonic service, to add to a server.
@@ -45,6 +53,9 @@ impl TableShipping for ShipService {
         &self,
         request: Request<Streaming<Pull>>,
     ) -> Result<Response<Self::ShipStream>, Status> {
+        let opening = self.opening.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted("too many shipment streams are opening; retry")
+        })?;
         let mut pulls = request.into_inner();
         let first = tokio::time::timeout(OPEN_WITHIN, pulls.message())
             .await
@@ -66,6 +77,7 @@ impl TableShipping for ShipService {
             capture: open.capture,
         };
         let (outbox, rx) = self.shipping.attach(&key, &open.token, open.window)?;
+        drop(opening);
         tracing::debug!(shipment = %key, window = open.window, "A receiver attached to its shipment.");
         tokio::spawn(async move {
             loop {
@@ -82,9 +94,7 @@ impl TableShipping for ShipService {
                         outbox.flushed(ts);
                         continue;
                     }
-                    Ok(Some(_)) => ShipError::Malformed(
-                        "a shipment stream names its shipment once, first".into(),
-                    ),
+                    Ok(Some(_)) => ShipError::Lost("the receiver named its shipment twice".into()),
                     Ok(None) => ShipError::Lost(format!(
                         "the receiving capture {} closed its stream",
                         outbox.key().capture

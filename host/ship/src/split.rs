@@ -32,6 +32,9 @@ struct Destination {
     /// A large transaction's parts are being shipped: its later parts go too,
     /// with rows or not, so that the receiver sees its end.
     in_large: bool,
+    /// The databases its tables are in (a statement about a database goes
+    /// to every capture with a table in it).
+    databases: std::collections::HashSet<String>,
 }
 
 /// A source whose tables are split between this capture and others.
@@ -53,6 +56,10 @@ impl<S: Source> Split<S> {
             .into_iter()
             .enumerate()
             .map(|(i, (outbox, tables))| {
+                let databases = tables
+                    .iter()
+                    .filter_map(|t| t.split_once('.').map(|(db, _)| db.to_string()))
+                    .collect();
                 for t in tables {
                     by_name.insert(t, i);
                 }
@@ -60,6 +67,7 @@ impl<S: Source> Split<S> {
                     outbox,
                     encoder: Encoder::new(),
                     in_large: false,
+                    databases,
                 }
             })
             .collect();
@@ -96,8 +104,9 @@ impl<S: Source> Split<S> {
             .or_insert_with(|| by_name.get(&schema.qualified_name()).copied())
     }
 
-    /// Where a DDL goes: every destination running a table it names, and
-    /// whether this capture keeps it (it names a table run here, or none).
+    /// Where a DDL goes: every destination running a table it names (or, for
+    /// a statement about a database, a table in it), and whether this capture
+    /// keeps it (it names a table run here, or none).
     fn ddl_destinations(&self, ddl: &DdlEvent) -> (Vec<usize>, bool) {
         let mut names: Vec<String> = ddl
             .tables
@@ -107,8 +116,15 @@ impl<S: Source> Split<S> {
         if !ddl.table_name.is_empty() {
             names.push(format!("{}.{}", ddl.schema_name, ddl.table_name));
         }
+        if names.is_empty() {
+            // About a database: every capture with a table in it, and this one.
+            let remote = (0..self.destinations.len())
+                .filter(|&i| self.destinations[i].databases.contains(&ddl.schema_name))
+                .collect();
+            return (remote, true);
+        }
         let mut remote = Vec::new();
-        let mut local = names.is_empty();
+        let mut local = false;
         for name in &names {
             match self.by_name.get(name) {
                 Some(&i) if !remote.contains(&i) => remote.push(i),
