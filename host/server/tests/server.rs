@@ -673,7 +673,12 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
     // started again); what ran on the killed one runs under a new epoch.
     let on_b = |name: &str| b.state(name)["status"]["capture"] == there.as_str();
     assert_eq!(epoch(&b, other), kept_epoch);
-    assert!(on_b(other));
+    // Its status names the capture once the new owner has read the
+    // adopted run's task position (its first rounds).
+    b.wait_for("the adopted run's capture", Duration::from_secs(10), || {
+        on_b(other)
+    });
+    assert_eq!(epoch(&b, other), kept_epoch);
     b.wait_for(
         "the killed capture's work to move",
         Duration::from_secs(30),
