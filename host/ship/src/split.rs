@@ -79,16 +79,8 @@ impl<S: Source> Split<S> {
         }
     }
 
-    /// The lowest ts every receiver's sink has made durable (`None` without
-    /// receivers): the reading capture's checkpoint never passes it.
-    pub fn receivers_flushed(&self) -> Option<u64> {
-        self.destinations
-            .iter()
-            .map(|d| *d.outbox.flushed().borrow())
-            .min()
-    }
-
-    /// The receivers' durable ts, to watch.
+    /// The receivers' durable ts, to watch: the reading capture's
+    /// checkpoint never passes the lowest of them.
     pub fn flushed_watches(&self) -> Vec<tokio::sync::watch::Receiver<u64>> {
         self.destinations
             .iter()
