@@ -202,6 +202,21 @@ pub enum ChangefeedCommand {
         #[arg(long)]
         capture: String,
     },
+    /// Move one table of a running changefeed to another capture (admin):
+    /// the run stops everywhere and runs next with that table there, its
+    /// events shipped from the capture that reads the source. Moving it to
+    /// the reading capture takes it back.
+    MoveTable {
+        /// `name` or `tenant/name`.
+        #[arg(long, short = 'c')]
+        changefeed: String,
+        /// `schema.table`.
+        #[arg(long)]
+        table: String,
+        /// The capture's id (`capture list`).
+        #[arg(long)]
+        capture: String,
+    },
     /// Even the number of running changefeeds per capture (admin); prints
     /// the moves asked for.
     Rebalance,
@@ -855,6 +870,27 @@ async fn execute(args: &CliArgs, channel: Channel, bearer: Bearer) -> Result<Out
                     .await?
                     .into_inner(),
             )),
+            ChangefeedCommand::MoveTable {
+                changefeed,
+                table,
+                capture,
+            } => {
+                let m = cluster
+                    .move_table(pb::MoveTableRequest {
+                        id: Some(changefeed_ref(tenant, changefeed)),
+                        table: table.clone(),
+                        capture_id: capture.clone(),
+                    })
+                    .await?
+                    .into_inner();
+                let id =
+                    m.id.as_ref()
+                        .map(|r| format!("{}/{}", r.tenant, r.name))
+                        .unwrap_or_default();
+                Out::One(
+                    json!({"id": id, "table": m.table, "from": m.from_capture, "to": m.to_capture}),
+                )
+            }
             ChangefeedCommand::Rebalance => Out::Rows(
                 vec!["id", "from", "to"],
                 cluster
@@ -1198,6 +1234,7 @@ async fn execute(args: &CliArgs, channel: Channel, bearer: Bearer) -> Result<Out
                     "address",
                     "owner",
                     "changefeeds",
+                    "tables",
                     "draining",
                     "version",
                 ],

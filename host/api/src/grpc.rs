@@ -821,6 +821,7 @@ pub async fn captures(node: &Node, tenant: Option<&str>) -> Result<Vec<pb::Captu
         .map(|(c, _)| c.id);
     // What each capture was assigned to run.
     let mut assigned: std::collections::BTreeMap<String, u32> = Default::default();
+    let mut tables: std::collections::BTreeMap<String, u32> = Default::default();
     let assignments = store
         .list(&keys::assignments_prefix())
         .await
@@ -830,9 +831,13 @@ pub async fn captures(node: &Node, tenant: Option<&str>) -> Result<Vec<pb::Captu
             capture, tenant: t, ..
         }) = MetaKey::parse(&kv.key)
             && tenant.is_none_or(|tenant| tenant == t)
-            && keys::decode::<sluice_owner::Assignment>(&kv.key, &kv.value)
-                .is_ok_and(|a| a.desired == sluice_owner::Desired::Run)
+            && let Ok(a) = keys::decode::<sluice_owner::Assignment>(&kv.key, &kv.value)
+            && a.desired == sluice_owner::Desired::Run
         {
+            if let sluice_owner::Tables::Only(only) = &a.tables {
+                *tables.entry(capture.clone()).or_default() +=
+                    u32::try_from(only.len()).unwrap_or(u32::MAX);
+            }
             *assigned.entry(capture).or_default() += 1;
         }
     }
@@ -849,6 +854,7 @@ pub async fn captures(node: &Node, tenant: Option<&str>) -> Result<Vec<pb::Captu
         out.push(pb::Capture {
             is_owner: owner.as_deref() == Some(c.id.as_str()),
             changefeeds: assigned.get(&c.id).copied().unwrap_or(0),
+            tables: tables.get(&c.id).copied().unwrap_or(0),
             draining: drained.contains(&c.id),
             id: c.id,
             address: c.address,
@@ -857,6 +863,26 @@ pub async fn captures(node: &Node, tenant: Option<&str>) -> Result<Vec<pb::Captu
         });
     }
     Ok(out)
+}
+
+impl Api {
+    /// The changefeed a move request names, once the caller may move work
+    /// (an admin) and the capture's id is well formed; not found unless this
+    /// owner knows the changefeed.
+    fn move_of<T>(
+        &self,
+        request: &Request<T>,
+        id: Option<&pb::ChangefeedRef>,
+        capture: &str,
+    ) -> Result<ChangefeedId, Status> {
+        let caller = caller(request)?;
+        caller.check("*", Access::Server).map_err(auth_status)?;
+        let id = changefeed_id(&caller, id, Access::Write)?;
+        sluice_meta::keys::validate_name(sluice_meta::keys::NameKind::Capture, capture)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        self.node.owner.snapshot().get(&id).map_err(status)?;
+        Ok(id)
+    }
 }
 
 fn move_pb(m: &sluice_owner::relocate::Move) -> pb::ChangefeedMove {
@@ -878,6 +904,7 @@ fn move_status(e: sluice_owner::relocate::MoveError) -> Status {
         MoveError::Draining(_) | MoveError::NotRunning(_) => {
             Status::failed_precondition(e.to_string())
         }
+        MoveError::BadTable(_) => Status::invalid_argument(e.to_string()),
     }
 }
 
@@ -927,19 +954,36 @@ impl ClusterService for Api {
         &self,
         request: Request<pb::MoveChangefeedRequest>,
     ) -> Result<Response<pb::ChangefeedMove>, Status> {
-        let caller = caller(&request)?;
-        caller.check("*", Access::Server).map_err(auth_status)?;
         let r = request.get_ref();
-        let id = changefeed_id(&caller, r.id.as_ref(), Access::Write)?;
-        sluice_meta::keys::validate_name(sluice_meta::keys::NameKind::Capture, &r.capture_id)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        // Names a changefeed this owner knows (not found otherwise).
-        self.node.owner.snapshot().get(&id).map_err(status)?;
+        let id = self.move_of(&request, r.id.as_ref(), &r.capture_id)?;
         let moved =
             sluice_owner::relocate::request_move(self.node.store.as_ref(), &id, &r.capture_id)
                 .await
                 .map_err(move_status)?;
         Ok(Response::new(move_pb(&moved)))
+    }
+
+    async fn move_table(
+        &self,
+        request: Request<pb::MoveTableRequest>,
+    ) -> Result<Response<pb::TableMove>, Status> {
+        let r = request.get_ref();
+        let id = self.move_of(&request, r.id.as_ref(), &r.capture_id)?;
+        sluice_owner::tables::validate_table(&r.table).map_err(move_status)?;
+        let moved = sluice_owner::tables::request_table_move(
+            self.node.store.as_ref(),
+            &id,
+            &r.table,
+            &r.capture_id,
+        )
+        .await
+        .map_err(move_status)?;
+        Ok(Response::new(pb::TableMove {
+            id: Some(id_pb(&moved.changefeed)),
+            table: moved.table,
+            from_capture: moved.from,
+            to_capture: moved.to,
+        }))
     }
 
     async fn rebalance_changefeeds(

@@ -298,6 +298,7 @@ pub fn capture_json(c: &pb::Capture) -> Value {
         "version": c.version,
         "started-at-ms": c.started_at_ms,
         "changefeeds": c.changefeeds,
+        "tables": c.tables,
         "draining": c.draining,
     })
 }

@@ -342,6 +342,21 @@ pub fn changefeed_move(tenant: &str, changefeed: &str) -> Result<String, MetaErr
     Ok(format!("{ROOT}move/{tenant}/{changefeed}"))
 }
 
+/// `/sluice/v1/table-placement/`: where operators asked tables to run.
+pub fn table_placement_prefix() -> String {
+    format!("{ROOT}table-placement/")
+}
+
+/// `/sluice/v1/table-placement/{tenant}/{changefeed}`: the captures some of
+/// the changefeed's tables run on (`changefeed move-table`); a table not named
+/// runs on the capture that reads the changefeed's source. The owner reads it
+/// whenever it places the changefeed.
+pub fn table_placement(tenant: &str, changefeed: &str) -> Result<String, MetaError> {
+    validate_name(NameKind::Tenant, tenant)?;
+    validate_name(NameKind::Changefeed, changefeed)?;
+    Ok(format!("{ROOT}table-placement/{tenant}/{changefeed}"))
+}
+
 /// `/sluice/v1/cluster/plugin-store`: where the cluster keeps its plugin files
 /// (ADR 0012), recorded by the first server started with `--plugin-store`.
 pub fn cluster_plugin_store() -> String {

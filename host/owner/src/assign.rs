@@ -29,6 +29,7 @@ use crate::id::ChangefeedId;
 use crate::info::ChangefeedInfo;
 use crate::records::GiveUp;
 use crate::relocate::{self, Relocations};
+use crate::tables::{self, Side, Sides};
 use crate::{Assignment, Desired, Tables, TaskReport, WHOLE_ASSIGNMENT_VERSION};
 
 /// How long [`AssignedWork::abort`] waits for the capture to report that its
@@ -86,13 +87,20 @@ struct Inner {
     adopted: Mutex<BTreeMap<ChangefeedId, Adopted>>,
 }
 
-/// An assignment a new owner found running.
+/// A run a new owner found going: its assignments on one or more captures.
 struct Adopted {
-    capture: String,
     epoch: Epoch,
+    sides: Sides,
+    /// The assignments' keys and their mod revisions then.
+    keys: Vec<(String, Revision)>,
+}
+
+/// One assignment a new owner found running.
+struct Found {
+    capture: String,
     key: String,
-    /// Its mod revision then.
     revision: Revision,
+    record: Assignment,
 }
 
 impl Assigner {
@@ -148,7 +156,7 @@ impl Assigner {
             })
             .collect();
         let listing = store.list(&keys::assignments_prefix()).await?;
-        let mut found: BTreeMap<ChangefeedId, Vec<Adopted>> = BTreeMap::new();
+        let mut found: BTreeMap<ChangefeedId, Vec<Found>> = BTreeMap::new();
         let mut stale = Vec::new();
         for kv in listing.kvs {
             let running = match (
@@ -168,13 +176,13 @@ impl Assigner {
                         .is_some_and(|since| *since < kv.mod_revision) =>
                 {
                     ChangefeedId::new(tenant, changefeed).ok().map(|id| {
-                        let adopted = Adopted {
+                        let found = Found {
                             capture,
-                            epoch: a.changefeed_epoch,
                             key: kv.key.clone(),
                             revision: kv.mod_revision,
+                            record: a,
                         };
-                        (id, adopted)
+                        (id, found)
                     })
                 }
                 _ => None,
@@ -185,12 +193,20 @@ impl Assigner {
             }
         }
         let mut adopted = BTreeMap::new();
-        for (id, mut runs) in found {
-            if runs.len() == 1 {
-                adopted.insert(id, runs.pop().expect("one"));
-            } else {
+        for (id, runs) in found {
+            let epoch = runs[0].record.changefeed_epoch;
+            let one_epoch = runs.iter().all(|f| f.record.changefeed_epoch == epoch);
+            let sides = runs
+                .iter()
+                .map(|f| (f.capture.clone(), f.record.clone()))
+                .collect::<Vec<_>>();
+            match Sides::adopted(&sides).filter(|_| one_epoch) {
+                Some(sides) => {
+                    let keys = runs.into_iter().map(|f| (f.key, f.revision)).collect();
+                    adopted.insert(id, Adopted { epoch, sides, keys });
+                }
                 // Never made by one owner: none of them is taken as running.
-                stale.extend(runs.into_iter().map(|a| a.key));
+                None => stale.extend(runs.into_iter().map(|f| f.key)),
             }
         }
         for chunk in stale.chunks(sluice_meta::MAX_TXN_OPS) {
@@ -224,21 +240,25 @@ impl Assigner {
     pub async fn release_unadopted(&self) -> Result<(), MetaError> {
         let left = std::mem::take(&mut *self.inner.adopted.lock().expect("not poisoned"));
         for (id, a) in left {
-            tracing::info!(changefeed = %id, capture = %a.capture, epoch = a.epoch.0, "Ending work an earlier owner assigned that does not run now.");
-            let txn = Txn::new()
-                .when([
-                    self.inner.guard.clone(),
-                    Compare::mod_revision(&a.key, a.revision),
-                ])
-                .and_then([Op::delete(&a.key)]);
-            self.inner.store.txn(txn).await?;
+            tracing::info!(changefeed = %id, captures = ?a.sides.captures(), epoch = a.epoch.0, "Ending work an earlier owner assigned that does not run now.");
+            for (key, revision) in a.keys {
+                let txn = Txn::new()
+                    .when([
+                        self.inner.guard.clone(),
+                        Compare::mod_revision(&key, revision),
+                    ])
+                    .and_then([Op::delete(&key)]);
+                self.inner.store.txn(txn).await?;
+            }
         }
         Ok(())
     }
 
-    /// Assigns `info`'s tables (all of them) to the capture under `epoch`, after
-    /// `checkpoint`, for the info stored at `info_revision`, and returns the
-    /// handle that follows it. The write happens on the handle's own task.
+    /// Assigns `info`'s tables under `epoch`, after `checkpoint`, for the info
+    /// stored at `info_revision`, and returns the handle that follows it: all
+    /// of them to one capture, or split across captures as the changefeed's
+    /// table placement says ([`crate::tables`]). The writes happen on the
+    /// handle's own task.
     pub fn assign(
         &self,
         info: &ChangefeedInfo,
@@ -263,7 +283,7 @@ impl Assigner {
         let adopted = {
             let mut adopted = self.inner.adopted.lock().expect("not poisoned");
             match adopted.remove(&info.id) {
-                Some(a) if a.epoch == epoch => Some(a.capture),
+                Some(a) if a.epoch == epoch => Some(a.sides),
                 Some(other) => {
                     adopted.insert(info.id.clone(), other);
                     None
@@ -433,6 +453,8 @@ async fn write(
 /// The reported state of an assignment over its captures.
 struct Reports {
     epoch: Epoch,
+    /// The capture that reads the source (named in the progress).
+    reader: String,
     /// The captures assigned, and what each reported for this epoch.
     captures: BTreeMap<String, Option<TaskReport>>,
     /// Set once a newer run took over a capture's position.
@@ -507,7 +529,22 @@ impl Reports {
                 },
             });
         }
-        out
+        out.map(|p| WorkProgress {
+            capture: Some(self.reader.clone()),
+            ..p
+        })
+    }
+
+    /// A capture whose side of the run ended while another's runs, unless it
+    /// finished (the reader finishing ends the receivers' streams too).
+    fn ended_early(&self) -> Option<&str> {
+        let ended = |r: &Option<TaskReport>| r.as_ref().and_then(|r| r.state.outcome());
+        let running = self.captures.values().any(|r| ended(r).is_none());
+        self.captures
+            .iter()
+            .find(|(_, r)| ended(r).is_some_and(|o| o != Outcome::Finished))
+            .filter(|_| running)
+            .map(|(c, _)| c.as_str())
     }
 
     /// How the work ended, once every capture's run has: a failure first, then
@@ -543,7 +580,7 @@ impl Reports {
 async fn follow(
     inner: Arc<Inner>,
     id: ChangefeedId,
-    adopted: Option<String>,
+    adopted: Option<Sides>,
     mut record: Assignment,
     (mut desired, mut revision): (watch::Receiver<Desired>, watch::Receiver<Revision>),
     live: Arc<Reported>,
@@ -553,33 +590,33 @@ async fn follow(
         kind: ErrorKind::Retryable,
         message: "this server lost its ownership of the meta store".into(),
     };
-    let Placed {
-        capture,
-        registered,
-        asked,
-    } = match adopted {
-        Some(capture) => {
-            tracing::info!(%capture, "Following the work an earlier owner assigned there.");
-            Placed {
-                capture,
-                registered: true,
-                asked: None,
-            }
+    let (sides, registered, asked) = match adopted {
+        Some(sides) => {
+            tracing::info!(captures = ?sides.captures(), "Following the work an earlier owner assigned there.");
+            (sides, true, None)
         }
         None => {
             let placed = place(&inner, &id).await;
-            tracing::info!(capture = %placed.capture, "Assigning the changefeed.");
-            placed
+            let sides = split(&inner, &id, placed.capture, placed.registered).await;
+            tracing::info!(captures = ?sides.captures(), "Assigning the changefeed.");
+            (sides, placed.registered, placed.asked)
         }
     };
-    let captures = vec![capture];
-    let mut written = BTreeMap::new();
-    for capture in &captures {
-        let key = keys::assignment(capture, id.tenant(), id.name()).expect("valid names");
-        match write(&inner, &key, &record, None).await {
-            Ok(revision) => written.insert(key, revision),
-            Err(_) => return lost(),
-        };
+    let captures = sides.captures();
+    let mut written: Vec<Written> = sides
+        .sides
+        .iter()
+        .map(|side| Written {
+            key: keys::assignment(&side.capture, id.tenant(), id.name()).expect("valid names"),
+            side: side.clone(),
+            revision: Revision::ZERO,
+        })
+        .collect();
+    if write_all(&inner, &mut written, &record, None)
+        .await
+        .is_err()
+    {
+        return lost();
     }
     if let Some(revision) = asked
         && let Err(e) = relocate::done(inner.store.as_ref(), &inner.guard, &id, revision).await
@@ -590,6 +627,7 @@ async fn follow(
     let prefix = keys::task_prefix(id.tenant(), id.name()).expect("valid names");
     let mut reports = Reports {
         epoch: record.changefeed_epoch,
+        reader: sides.reader().to_string(),
         captures: captures.iter().map(|c| (c.clone(), None)).collect(),
         fenced: false,
         unreadable: None,
@@ -628,7 +666,7 @@ async fn follow(
         // there; the owner places it again.
         let mut relocations = match Relocations::watch(
             inner.store.as_ref(),
-            &captures,
+            &sides,
             &id,
             listing.revision,
         )
@@ -671,6 +709,18 @@ async fn follow(
             if let Some(outcome) = reports.outcome() {
                 break 'follow outcome;
             }
+            // One side of a split run that ended ends the others (its tables
+            // have nobody to run them); the owner places the run again.
+            if record.desired == Desired::Run
+                && let Some(capture) = reports.ended_early()
+            {
+                tracing::info!(%capture, "One side of the run ended; stopping the others.");
+                match stop(&inner, &mut record, &mut written, &mut deadline, stop_wait).await {
+                    Ok(()) => {}
+                    Err(Lost::Ownership) => break 'follow lost(),
+                    Err(Lost::TimedOut) => break 'follow gave_up(),
+                }
+            }
             tokio::select! {
                 event = stream.next() => match event {
                     Some(Ok(ev)) => reports.take(&ev.kv, ev.kind == WatchEventKind::Delete),
@@ -690,12 +740,10 @@ async fn follow(
                     if next == Desired::Stop && deadline.is_none() {
                         deadline = stop_wait.map(|w| tokio::time::Instant::now() + w);
                     }
-                    for (key, revision) in &mut written {
-                        match write(&inner, key, &record, deadline).await {
-                            Ok(r) => *revision = r,
-                            Err(Lost::Ownership) => break 'follow lost(),
-                            Err(Lost::TimedOut) => break 'follow gave_up(),
-                        }
+                    match write_all(&inner, &mut written, &record, deadline).await {
+                        Ok(()) => {}
+                        Err(Lost::Ownership) => break 'follow lost(),
+                        Err(Lost::TimedOut) => break 'follow gave_up(),
                     }
                 }
                 changed = revision.changed(), if record.desired == Desired::Run && revision_open => {
@@ -708,11 +756,8 @@ async fn follow(
                         continue;
                     }
                     record.info_revision = next;
-                    for (key, revision) in &mut written {
-                        match write(&inner, key, &record, None).await {
-                            Ok(r) => *revision = r,
-                            Err(_) => break 'follow lost(),
-                        }
+                    if write_all(&inner, &mut written, &record, None).await.is_err() {
+                        break 'follow lost();
                     }
                 }
                 why = relocations.next(), if record.desired == Desired::Run => match why {
@@ -742,7 +787,7 @@ async fn follow(
         }
     };
     // The task is done: its assignments go (only if still ours).
-    for (key, revision) in written {
+    for Written { key, revision, .. } in written {
         let txn = Txn::new()
             .when([inner.guard.clone(), Compare::mod_revision(&key, revision)])
             .and_then([Op::delete(&key)]);
@@ -760,7 +805,7 @@ async fn follow(
 async fn stop(
     inner: &Inner,
     record: &mut Assignment,
-    written: &mut BTreeMap<String, Revision>,
+    written: &mut [Written],
     deadline: &mut Option<tokio::time::Instant>,
     stop_wait: Option<Duration>,
 ) -> Result<(), Lost> {
@@ -768,13 +813,55 @@ async fn stop(
     if deadline.is_none() {
         *deadline = stop_wait.map(|w| tokio::time::Instant::now() + w);
     }
-    for (key, revision) in written.iter_mut() {
-        *revision = write(inner, key, record, *deadline).await?;
+    write_all(inner, written, record, *deadline).await
+}
+
+/// One side of a run, as written.
+struct Written {
+    key: String,
+    side: Side,
+    /// The revision its last write landed at.
+    revision: Revision,
+}
+
+/// Writes every side's assignment, its shared fields from `record` (the
+/// reader's first).
+async fn write_all(
+    inner: &Inner,
+    written: &mut [Written],
+    record: &Assignment,
+    until: Option<tokio::time::Instant>,
+) -> Result<(), Lost> {
+    for w in written.iter_mut() {
+        w.revision = write(inner, &w.key, &w.side.assignment(record), until).await?;
     }
     Ok(())
 }
 
-/// Where [`place`] put the work.
+/// The sides of a run read on `reader`: split as the changefeed's table
+/// placement says among the live captures (none registered, in tests: whole).
+/// Retries while the store does not answer.
+async fn split(inner: &Inner, id: &ChangefeedId, reader: String, registered: bool) -> Sides {
+    if !registered {
+        return Sides::whole(reader);
+    }
+    loop {
+        match (
+            tables::read(inner.store.as_ref(), id).await,
+            tables::live_captures(inner.store.as_ref()).await,
+        ) {
+            (Ok((placement, _)), Ok(live)) => {
+                return Sides::plan(reader, placement, &live, tables::new_token);
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "Could not read the table placement; retrying.");
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+    }
+}
+
+/// Where [`place`] put the work (the capture that reads it).
 struct Placed {
     capture: String,
     /// Whether that capture was registered (a capture that is not, in tests
@@ -993,6 +1080,7 @@ mod tests {
     fn the_checkpoint_is_the_minimum_over_the_assigned_captures() {
         let mut reports = Reports {
             epoch: Epoch(2),
+            reader: "b".into(),
             captures: [("a".to_string(), None), ("b".to_string(), None)]
                 .into_iter()
                 .collect(),
@@ -1026,7 +1114,9 @@ mod tests {
         );
         let p = reports.progress().unwrap();
         assert_eq!((p.checkpoint_ts.get(), p.rows_written), (40, 7));
+        assert_eq!(p.capture.as_deref(), Some("b"), "the reader is named");
         assert_eq!(reports.outcome(), None);
+        assert_eq!(reports.ended_early(), None);
         reports.take(
             &kv(
                 "a",
@@ -1035,6 +1125,15 @@ mod tests {
             false,
         );
         assert_eq!(reports.outcome(), None, "b still runs");
+        assert_eq!(reports.ended_early(), None, "a finished: b ends by itself");
+        reports.take(
+            &kv(
+                "a",
+                r#"{"changefeed-epoch":2,"checkpoint-ts":60,"state":"stopped"}"#,
+            ),
+            false,
+        );
+        assert_eq!(reports.ended_early(), Some("a"), "b is to stop too");
         reports.take(
             &kv(
                 "b",
@@ -1321,5 +1420,169 @@ mod tests {
         // The assignment went with it.
         let key = keys::assignment("c-1", "t", "c").unwrap();
         assert_eq!(store.get(&key).await.unwrap(), None);
+    }
+
+    /// Registers `capture` as a server does, at `address`.
+    async fn register(store: &Arc<dyn MetaStore>, capture: &str, address: &str) {
+        let info = crate::CaptureInfo {
+            version: 1,
+            id: capture.into(),
+            address: address.into(),
+            sluice_version: "test".into(),
+            started_at_ms: 1,
+        };
+        let key = keys::capture(capture).unwrap();
+        store
+            .put(&key, keys::encode(&info).unwrap(), None)
+            .await
+            .unwrap();
+    }
+
+    /// Waits for `capture`'s assignment of `t/c` to satisfy `ready`.
+    async fn assignment_on(
+        store: &Arc<dyn MetaStore>,
+        capture: &str,
+        ready: impl Fn(&Assignment) -> bool,
+    ) -> Assignment {
+        let key = keys::assignment(capture, "t", "c").unwrap();
+        for _ in 0..500 {
+            if let Some(kv) = store.get(&key).await.unwrap() {
+                let a: Assignment = keys::decode(&kv.key, &kv.value).unwrap();
+                if ready(&a) {
+                    return a;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no such assignment on {capture}");
+    }
+
+    #[tokio::test]
+    async fn a_moved_table_ends_the_run_and_the_next_runs_it_on_its_capture_from_the_reader() {
+        use crate::relocate::{MoveError, Placement};
+        use crate::tables::{TableMove, request_table_move};
+        use sluice_protocol::{Receiver, ShipRole};
+        let dir = tempfile::tempdir().unwrap();
+        let (store, guard) = owned_store(&dir).await;
+        register(&store, "c-1", "10.0.0.1:8300").await;
+        register(&store, "c-2", "10.0.0.2:8300").await;
+        let (wake, _woken) = mpsc::unbounded_channel();
+        let assigner = Assigner::new(store.clone(), guard, Arc::new(|_| {}), "c-1".into(), wake);
+        let id = ChangefeedId::new("t", "c").unwrap();
+        let info = ChangefeedInfo::new(
+            id.clone(),
+            crate::info::tests::sample_config(),
+            CommitTs::new(100),
+        );
+        let first = assigner.assign(&info, Epoch(1), CheckpointTs::new(100), Revision(1));
+        assignment_on(&store, "c-1", |a| a.tables == Tables::All).await;
+        let on = |capture: &str| keys::task_position("t", "c", capture).unwrap();
+        store
+            .put(&on("c-1"), position(1, 150, r#""running""#, 10), None)
+            .await
+            .unwrap();
+
+        // Bad requests change nothing.
+        let store_ref = store.as_ref();
+        assert!(matches!(
+            request_table_move(store_ref, &id, "shop.orders", "c-9").await,
+            Err(MoveError::NoCapture(_))
+        ));
+        assert!(matches!(
+            request_table_move(store_ref, &id, "orders", "c-2").await,
+            Err(MoveError::BadTable(_))
+        ));
+        let moved = request_table_move(store_ref, &id, "shop.orders", "c-2")
+            .await
+            .unwrap();
+        assert_eq!(
+            moved,
+            TableMove {
+                changefeed: id.clone(),
+                table: "shop.orders".into(),
+                from: "c-1".into(),
+                to: "c-2".into()
+            }
+        );
+        // The run ends where it is (stopped, flushed and saved there).
+        assignment_on(&store, "c-1", |a| a.desired == Desired::Stop).await;
+        store
+            .put(&on("c-1"), position(1, 170, r#""stopped""#, 12), None)
+            .await
+            .unwrap();
+        assert_eq!(first.join().await, Outcome::Stopped);
+
+        // The next run: c-1 reads and ships shop.orders to c-2, one epoch,
+        // one secret.
+        let second = assigner.assign(&info, Epoch(2), CheckpointTs::new(170), Revision(1));
+        let reads = assignment_on(&store, "c-1", |a| a.changefeed_epoch == Epoch(2)).await;
+        let receives = assignment_on(&store, "c-2", |_| true).await;
+        assert_eq!(
+            (reads.version, reads.tables.clone(), receives.version),
+            (
+                sluice_protocol::ASSIGNMENT_VERSION,
+                Tables::All,
+                sluice_protocol::ASSIGNMENT_VERSION
+            )
+        );
+        assert_eq!(receives.tables, Tables::Only(vec!["shop.orders".into()]));
+        assert_eq!(
+            (receives.changefeed_epoch, receives.checkpoint_ts),
+            (Epoch(2), CheckpointTs::new(170))
+        );
+        let (reader_side, receiver_side) = (reads.shipment.unwrap(), receives.shipment.unwrap());
+        assert_eq!(reader_side.token, receiver_side.token);
+        assert_eq!(reader_side.token.len(), 32);
+        assert_eq!(
+            reader_side.role,
+            ShipRole::Reads {
+                receivers: vec![Receiver {
+                    capture: "c-2".into(),
+                    tables: vec!["shop.orders".into()]
+                }]
+            }
+        );
+        assert_eq!(
+            receiver_side.role,
+            ShipRole::Receives {
+                reader: "c-1".into(),
+                address: "10.0.0.1:8300".into()
+            }
+        );
+        let placement = Placement::read(store_ref).await.unwrap();
+        assert_eq!(placement.capture_of(&id), Some("c-1"));
+        assert_eq!(placement.tables[&id]["shop.orders"], "c-2");
+        // Asking again changes nothing and says where it runs.
+        let again = request_table_move(store_ref, &id, "shop.orders", "c-2")
+            .await
+            .unwrap();
+        assert_eq!((again.from.as_str(), again.to.as_str()), ("c-2", "c-2"));
+
+        // The receiver fails: the reader is stopped too, and the run fails.
+        store
+            .put(&on("c-1"), position(2, 180, r#""running""#, 1), None)
+            .await
+            .unwrap();
+        let failed = r#"{"failed":{"kind":"retryable","message":"the reader went away"}}"#;
+        store
+            .put(&on("c-2"), position(2, 175, failed, 1), None)
+            .await
+            .unwrap();
+        assignment_on(&store, "c-1", |a| a.desired == Desired::Stop).await;
+        store
+            .put(&on("c-1"), position(2, 190, r#""stopped""#, 2), None)
+            .await
+            .unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(5), second.join())
+            .await
+            .unwrap();
+        assert!(
+            matches!(&outcome, Outcome::Failed { kind: ErrorKind::Retryable, message } if message.contains("reader went away")),
+            "{outcome:?}"
+        );
+        assert!(
+            assigned(&store).await.is_empty(),
+            "both sides' assignments went"
+        );
     }
 }

@@ -46,6 +46,7 @@ mod runtime;
 mod shadow;
 mod state;
 mod swap;
+pub mod tables;
 
 #[cfg(test)]
 mod tests;

@@ -167,12 +167,15 @@ impl MetaRecords {
         }
     }
 
-    /// Deletes what a removed changefeed kept (status, task positions); its info
-    /// stays as a tombstone so that a new incarnation continues its epochs.
+    /// Deletes what a removed changefeed kept (status, task positions, asked
+    /// moves, its table placement); its info stays as a tombstone so that a
+    /// new incarnation continues its epochs.
     pub async fn forget(&self, id: &ChangefeedId) -> Result<(), SaveError> {
-        let mut ops = vec![Op::delete(
-            keys::changefeed_status(id.tenant(), id.name()).map_err(key_error)?,
-        )];
+        let mut ops = vec![
+            Op::delete(keys::changefeed_status(id.tenant(), id.name()).map_err(key_error)?),
+            Op::delete(keys::changefeed_move(id.tenant(), id.name()).map_err(key_error)?),
+            Op::delete(keys::table_placement(id.tenant(), id.name()).map_err(key_error)?),
+        ];
         let prefix = keys::task_prefix(id.tenant(), id.name()).map_err(key_error)?;
         for kv in self.store.list(&prefix).await.map_err(unavailable)?.kvs {
             ops.push(Op::delete(kv.key));

@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 use sluice_meta::keys::{self, MetaKey};
 use sluice_meta::{Compare, MetaError, MetaStore, Op, Revision, Txn, WatchEventKind, WatchStream};
 
-use crate::{Assignment, ChangefeedId, Desired};
+use crate::tables::{self, Sides, TablePlacement};
+use crate::{Assignment, ChangefeedId, Desired, Tables};
 
 /// The record of a move request: where the changefeed is to run next.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +55,9 @@ pub enum MoveError {
          restart): only running work moves"
     )]
     NotRunning(ChangefeedId),
+    /// The table named cannot be placed.
+    #[error("{0}")]
+    BadTable(String),
 }
 
 /// The live captures (those not being drained), each with the changefeeds
@@ -66,6 +70,9 @@ pub struct Placement {
     pub draining: BTreeSet<String>,
     /// Changefeeds with a move asked for and not carried out yet.
     pub moving: BTreeSet<ChangefeedId>,
+    /// The tables of split changefeeds that run on a capture other than the
+    /// reader: changefeed → `schema.table` → capture.
+    pub tables: BTreeMap<ChangefeedId, BTreeMap<String, String>>,
 }
 
 impl Placement {
@@ -73,6 +80,7 @@ impl Placement {
     pub async fn read(store: &dyn MetaStore) -> Result<Self, MetaError> {
         let draining = crate::drained(store).await?;
         let mut captures: BTreeMap<String, Vec<ChangefeedId>> = BTreeMap::new();
+        let mut tables: BTreeMap<ChangefeedId, BTreeMap<String, String>> = BTreeMap::new();
         for kv in store.list(&keys::capture_prefix()).await?.kvs {
             if let Some(MetaKey::Capture { capture }) = MetaKey::parse(&kv.key)
                 && !draining.contains(&capture)
@@ -86,12 +94,27 @@ impl Placement {
                 tenant,
                 changefeed,
             }) = MetaKey::parse(&kv.key)
-                && let Some(list) = captures.get_mut(&capture)
-                && keys::decode::<Assignment>(&kv.key, &kv.value)
-                    .is_ok_and(|a| a.desired == Desired::Run)
+                && captures.contains_key(&capture)
+                && let Ok(a) = keys::decode::<Assignment>(&kv.key, &kv.value)
+                && a.desired == Desired::Run
                 && let Ok(id) = ChangefeedId::new(tenant, changefeed)
             {
-                list.push(id);
+                match (&a.shipment, &a.tables) {
+                    // A receiver runs some tables; the changefeed is where it is read.
+                    (
+                        Some(sluice_protocol::Shipment {
+                            role: sluice_protocol::ShipRole::Receives { .. },
+                            ..
+                        }),
+                        Tables::Only(only),
+                    ) => {
+                        let placed = tables.entry(id).or_default();
+                        for t in only {
+                            placed.insert(t.clone(), capture.clone());
+                        }
+                    }
+                    _ => captures.get_mut(&capture).expect("checked").push(id),
+                }
             }
         }
         let prefix = keys::move_prefix();
@@ -109,6 +132,7 @@ impl Placement {
             captures,
             draining,
             moving,
+            tables,
         })
     }
 
@@ -251,9 +275,14 @@ pub(crate) async fn done(
 pub(crate) struct Relocations {
     drains: WatchStream,
     moves: WatchStream,
+    placements: WatchStream,
     drain_keys: BTreeSet<String>,
     move_key: String,
-    captures: Vec<String>,
+    placement_key: String,
+    /// The capture that reads the changefeed.
+    reader: String,
+    /// The table placement the run was split by.
+    placed: TablePlacement,
 }
 
 impl Relocations {
@@ -261,30 +290,39 @@ impl Relocations {
     /// (a drain or move asked for before).
     pub(crate) async fn watch(
         store: &dyn MetaStore,
-        captures: &[String],
+        sides: &Sides,
         id: &ChangefeedId,
         after: Revision,
     ) -> Result<(Self, Option<String>), MetaError> {
+        let captures = sides.captures();
         let move_key = keys::changefeed_move(id.tenant(), id.name())?;
+        let placement_key = keys::table_placement(id.tenant(), id.name())?;
         let drain_keys = captures
             .iter()
             .map(|c| keys::drain(c))
             .collect::<Result<BTreeSet<_>, _>>()?;
         let drains = store.watch(&keys::drain_prefix(), Some(after)).await?;
         let moves = store.watch(&move_key, Some(after)).await?;
+        let placements = store.watch(&placement_key, Some(after)).await?;
         let relocations = Self {
             drains,
             moves,
+            placements,
             drain_keys,
             move_key,
-            captures: captures.to_vec(),
+            placement_key,
+            reader: sides.reader().to_string(),
+            placed: sides.placement.clone(),
         };
         let drained = crate::drained(store).await?;
         let already = match captures.iter().find(|c| drained.contains(*c)) {
             Some(c) => Some(Self::drained(c)),
             None => match store.get(&relocations.move_key).await? {
                 Some(kv) => relocations.moved(&kv),
-                None => None,
+                None => {
+                    let now = store.get(&relocations.placement_key).await?;
+                    relocations.tables_moved(now.as_ref())
+                }
             },
         };
         Ok((relocations, already))
@@ -296,7 +334,14 @@ impl Relocations {
 
     fn moved(&self, kv: &sluice_meta::KeyValue) -> Option<String> {
         let to = keys::decode::<MoveTo>(&kv.key, &kv.value).ok()?.to;
-        (!self.captures.contains(&to)).then(|| format!("the changefeed moves to capture {to}"))
+        (to != self.reader).then(|| format!("the changefeed moves to capture {to}"))
+    }
+
+    /// Why the run must end if the table placement is now `kv` (none: no
+    /// record): it differs from the one the run was split by.
+    fn tables_moved(&self, kv: Option<&sluice_meta::KeyValue>) -> Option<String> {
+        let now = kv.map(tables::decode).unwrap_or_default();
+        (now.tables != self.placed.tables).then(|| "tables of the changefeed move".to_string())
     }
 
     /// The next reason for the work to leave; `None` once a watch ended
@@ -315,6 +360,16 @@ impl Relocations {
                 event = self.moves.next() => match event? {
                     Ok(ev) if ev.kind == WatchEventKind::Put && ev.kv.key == self.move_key => {
                         if let Some(why) = self.moved(&ev.kv) {
+                            return Some(why);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => return None,
+                },
+                event = self.placements.next() => match event? {
+                    Ok(ev) if ev.kv.key == self.placement_key => {
+                        let now = (ev.kind == WatchEventKind::Put).then_some(&ev.kv);
+                        if let Some(why) = self.tables_moved(now) {
                             return Some(why);
                         }
                     }

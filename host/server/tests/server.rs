@@ -539,7 +539,8 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
 
     // Two changefeeds: the first on the owner's capture (equal load), the
     // second on the standby's (less loaded then).
-    let file = feed_file_with(dir.path(), "feed", TOTAL, 2_000, "flush-interval-ms = 200");
+    // Slow enough to run through the moves below.
+    let file = feed_file_with(dir.path(), "feed", TOTAL, 1_000, "flush-interval-ms = 200");
     let create = |server: &Server, name: &str| {
         server.json(&[
             "changefeed",
@@ -634,6 +635,66 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
             .unwrap()
             .is_empty()
     );
+    // One table of `moved` runs on the other capture, its events shipped
+    // there by the capture that reads the source; then it comes back.
+    let reader = runs_on(&moved);
+    let helper = b
+        .json(&["capture", "list"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap().to_string())
+        .find(|c| *c != reader)
+        .unwrap();
+    let epoch_of = |name: &str| a.state(name)["epoch"].as_u64().unwrap();
+    let tables_on = |capture: &str| {
+        b.json(&["capture", "list"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == capture)
+            .map_or(0, |c| c["tables"].as_u64().unwrap())
+    };
+    for (to, tables) in [(&helper, 1), (&reader, 0)] {
+        let before = epoch_of(&moved);
+        let m = b.json(&[
+            "changefeed",
+            "move-table",
+            "-c",
+            &moved,
+            "--table",
+            "shop.orders",
+            "--capture",
+            to,
+        ]);
+        assert_eq!(
+            (m["table"].as_str(), m["to"].as_str()),
+            (Some("shop.orders"), Some(to.as_str())),
+            "{m}"
+        );
+        b.wait_for("the table to move", Duration::from_secs(30), || {
+            epoch_of(&moved) > before && tables_on(&helper) == tables && runs_on(&moved) == reader
+        });
+        let at = a.state(&moved)["checkpoint-ts"].as_u64().unwrap();
+        b.wait_for(
+            "the split run to make progress",
+            Duration::from_secs(30),
+            || a.state(&moved)["checkpoint-ts"].as_u64().unwrap() > at,
+        );
+    }
+    let err = b.error(&[
+        "changefeed",
+        "move-table",
+        "-c",
+        &moved,
+        "--table",
+        "orders",
+        "--capture",
+        &helper,
+    ]);
+    assert!(err.contains("not of the form schema.table"), "{err}");
+    assert_eq!(per_capture(&b), [1, 1]);
+
     // Move the other one there too, then back.
     let other = if moved == "first" { "second" } else { "first" };
     let there = runs_on(other);
@@ -716,6 +777,13 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
         Duration::from_secs(120),
         || b.state("third")["state"] == "finished",
     );
+    for name in ["first", "second"] {
+        b.wait_for(
+            &format!("{name} to finish"),
+            Duration::from_secs(120),
+            || b.state(name)["state"] == "finished",
+        );
+    }
     assert_eq!(per_capture(&b), [0], "{}", b.json(&["capture", "list"]));
     let log_b = b.stop();
     let logs = in_time_order(&[log_a, log_a2, log_b]);

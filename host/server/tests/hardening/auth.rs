@@ -152,6 +152,15 @@ fn case(method: &str, acme_token: &str) -> Option<(Vec<u8>, Needs)> {
             Admin,
         ),
         "RebalanceChangefeeds" => (pb::RebalanceChangefeedsRequest {}.encode_to_vec(), Admin),
+        "MoveTable" => (
+            pb::MoveTableRequest {
+                id: feed("f"),
+                table: "shop.orders".into(),
+                capture_id: "nobody".into(),
+            }
+            .encode_to_vec(),
+            Admin,
+        ),
         "Health" => (pb::HealthRequest {}.encode_to_vec(), AnyToken),
         "ListProcessors" => (
             pb::ListProcessorsRequest {
