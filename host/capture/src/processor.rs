@@ -472,8 +472,8 @@ async fn run(
         }
     };
     let source = input.source;
-    if !input.elsewhere.is_empty() {
-        pipeline = pipeline.with_tables_elsewhere(input.elsewhere);
+    if let Some((durable, passed)) = input.elsewhere {
+        pipeline = pipeline.with_tables_elsewhere(durable, passed);
     }
     let _report_durable = input.reporter.map(|reporter| {
         let task = tokio::spawn(shipped::report_durable(pipeline.progress(), reporter));

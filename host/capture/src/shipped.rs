@@ -116,8 +116,10 @@ impl Source for RunSource {
 pub struct RunInput {
     /// The source.
     pub source: RunSource,
-    /// Reading: the receivers' durable ts (the checkpoint waits for them).
-    pub elsewhere: Vec<watch::Receiver<u64>>,
+    /// Reading: the receivers' durable ts (the checkpoint and each DDL wait
+    /// for them), and where the pipeline tells the source of each DDL it
+    /// applied.
+    pub elsewhere: Option<(Vec<watch::Receiver<u64>>, watch::Sender<u64>)>,
     /// Receiving: where to report this capture's durable ts.
     pub reporter: Option<FlushReporter>,
 }
@@ -142,7 +144,7 @@ pub async fn input(
     let Some(shipment) = shipment else {
         return Ok(RunInput {
             source: RunSource::Whole(source),
-            elsewhere: Vec::new(),
+            elsewhere: None,
             reporter: None,
         });
     };
@@ -153,11 +155,12 @@ pub async fn input(
                 let outbox = ctx.shipping.open(key(&r.capture), shipment.token.clone())?;
                 destinations.push((outbox, r.tables.clone()));
             }
-            let split = Split::new(source, destinations);
-            let elsewhere = split.flushed_watches();
+            let (passed, applied) = watch::channel(0);
+            let split = Split::new(source, destinations).with_applied(applied);
+            let durable = split.flushed_watches();
             Ok(RunInput {
                 source: RunSource::Reads(split),
-                elsewhere,
+                elsewhere: Some((durable, passed)),
                 reporter: None,
             })
         }
@@ -177,7 +180,7 @@ pub async fn input(
             let reporter = shipped.flush_reporter();
             Ok(RunInput {
                 source: RunSource::Receives(shipped),
-                elsewhere: Vec::new(),
+                elsewhere: None,
                 reporter: Some(reporter),
             })
         }

@@ -29,6 +29,7 @@ mod barrier;
 mod cache;
 mod config;
 mod dispatcher;
+mod elsewhere;
 mod error;
 mod live;
 mod persist;

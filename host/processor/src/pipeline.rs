@@ -20,6 +20,7 @@ use crate::barrier::{Barrier, Barriers};
 use crate::cache::{CachePermit, Chunk, EventCache, Item};
 use crate::config::{PipelineConfig, Retry};
 use crate::dispatcher::{Bounds, Dispatcher, Held, Output, changefeed_checkpoint};
+use crate::elsewhere::TablesElsewhere;
 use crate::error::PipelineError;
 use crate::persist::{ProgressStore, Saver};
 use crate::redo::{Fence, RedoLog, RedoStatus};
@@ -176,10 +177,9 @@ pub struct Pipeline<K: Sink, F: Filter> {
     /// comes from the cache.
     source_ended: bool,
     interrupted: bool,
-    /// What the captures running this changefeed's other tables have made
-    /// durable (their events shipped from this one's source): the
-    /// checkpoint, and the source position saved with it, never pass it.
-    elsewhere: Vec<watch::Receiver<u64>>,
+    /// The captures running this changefeed's other tables (their events
+    /// shipped from this one's source).
+    elsewhere: TablesElsewhere,
 }
 
 impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
@@ -232,7 +232,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             fence: None,
             source_ended: false,
             interrupted: false,
-            elsewhere: Vec::new(),
+            elsewhere: TablesElsewhere::default(),
         }
     }
 
@@ -247,8 +247,15 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
     /// Hold the checkpoint at what the captures running the changefeed's
     /// other tables report durable (one watch per capture): their rows come
     /// from this pipeline's source, so its saved position must not pass them.
-    pub fn with_tables_elsewhere(mut self, durable: Vec<watch::Receiver<u64>>) -> Self {
-        self.elsewhere = durable;
+    /// Each DDL is applied only once they made everything below it durable,
+    /// and `passed` is told the commit ts of every DDL applied (or found
+    /// downstream already), for the source to ship what follows it.
+    pub fn with_tables_elsewhere(
+        mut self,
+        durable: Vec<watch::Receiver<u64>>,
+        passed: watch::Sender<u64>,
+    ) -> Self {
+        self.elsewhere = TablesElsewhere::new(durable, passed);
         self
     }
 
@@ -663,6 +670,8 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             SourceEvent::Ddl(ddl) => {
                 if ddl.commit_ts > CommitTs::from(self.start.ts) {
                     self.on_ddl(ddl);
+                } else {
+                    self.elsewhere.passed(ddl.commit_ts);
                 }
             }
             SourceEvent::End => {}
@@ -796,9 +805,12 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             let Some(ddl) = self.barriers.pop() else {
                 return Ok(());
             };
-            // Every row below it is written and flushed: apply it (retrying
-            // into a fresh sink like any call).
+            // Every row below it is written and flushed, here and on the
+            // captures running the other tables: apply it (retrying into a
+            // fresh sink like any call).
+            self.elsewhere.reach(ddl.commit_ts).await?;
             self.writer.apply_ddl(&ddl).await?;
+            self.elsewhere.passed(ddl.commit_ts);
             self.release(Barrier::Ddl(ddl.commit_ts)).await?;
         }
     }
@@ -854,7 +866,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             self.dispatchers
                 .iter()
                 .map(|d| d.written_through(read_through))
-                .chain(self.elsewhere.iter().map(|w| CommitTs::new(*w.borrow()))),
+                .chain(self.elsewhere.durable()),
             self.barriers.ts(),
         );
         if CheckpointTs::from(checkpoint) > self.progress.checkpoint_ts {

@@ -655,7 +655,7 @@ async fn the_checkpoint_waits_for_the_tables_run_elsewhere() {
     };
     let sink = MemorySink::default();
     let mut pipeline = Pipeline::new(config, no_filters(), sink, CheckpointTs::ZERO)
-        .with_tables_elsewhere(vec![elsewhere, behind]);
+        .with_tables_elsewhere(vec![elsewhere, behind], watch::channel(0).0);
     let generator = DatagenSource::new(source).expect("valid datagen config");
     let report = pipeline
         .run(generator, std::future::pending())
@@ -2072,6 +2072,66 @@ impl Source for Scripted {
     fn resume(&mut self, _from: &Checkpoint) -> Result<(), ResumeError> {
         Ok(())
     }
+}
+
+#[tokio::test]
+async fn a_ddl_waits_until_the_captures_running_other_tables_made_what_is_below_it_durable() {
+    let schema = app_t("n");
+    let ddl_ts = CommitTs::compose(15, 0);
+    let mut events = std::collections::VecDeque::new();
+    let mut first = Transaction::new(CommitTs::compose(10, 0));
+    first.table(&schema).insert().int(1).int(0);
+    events.push_back(SourceEvent::Transaction(first));
+    events.push_back(SourceEvent::Ddl(DdlEvent {
+        commit_ts: ddl_ts,
+        schema_name: "app".into(),
+        query: "DROP DATABASE other".into(),
+        ..DdlEvent::default()
+    }));
+    let mut after = Transaction::new(CommitTs::compose(20, 0));
+    after.table(&schema).insert().int(2).int(0);
+    events.push_back(SourceEvent::Transaction(after));
+    let (durable_tx, durable) = watch::channel(0);
+    let (passed_tx, mut passed) = watch::channel(0);
+    let mut pipeline = Pipeline::new(
+        config(),
+        no_filters(),
+        MemorySink::default(),
+        CheckpointTs::ZERO,
+    )
+    .with_tables_elsewhere(vec![durable], passed_tx);
+    let other_capture = async {
+        // Nothing is applied while the other capture is behind the DDL.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            *passed.borrow(),
+            0,
+            "applied before the other capture reached it"
+        );
+        durable_tx.send_replace(ddl_ts.get() - 1);
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            passed.wait_for(|&p| p == ddl_ts.get()),
+        )
+        .await
+        .expect("the DDL is applied once the other capture reached it")
+        .expect("the pipeline keeps the sender");
+    };
+    let (report, ()) = tokio::join!(
+        pipeline.run(Scripted(events), std::future::pending()),
+        other_capture
+    );
+    let report = report.expect("the pipeline succeeds");
+    let sink = pipeline.sink();
+    let ids: Vec<i64> = sink.durable.iter().map(|d| d.row.key).collect();
+    assert_eq!(ids, [1, 2]);
+    assert_eq!(sink.ddls.len(), 1);
+    assert_eq!(sink.ddls[0].1, 1, "between the two rows");
+    // The other capture made durable no more than what is below the DDL.
+    assert_eq!(
+        report.progress.checkpoint_ts,
+        CheckpointTs::new(ddl_ts.get() - 1)
+    );
 }
 
 #[tokio::test]

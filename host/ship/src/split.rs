@@ -2,6 +2,16 @@
 //! keeps the events of the tables this capture runs and ships the others' to
 //! the captures that run them. A run's local tables move on untouched: a
 //! table on the reading capture pays nothing for the shipping.
+//!
+//! DDLs: a statement about one capture's tables goes to that capture, which
+//! applies it. A statement about the tables of several captures (a rename or
+//! drop of several tables, a statement about a database) is a barrier across
+//! them, applied once, by the reading capture: the receivers are told that
+//! everything below it was shipped (a resolved ts just below it) and get
+//! nothing more; the reading capture's pipeline applies it only once every
+//! receiver made durable everything below it
+//! (`Pipeline::with_tables_elsewhere`), and tells this source when it did
+//! ([`Split::with_applied`]); only then do the receivers get what follows it.
 
 use std::collections::HashMap;
 
@@ -45,6 +55,11 @@ pub struct Split<S> {
     by_name: HashMap<String, usize>,
     /// (table id, schema version) → where its rows go (`None`: here).
     by_id: HashMap<(u32, u32), Option<usize>>,
+    /// The commit ts of the last DDL the pipeline applied (or passed).
+    applied: Option<tokio::sync::watch::Receiver<u64>>,
+    /// A DDL across captures was kept here: nothing more is shipped until the
+    /// pipeline applied it.
+    barrier: Option<u64>,
 }
 
 impl<S: Source> Split<S> {
@@ -76,7 +91,31 @@ impl<S: Source> Split<S> {
             destinations,
             by_name,
             by_id: HashMap::new(),
+            applied: None,
+            barrier: None,
         }
+    }
+
+    /// Holds what follows a DDL across captures until `applied` (the commit
+    /// ts of the last DDL the pipeline applied) reaches it. Without it, what
+    /// follows is shipped at once (the receivers may then write rows above
+    /// the DDL before the reading capture applied it).
+    pub fn with_applied(mut self, applied: tokio::sync::watch::Receiver<u64>) -> Self {
+        self.applied = Some(applied);
+        self
+    }
+
+    /// Waits until the pipeline applied the DDL across captures kept last.
+    async fn pass_barrier(&mut self) -> Result<(), ShipError> {
+        let (Some(ts), Some(applied)) = (self.barrier, self.applied.as_mut()) else {
+            return Ok(());
+        };
+        applied
+            .wait_for(|&a| a >= ts)
+            .await
+            .map_err(|_| ShipError::Lost("the pipeline stopped before it applied a DDL".into()))?;
+        self.barrier = None;
+        Ok(())
     }
 
     /// The receivers' durable ts, to watch: the reading capture's
@@ -96,9 +135,9 @@ impl<S: Source> Split<S> {
             .or_insert_with(|| by_name.get(&schema.qualified_name()).copied())
     }
 
-    /// Where a DDL goes: every destination running a table it names (or, for
-    /// a statement about a database, a table in it), and whether this capture
-    /// keeps it (it names a table run here, or none).
+    /// Where a DDL's tables run: every destination running a table it names
+    /// (or, for a statement about a database, a table in it), and whether
+    /// this capture runs one (it names a table run here, or none).
     fn ddl_destinations(&self, ddl: &DdlEvent) -> (Vec<usize>, bool) {
         let mut names: Vec<String> = ddl
             .tables
@@ -142,6 +181,7 @@ impl<S: Source> Source for Split<S> {
     type Error = SplitError<S::Error>;
 
     async fn next_event(&mut self) -> Result<SourceEvent, Self::Error> {
+        self.pass_barrier().await?;
         loop {
             let event = self.inner.next_event().await.map_err(SplitError::Source)?;
             match event {
@@ -177,13 +217,25 @@ impl<S: Source> Source for Split<S> {
                 }
                 SourceEvent::Ddl(ddl) => {
                     let (remote, local) = self.ddl_destinations(&ddl);
-                    for i in remote {
-                        self.destinations[i].encoder.ddl(&ddl);
+                    if let ([one], false) = (&remote[..], local) {
+                        // One receiver's tables only: it applies it.
+                        self.destinations[*one].encoder.ddl(&ddl);
+                        self.send().await?;
+                        continue;
+                    }
+                    // Applied here. Every receiver is told that what is below
+                    // it was shipped (the pipeline applies no DDL before the
+                    // receivers made that durable); those it concerns get
+                    // nothing more until it is applied.
+                    let below = ddl.commit_ts.get().saturating_sub(1);
+                    for d in &mut self.destinations {
+                        d.encoder.resolved(below);
                     }
                     self.send().await?;
-                    if local {
-                        return Ok(SourceEvent::Ddl(ddl));
+                    if !remote.is_empty() {
+                        self.barrier = Some(ddl.commit_ts.get());
                     }
+                    return Ok(SourceEvent::Ddl(ddl));
                 }
                 SourceEvent::Resolved(ts) => {
                     for d in &mut self.destinations {
@@ -208,6 +260,7 @@ impl<S: Source> Source for Split<S> {
         max_transactions: usize,
         max_bytes: usize,
     ) -> Result<Option<TransactionRun>, Self::Error> {
+        self.pass_barrier().await?;
         let Some(mut run) = self
             .inner
             .next_run(max_transactions, max_bytes)

@@ -389,7 +389,8 @@ impl Source for Script {
 }
 
 #[tokio::test]
-async fn a_large_transactions_parts_flags_and_database_ddl_reach_the_receiver_as_read() {
+async fn a_large_transactions_parts_and_flags_reach_the_receiver_as_read_and_a_database_ddl_is_a_barrier()
+ {
     use sluice_core::{
         Column, ColumnType, CommitTs, DdlEvent, FLAG_NO_FK_CHECKS, Op, ResolvedTs, TableSchema,
         Transaction, Value,
@@ -431,22 +432,36 @@ async fn a_large_transactions_parts_flags_and_database_ddl_reach_the_receiver_as
         schema_name: "s".into(),
         ..DdlEvent::default()
     };
+    let mut after = Transaction::new(CommitTs::new(12));
+    after
+        .table(&schema)
+        .push_values(Op::Insert, None, Some(&row(5)));
     let script = Script(
         [
             SourceEvent::Transaction(first),
             SourceEvent::Transaction(last),
             SourceEvent::Resolved(ResolvedTs::new(10)),
             SourceEvent::Ddl(drop_database.clone()),
+            SourceEvent::Transaction(after),
         ]
         .into(),
     );
     let (shipping, outbox, mut shipped) = attached().await;
-    let mut split = Split::new(script, vec![(outbox, vec!["s.t".into()])]);
+    let (applied_tx, applied) = tokio::sync::watch::channel(0);
+    let mut split = Split::new(script, vec![(outbox, vec!["s.t".into()])]).with_applied(applied);
     let mut kept = Vec::new();
     loop {
         let event = split.next_event().await.expect("split");
         let end = matches!(event, SourceEvent::End);
+        let ddl = matches!(event, SourceEvent::Ddl(_));
         kept.push(event);
+        if ddl {
+            // Kept here (it concerns this capture's tables and the
+            // receiver's): nothing more goes until the pipeline applied it.
+            let held = tokio::time::timeout(Duration::from_millis(300), split.next_event()).await;
+            assert!(held.is_err(), "shipped on before the DDL was applied");
+            applied_tx.send_replace(11);
+        }
         if end {
             break;
         }
@@ -480,7 +495,9 @@ async fn a_large_transactions_parts_flags_and_database_ddl_reach_the_receiver_as
             format!("txn 10 more true rows 3 flags [0, {FLAG_NO_FK_CHECKS}, 0]"),
             "txn 10 more false rows 1 flags [0]".to_string(),
             "resolved 10".into(),
-            "ddl drop database s".into(),
+            // Below the DDL, shipped; the DDL is not the receiver's to apply.
+            "resolved 10".into(),
+            "run of 1".into(),
         ]
     );
     // The reader kept no rows, and the statement about the database too.
