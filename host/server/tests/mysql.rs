@@ -603,6 +603,129 @@ fn mariadb_to_mariadb_through_sink_mysql_matches_row_for_row_after_kills() {
     assert!(!log.contains("Writer-Pw2"));
 }
 
+/// Two servers on a private etcd, one changefeed from MariaDB to MariaDB
+/// through sink-mysql with `shop.orders` moved to the capture that does not
+/// read the binlog: the downstream matches the upstream row for row, and a
+/// DDL about both captures' tables (a drop of both, then both created again
+/// and written) is applied once, after both captures wrote what came before
+/// it (applied twice, or early, the second drop fails or drops rows written
+/// after the tables came back).
+#[test]
+fn tables_split_across_two_captures_replicate_row_for_row_and_a_ddl_across_them_applies_once() {
+    let _one = one_at_a_time();
+    let etcd = sluice_tests::etcd::PrivateEtcd::start();
+    etcd.wait_listening();
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().join("shared-plugins").display());
+    let args = [
+        "--etcd",
+        etcd.endpoint.as_str(),
+        "--plugin-store",
+        store.as_str(),
+        "--lease-ttl-s",
+        "3",
+    ];
+    let up = PrivateMariaDb::start();
+    up.exec(SCHEMA);
+    up.exec("CREATE USER 'repl'@'%' IDENTIFIED BY 'Hidden-Pw1'; GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'repl'@'%'");
+    let down = PrivateMariaDb::start();
+    down.exec(SCHEMA);
+    down.exec(
+        "CREATE USER 'writer'@'%' IDENTIFIED BY 'Writer-Pw2'; GRANT ALL ON shop.* TO 'writer'@'%'; GRANT ALL ON sluice.* TO 'writer'@'%'",
+    );
+    let a = Server::start(&dir.path().join("a"), &args);
+    let b = Server::start_standby(&dir.path().join("b"), &args, &a);
+    a.upload("sink-mysql", "sink");
+    let file = replicate(
+        dir.path(),
+        "replica",
+        &up.url("repl", "Hidden-Pw1"),
+        &down.url("writer", "Writer-Pw2"),
+        "target",
+    );
+    a.create("replica", &file);
+    let mut seed = 5;
+    up.exec(&workload(&mut seed, 1, 100));
+    let capture_of = || {
+        a.state("replica")["status"]["capture"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    a.wait_for("the changefeed to run", Duration::from_secs(30), || {
+        !capture_of().is_empty()
+    });
+    let reader = capture_of();
+    let captures = a.json(&["capture", "list"]);
+    let helper = captures
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap().to_string())
+        .find(|c| *c != reader)
+        .expect("two captures");
+    let before = a.state("replica")["epoch"].as_u64().unwrap();
+    let moved = a.json(&[
+        "changefeed",
+        "move-table",
+        "-c",
+        "replica",
+        "--table",
+        "shop.orders",
+        "--capture",
+        &helper,
+    ]);
+    assert_eq!(moved["from"], reader.as_str(), "{moved}");
+    a.wait_for("the split run", Duration::from_secs(30), || {
+        let captures = a.json(&["capture", "list"]);
+        let on_helper = captures
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["id"] == helper.as_str() && c["tables"] == 1);
+        on_helper && a.state("replica")["epoch"].as_u64().unwrap() > before
+    });
+    up.exec(&workload(&mut seed, 101, 200));
+    // DROP TABLE statements the downstream ran.
+    let drops = || -> u64 {
+        let out = down.exec("SHOW GLOBAL STATUS LIKE 'Com_drop_table'");
+        out.split_whitespace().last().unwrap().parse().unwrap()
+    };
+    let drops_before = drops();
+    // Both tables dropped in one statement, created again and written.
+    up.exec("DROP TABLE shop.customers, shop.orders");
+    up.exec(SCHEMA.trim_start_matches("CREATE DATABASE shop;"));
+    up.exec(&workload(&mut seed, 301, 200));
+
+    let tables = ["customers", "orders"];
+    let cols: Vec<Vec<(String, bool)>> = tables.iter().map(|t| columns(&up, t)).collect();
+    let want: Vec<_> = tables
+        .iter()
+        .zip(&cols)
+        .map(|(t, c)| upstream(&up, t, c))
+        .collect();
+    assert!(!want[0].is_empty() && !want[1].is_empty());
+    let mut got = None;
+    a.wait_for(
+        "the downstream to match the upstream",
+        Duration::from_secs(120),
+        || {
+            got = downstream(&down, &tables, &cols);
+            got.as_ref() == Some(&want)
+        },
+    );
+    let q = a.state("replica");
+    assert!(
+        matches!(q["state"].as_str(), Some("normal" | "warning")),
+        "{q}"
+    );
+    assert_eq!(q["status"]["capture"], reader.as_str(), "{q}");
+    assert_eq!(drops() - drops_before, 1, "the drop ran once downstream");
+    for log in [b.stop(), a.stop()] {
+        assert!(!log.contains("Writer-Pw2"));
+    }
+}
+
 #[test]
 fn sink_mysql_applies_key_changes_unique_swaps_ddl_and_a_large_transaction() {
     let _one = one_at_a_time();
