@@ -220,6 +220,17 @@ pub enum ChangefeedCommand {
     /// Even the number of running changefeeds per capture (admin); prints
     /// the moves asked for.
     Rebalance,
+    /// Even a running changefeed's tables over the live captures (admin), by
+    /// table count or by the rows/s its captures last measured; prints the
+    /// moves asked for (carried out in one restart of the run).
+    RebalanceTables {
+        /// `name` or `tenant/name`.
+        #[arg(long, short = 'c')]
+        changefeed: String,
+        /// What to even out.
+        #[arg(long, value_parser = ["tables", "rows"], default_value = "tables")]
+        by: String,
+    },
     /// Whether everything upstream is downstream (TiCDC's synced status).
     Synced {
         /// `name` or `tenant/name`.
@@ -655,6 +666,14 @@ fn move_json(m: &pb::ChangefeedMove) -> Value {
     json!({"id": id, "from": m.from_capture, "to": m.to_capture})
 }
 
+fn table_move_json(m: &pb::TableMove) -> Value {
+    let id =
+        m.id.as_ref()
+            .map(|r| format!("{}/{}", r.tenant, r.name))
+            .unwrap_or_default();
+    json!({"id": id, "table": m.table, "from": m.from_capture, "to": m.to_capture})
+}
+
 fn changefeed_ref(tenant: &str, id: &str) -> pb::ChangefeedRef {
     match id.split_once('/') {
         Some((t, n)) => pb::ChangefeedRef {
@@ -883,14 +902,22 @@ async fn execute(args: &CliArgs, channel: Channel, bearer: Bearer) -> Result<Out
                     })
                     .await?
                     .into_inner();
-                let id =
-                    m.id.as_ref()
-                        .map(|r| format!("{}/{}", r.tenant, r.name))
-                        .unwrap_or_default();
-                Out::One(
-                    json!({"id": id, "table": m.table, "from": m.from_capture, "to": m.to_capture}),
-                )
+                Out::One(table_move_json(&m))
             }
+            ChangefeedCommand::RebalanceTables { changefeed, by } => Out::Rows(
+                vec!["id", "table", "from", "to"],
+                cluster
+                    .rebalance_tables(pb::RebalanceTablesRequest {
+                        id: Some(changefeed_ref(tenant, changefeed)),
+                        by: by.clone(),
+                    })
+                    .await?
+                    .into_inner()
+                    .moves
+                    .iter()
+                    .map(table_move_json)
+                    .collect(),
+            ),
             ChangefeedCommand::Rebalance => Out::Rows(
                 vec!["id", "from", "to"],
                 cluster
@@ -1235,6 +1262,7 @@ async fn execute(args: &CliArgs, channel: Channel, bearer: Bearer) -> Result<Out
                     "owner",
                     "changefeeds",
                     "tables",
+                    "rows-per-s",
                     "draining",
                     "version",
                 ],

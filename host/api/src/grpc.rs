@@ -822,13 +822,16 @@ pub async fn captures(node: &Node, tenant: Option<&str>) -> Result<Vec<pb::Captu
     // What each capture was assigned to run.
     let mut assigned: std::collections::BTreeMap<String, u32> = Default::default();
     let mut tables: std::collections::BTreeMap<String, u32> = Default::default();
+    let mut rows_per_s: std::collections::BTreeMap<String, u64> = Default::default();
     let assignments = store
         .list(&keys::assignments_prefix())
         .await
         .map_err(|e| Status::unavailable(e.to_string()))?;
     for kv in &assignments.kvs {
         if let Some(MetaKey::Assignment {
-            capture, tenant: t, ..
+            capture,
+            tenant: t,
+            changefeed,
         }) = MetaKey::parse(&kv.key)
             && tenant.is_none_or(|tenant| tenant == t)
             && let Ok(a) = keys::decode::<sluice_owner::Assignment>(&kv.key, &kv.value)
@@ -837,6 +840,18 @@ pub async fn captures(node: &Node, tenant: Option<&str>) -> Result<Vec<pb::Captu
             if let sluice_owner::Tables::Only(only) = &a.tables {
                 *tables.entry(capture.clone()).or_default() +=
                     u32::try_from(only.len()).unwrap_or(u32::MAX);
+            }
+            // What this run measured last (its task position, same epoch).
+            if let Ok(key) = keys::task_position(&t, &changefeed, &capture)
+                && let Some(position) = store
+                    .get(&key)
+                    .await
+                    .map_err(|e| Status::unavailable(e.to_string()))?
+                && let Ok(report) = keys::decode::<sluice_owner::TaskReport>(&key, &position.value)
+                && report.changefeed_epoch == a.changefeed_epoch.0
+                && let Some(load) = report.load
+            {
+                *rows_per_s.entry(capture.clone()).or_default() += load.rows_per_s;
             }
             *assigned.entry(capture).or_default() += 1;
         }
@@ -855,6 +870,7 @@ pub async fn captures(node: &Node, tenant: Option<&str>) -> Result<Vec<pb::Captu
             is_owner: owner.as_deref() == Some(c.id.as_str()),
             changefeeds: assigned.get(&c.id).copied().unwrap_or(0),
             tables: tables.get(&c.id).copied().unwrap_or(0),
+            rows_per_s: rows_per_s.get(&c.id).copied().unwrap_or(0),
             draining: drained.contains(&c.id),
             id: c.id,
             address: c.address,
@@ -882,6 +898,15 @@ impl Api {
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         self.node.owner.snapshot().get(&id).map_err(status)?;
         Ok(id)
+    }
+}
+
+fn table_move_pb(m: sluice_owner::tables::TableMove) -> pb::TableMove {
+    pb::TableMove {
+        id: Some(id_pb(&m.changefeed)),
+        table: m.table,
+        from_capture: m.from,
+        to_capture: m.to,
     }
 }
 
@@ -978,11 +1003,32 @@ impl ClusterService for Api {
         )
         .await
         .map_err(move_status)?;
-        Ok(Response::new(pb::TableMove {
-            id: Some(id_pb(&moved.changefeed)),
-            table: moved.table,
-            from_capture: moved.from,
-            to_capture: moved.to,
+        Ok(Response::new(table_move_pb(moved)))
+    }
+
+    async fn rebalance_tables(
+        &self,
+        request: Request<pb::RebalanceTablesRequest>,
+    ) -> Result<Response<pb::RebalanceTablesResponse>, Status> {
+        let r = request.get_ref();
+        let caller = caller(&request)?;
+        caller.check("*", Access::Server).map_err(auth_status)?;
+        let id = changefeed_id(&caller, r.id.as_ref(), Access::Write)?;
+        let measure = match r.by.as_str() {
+            "" | "tables" => sluice_owner::tables::Measure::Tables,
+            "rows" => sluice_owner::tables::Measure::Rows,
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "rebalance by {other:?}: by `tables` or `rows`"
+                )));
+            }
+        };
+        self.node.owner.snapshot().get(&id).map_err(status)?;
+        let moves = sluice_owner::tables::rebalance_tables(self.node.store.as_ref(), &id, measure)
+            .await
+            .map_err(move_status)?;
+        Ok(Response::new(pb::RebalanceTablesResponse {
+            moves: moves.into_iter().map(table_move_pb).collect(),
         }))
     }
 

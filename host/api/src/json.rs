@@ -299,6 +299,7 @@ pub fn capture_json(c: &pb::Capture) -> Value {
         "started-at-ms": c.started_at_ms,
         "changefeeds": c.changefeeds,
         "tables": c.tables,
+        "rows-per-s": c.rows_per_s,
         "draining": c.draining,
     })
 }

@@ -7,6 +7,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use sluice_core::{CheckpointTs, CommitTs};
 use sluice_owner::{ChangefeedId, ChangefeedInfo, PluginRole};
@@ -40,7 +41,31 @@ pub struct Live {
     pub progress: Mutex<Option<watch::Receiver<Progress>>>,
     /// Writes the run's end into its task position, once claimed.
     reporter: Mutex<Option<Reporter>>,
+    /// How busy the run is, measured between two reads of it.
+    rates: Mutex<Rates>,
 }
+
+/// The counts a [`Live::load`] measured from last (at first, none when the
+/// run was made), and what it measured.
+struct Rates {
+    at: Sample,
+    last: Option<sluice_protocol::Load>,
+}
+
+impl Default for Rates {
+    fn default() -> Self {
+        Self {
+            at: (Instant::now(), 0, Arc::default()),
+            last: None,
+        }
+    }
+}
+
+/// When, rows written then, and rows read per table then.
+type Sample = (Instant, u64, Arc<Vec<(String, u64)>>);
+
+/// The shortest time a load is measured over (a shorter one repeats the last).
+const LOAD_OVER: Duration = Duration::from_millis(500);
 
 /// Counters of a changefeed's plugins: (role, plugin, stats), the role being
 /// `filter-0`, ... or `sink` and the plugin `name@version`. The owner keeps them
@@ -69,6 +94,41 @@ fn stats_of(plugins: &PluginCounters, role: &str) -> Arc<PluginStats> {
 }
 
 impl Live {
+    /// How busy the run has been since the last call (rows per second to the
+    /// sink, and read per table, the busiest [`sluice_protocol::MAX_LOAD_TABLES`]);
+    /// none before it runs.
+    pub fn load(&self) -> Option<sluice_protocol::Load> {
+        let p = self.progress()?;
+        let now = Instant::now();
+        let mut rates = self.rates.lock().expect("not poisoned");
+        let (then, written, tables) = rates.at.clone();
+        let secs = now.duration_since(then);
+        if secs < LOAD_OVER {
+            return rates.last.clone();
+        }
+        let secs = secs.as_secs_f64();
+        let per_s = |n: u64| (n as f64 / secs).round() as u64;
+        let before: std::collections::HashMap<&str, u64> =
+            tables.iter().map(|(t, n)| (t.as_str(), *n)).collect();
+        let mut by_table: Vec<(String, u64)> = p
+            .table_rows
+            .iter()
+            .map(|(t, n)| {
+                let was = before.get(t.as_str()).copied().unwrap_or(0);
+                (t.clone(), per_s(n.saturating_sub(was)))
+            })
+            .collect();
+        by_table.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        by_table.truncate(sluice_protocol::MAX_LOAD_TABLES);
+        let load = sluice_protocol::Load {
+            rows_per_s: per_s(p.rows_written.saturating_sub(written)),
+            tables: by_table,
+        };
+        rates.at = (now, p.rows_written, p.table_rows.clone());
+        rates.last = Some(load.clone());
+        Some(load)
+    }
+
     /// The pipeline's latest progress; none before it runs.
     pub fn progress(&self) -> Option<Progress> {
         self.progress
@@ -394,10 +454,15 @@ async fn run(
     // A run picked up again under the same epoch starts where it got to.
     let checkpoint = CheckpointTs::new(store.claimed().checkpoint_ts);
     // Counters go out with the checkpoint saves (no write of their own).
-    let store = store.with_counters({
-        let live = live.clone();
-        Box::new(move || live.counters())
-    });
+    let store = store
+        .with_counters({
+            let live = live.clone();
+            Box::new(move || live.counters())
+        })
+        .with_load({
+            let live = live.clone();
+            Box::new(move || live.load())
+        });
     let mut filters = Vec::new();
     for (i, plugin) in info.config.filters.iter().enumerate() {
         let role = format!("filter-{i}");
@@ -472,8 +537,8 @@ async fn run(
         }
     };
     let source = input.source;
-    if let Some((durable, passed)) = input.elsewhere {
-        pipeline = pipeline.with_tables_elsewhere(durable, passed);
+    if let Some(elsewhere) = input.elsewhere {
+        pipeline = pipeline.with_tables_elsewhere(elsewhere);
     }
     let _report_durable = input.reporter.map(|reporter| {
         let task = tokio::spawn(shipped::report_durable(pipeline.progress(), reporter));

@@ -18,6 +18,9 @@ pub const RUN_CAPTURE: &str = "local";
 /// Reads a run's counters when a save goes out.
 pub type CounterSource = Box<dyn Fn() -> Option<Counters> + Send + Sync>;
 
+/// Reads how busy the run is, for the task position.
+pub type LoadSource = Box<dyn Fn() -> Option<sluice_protocol::Load> + Send + Sync>;
+
 /// Which task position a run claims.
 #[derive(Debug, Clone, Copy)]
 pub struct Claim<'a> {
@@ -49,6 +52,8 @@ pub struct MetaProgressStore {
     key: Arc<Key>,
     /// The counters saved with every checkpoint.
     counters: Option<CounterSource>,
+    /// The load saved with every checkpoint.
+    load: Option<LoadSource>,
 }
 
 /// A claimed key and what was last written to it.
@@ -187,6 +192,7 @@ impl MetaProgressStore {
                     turn: tokio::sync::Mutex::new(()),
                 }),
                 counters: None,
+                load: None,
             },
             previous,
         ))
@@ -197,6 +203,16 @@ impl MetaProgressStore {
     pub fn with_counters(mut self, counters: CounterSource) -> Self {
         self.counters = Some(counters);
         self
+    }
+
+    /// Saves what `load` reads with every checkpoint and fence from now on.
+    pub fn with_load(mut self, load: LoadSource) -> Self {
+        self.load = Some(load);
+        self
+    }
+
+    fn load(&self) -> Option<sluice_protocol::Load> {
+        self.load.as_ref().and_then(|l| l())
     }
 
     /// The record as last written (after [`Self::claim`]: the claim).
@@ -330,11 +346,14 @@ impl Reporter {
 
 impl ProgressStore for MetaProgressStore {
     fn save_fence(&mut self, fence: CommitTs) -> StoreFuture<'_> {
-        let counters = self.counters();
+        let (counters, load) = (self.counters(), self.load());
         Box::pin(self.key.save(move |record| {
             record.fence_ts = fence.get().max(record.fence_ts);
             if let Some(c) = counters {
                 record.counters = c;
+            }
+            if load.is_some() {
+                record.load = load;
             }
         }))
     }
@@ -344,7 +363,7 @@ impl ProgressStore for MetaProgressStore {
         checkpoint: &Checkpoint,
         resolved: ResolvedTs,
     ) -> StoreFuture<'_> {
-        let counters = self.counters();
+        let (counters, load) = (self.counters(), self.load());
         let checkpoint = checkpoint.clone();
         Box::pin(self.key.save(move |record| {
             record.checkpoint_ts = checkpoint.ts.get();
@@ -352,6 +371,9 @@ impl ProgressStore for MetaProgressStore {
             record.source_position = checkpoint.position;
             if let Some(c) = counters {
                 record.counters = c;
+            }
+            if load.is_some() {
+                record.load = load;
             }
         }))
     }
@@ -493,6 +515,7 @@ mod tests {
                 swap: None,
                 shadow: None,
                 validator: None,
+                load: None,
             }
         );
         assert_eq!(

@@ -116,10 +116,10 @@ impl Source for RunSource {
 pub struct RunInput {
     /// The source.
     pub source: RunSource,
-    /// Reading: the receivers' durable ts (the checkpoint and each DDL wait
-    /// for them), and where the pipeline tells the source of each DDL it
-    /// applied.
-    pub elsewhere: Option<(Vec<watch::Receiver<u64>>, watch::Sender<u64>)>,
+    /// Reading: what the receivers report and the DDLs across captures (the
+    /// checkpoint and those DDLs wait for them), and where the pipeline tells
+    /// the source of each DDL it applied.
+    pub elsewhere: Option<sluice_processor::Elsewhere>,
     /// Receiving: where to report this capture's durable ts.
     pub reporter: Option<FlushReporter>,
 }
@@ -157,10 +157,14 @@ pub async fn input(
             }
             let (passed, applied) = watch::channel(0);
             let split = Split::new(source, destinations).with_applied(applied);
-            let durable = split.flushed_watches();
+            let elsewhere = sluice_processor::Elsewhere {
+                durable: split.durable_watches(),
+                across: split.across(),
+                passed,
+            };
             Ok(RunInput {
                 source: RunSource::Reads(split),
-                elsewhere: Some((durable, passed)),
+                elsewhere: Some(elsewhere),
                 reporter: None,
             })
         }
@@ -187,18 +191,33 @@ pub async fn input(
     }
 }
 
-/// Reports each checkpoint the pipeline reaches to the reading capture,
-/// until the pipeline is gone.
+/// Reports each checkpoint the pipeline flushes and saves to the reading
+/// capture, until the pipeline is gone. The reader saves its source position
+/// with its own checkpoint, which never passes what the receivers saved, so
+/// that the next run (from the lowest checkpoint of the sides) starts at the
+/// reader's saved position; a DDL across captures waits for what they
+/// flushed. A report the stream had no room for is sent again.
 pub async fn report_durable(mut progress: watch::Receiver<Progress>, reporter: FlushReporter) {
+    const AGAIN: std::time::Duration = std::time::Duration::from_millis(200);
     let mut reported = None;
+    let mut flushed_reported = None;
     loop {
-        let checkpoint = progress.borrow_and_update().checkpoint_ts.get();
-        if reported < Some(checkpoint) {
-            reporter.report(checkpoint);
-            reported = Some(checkpoint);
+        let (flushed, saved) = {
+            let p = progress.borrow_and_update();
+            (p.checkpoint_ts.get(), p.saved_checkpoint_ts.get())
+        };
+        if flushed_reported < Some(flushed) && reporter.report(flushed) {
+            flushed_reported = Some(flushed);
         }
-        if progress.changed().await.is_err() {
-            return;
+        if reported < Some(saved) && reporter.report_saved(saved) {
+            reported = Some(saved);
+        }
+        let unsent = reported < Some(saved) || flushed_reported < Some(flushed);
+        tokio::select! {
+            changed = progress.changed() => if changed.is_err() {
+                return;
+            },
+            () = tokio::time::sleep(AGAIN), if unsent => {}
         }
     }
 }

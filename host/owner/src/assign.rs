@@ -462,6 +462,9 @@ struct Reports {
     /// Set when an assigned capture's position does not decode: what to tell
     /// the operator (nobody knows which rows reached the sink).
     unreadable: Option<String>,
+    /// Set once the owner asked the run to stop (a pause, a move, a drain;
+    /// not because a side ended).
+    asked_to_stop: bool,
 }
 
 impl Reports {
@@ -569,7 +572,19 @@ impl Reports {
             Outcome::Stopped => 2,
             Outcome::Finished => 3,
         };
-        ended.into_iter().min_by_key(rank)
+        match ended.into_iter().min_by_key(rank) {
+            // A split run asked to stop: a side whose shipment ended as the
+            // other side stopped fails retryably; that is the stop (the next
+            // run starts from the checkpoint, as after any stop).
+            Some(Outcome::Failed {
+                kind: ErrorKind::Retryable,
+                message,
+            }) if self.asked_to_stop && self.captures.len() > 1 => {
+                tracing::info!(%message, "A side of the stopped run ended with the others.");
+                Some(Outcome::Stopped)
+            }
+            outcome => outcome,
+        }
     }
 }
 
@@ -593,7 +608,7 @@ async fn follow(
     let (sides, registered, asked) = match adopted {
         Some(sides) => {
             tracing::info!(captures = ?sides.captures(), "Following the work an earlier owner assigned there.");
-            (sides, true, None)
+            (with_placement(&inner, &id, sides).await, true, None)
         }
         None => {
             let placed = place(&inner, &id).await;
@@ -631,6 +646,7 @@ async fn follow(
         captures: captures.iter().map(|c| (c.clone(), None)).collect(),
         fenced: false,
         unreadable: None,
+        asked_to_stop: false,
     };
     // Set once a stop is written: the capture's report is waited for until then.
     let mut deadline: Option<tokio::time::Instant> = None;
@@ -675,6 +691,7 @@ async fn follow(
             Ok((relocations, already)) => {
                 if let Some(why) = already.filter(|_| record.desired == Desired::Run) {
                     tracing::info!(%why, "Stopping the work to place it elsewhere.");
+                    reports.asked_to_stop = true;
                     match stop(&inner, &mut record, &mut written, &mut deadline, stop_wait).await {
                         Ok(()) => {}
                         Err(Lost::Ownership) => break 'follow lost(),
@@ -737,6 +754,7 @@ async fn follow(
                         continue;
                     }
                     record.desired = next;
+                    reports.asked_to_stop = true;
                     if next == Desired::Stop && deadline.is_none() {
                         deadline = stop_wait.map(|w| tokio::time::Instant::now() + w);
                     }
@@ -763,6 +781,7 @@ async fn follow(
                 why = relocations.next(), if record.desired == Desired::Run => match why {
                     Some(why) => {
                         tracing::info!(%why, "Stopping the work to place it elsewhere.");
+                        reports.asked_to_stop = true;
                         match stop(&inner, &mut record, &mut written, &mut deadline, stop_wait).await {
                             Ok(()) => {}
                             Err(Lost::Ownership) => break 'follow lost(),
@@ -836,6 +855,35 @@ async fn write_all(
         w.revision = write(inner, &w.key, &w.side.assignment(record), until).await?;
     }
     Ok(())
+}
+
+/// An adopted run with the table placement it follows: the stored one if
+/// it splits the run this way (a placement that changed meanwhile ends the
+/// run, as a move does, so that the next run follows it).
+async fn with_placement(inner: &Inner, id: &ChangefeedId, mut adopted: Sides) -> Sides {
+    loop {
+        match (
+            tables::read(inner.store.as_ref(), id).await,
+            tables::live_captures(inner.store.as_ref()).await,
+        ) {
+            (Ok((placement, _)), Ok(live)) => {
+                let planned = Sides::plan(
+                    adopted.reader().to_string(),
+                    placement.clone(),
+                    &live,
+                    String::new,
+                );
+                if planned.same_split(&adopted) {
+                    adopted.placement = placement;
+                }
+                return adopted;
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "Could not read the table placement; retrying.");
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+    }
 }
 
 /// The sides of a run read on `reader`: split as the changefeed's table
@@ -1086,6 +1134,7 @@ mod tests {
                 .collect(),
             fenced: false,
             unreadable: None,
+            asked_to_stop: false,
         };
         reports.take(
             &kv(
@@ -1134,6 +1183,21 @@ mod tests {
             false,
         );
         assert_eq!(reports.ended_early(), Some("a"), "b is to stop too");
+        // A split run asked to stop: b's shipment ends as a stops, which is
+        // the stop (a failure of b's own, unasked, stays a failure).
+        let lost = r#"{"changefeed-epoch":2,"checkpoint-ts":60,"state":{"failed":{"kind":"retryable","message":"the shipment ended"}}}"#;
+        let mut asked = Reports {
+            epoch: Epoch(2),
+            reader: "a".into(),
+            captures: reports.captures.clone(),
+            fenced: false,
+            unreadable: None,
+            asked_to_stop: false,
+        };
+        asked.take(&kv("b", lost), false);
+        assert!(matches!(asked.outcome(), Some(Outcome::Failed { .. })));
+        asked.asked_to_stop = true;
+        assert_eq!(asked.outcome(), Some(Outcome::Stopped));
         reports.take(
             &kv(
                 "b",

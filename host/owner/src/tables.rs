@@ -83,6 +83,22 @@ pub async fn read(
     })
 }
 
+/// The largest stored placement (well inside a meta-store request).
+const MAX_PLACEMENT_BYTES: usize = 256 * 1024;
+
+/// The stored form of `record`, refused when too large.
+fn encode(record: &TablePlacement) -> Result<Vec<u8>, MoveError> {
+    let value = keys::encode(record)?;
+    if value.len() > MAX_PLACEMENT_BYTES {
+        return Err(MoveError::BadTable(format!(
+            "the changefeed's table placement would take {} bytes, more than {MAX_PLACEMENT_BYTES}; \
+             move some tables back to the reading capture first",
+            value.len()
+        )));
+    }
+    Ok(value)
+}
+
 /// A stored placement; one that does not decode counts as empty (said in the
 /// log: its tables run on the reader, none is lost).
 pub(crate) fn decode(kv: &KeyValue) -> TablePlacement {
@@ -152,7 +168,7 @@ pub async fn request_table_move(
         let op = if record.tables.is_empty() {
             Op::delete(&key)
         } else {
-            Op::put(&key, keys::encode(&record)?)
+            Op::put(&key, encode(&record)?)
         };
         if store
             .txn(Txn::new().when([unchanged]).and_then([op]))
@@ -162,6 +178,154 @@ pub async fn request_table_move(
             return Ok(moved);
         }
         // Another move changed the record meanwhile: read it again.
+    }
+}
+
+/// What [`rebalance_tables`] evens out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Measure {
+    /// The number of tables per capture.
+    Tables,
+    /// The rows per second read per capture (as the captures last measured).
+    Rows,
+}
+
+/// The most moves one rebalance asks for (the rest waits for the next).
+pub const MAX_REBALANCE_MOVES: usize = 64;
+
+/// The moves that even `measure` over the `captures` (all live) for a
+/// changefeed read on `reader`: `tables` is each known table with its
+/// capture and rows per second. From the most loaded capture to the least,
+/// one table at a time, while a move makes their difference smaller (for
+/// rows, the busiest table that does); at most [`MAX_REBALANCE_MOVES`].
+pub fn plan_rebalance(
+    measure: Measure,
+    captures: &BTreeSet<String>,
+    tables: &BTreeMap<String, (String, u64)>,
+) -> Vec<(String, String, String)> {
+    let weight = |rate: u64| match measure {
+        Measure::Tables => 1,
+        Measure::Rows => rate,
+    };
+    let mut load: BTreeMap<&str, u64> = captures.iter().map(|c| (c.as_str(), 0)).collect();
+    let mut on: BTreeMap<String, (String, u64)> = BTreeMap::new();
+    for (table, (capture, rate)) in tables {
+        if let Some(l) = load.get_mut(capture.as_str()) {
+            *l += weight(*rate);
+            on.insert(table.clone(), (capture.clone(), weight(*rate)));
+        }
+    }
+    let mut moves = Vec::new();
+    while moves.len() < MAX_REBALANCE_MOVES {
+        let Some((&most, &high)) = load
+            .iter()
+            .max_by_key(|(c, l)| (**l, std::cmp::Reverse(**c)))
+        else {
+            break;
+        };
+        let (&least, &low) = load
+            .iter()
+            .min_by_key(|(c, l)| (**l, **c))
+            .expect("not empty");
+        // A table of weight w moved from `most` to `least` helps while
+        // 0 < w < high - low.
+        let candidate = on
+            .iter()
+            .filter(|(_, (c, w))| c == most && *w > 0 && *w < high - low)
+            // The heaviest that helps; the first by name among equals.
+            .max_by_key(|(t, (_, w))| (*w, std::cmp::Reverse((*t).clone())))
+            .map(|(t, (_, w))| (t.clone(), *w));
+        let Some((table, w)) = candidate else {
+            break;
+        };
+        *load.get_mut(most).expect("loaded") -= w;
+        *load.get_mut(least).expect("loaded") += w;
+        on.insert(table.clone(), (least.to_string(), w));
+        moves.push((table, most.to_string(), least.to_string()));
+    }
+    moves
+}
+
+/// Evens `measure` over the live captures for the tables of `id` (as its
+/// captures last measured them: a table is known once a run read it), by
+/// asking for the moves [`plan_rebalance`] finds, all in one change of the
+/// table placement (one restart of the run).
+pub async fn rebalance_tables(
+    store: &dyn MetaStore,
+    id: &ChangefeedId,
+    measure: Measure,
+) -> Result<Vec<TableMove>, MoveError> {
+    let key = keys::table_placement(id.tenant(), id.name())?;
+    loop {
+        let placement = Placement::read(store).await?;
+        let reader = placement
+            .capture_of(id)
+            .ok_or_else(|| MoveError::NotRunning(id.clone()))?
+            .to_string();
+        let placed = placement.tables.get(id).cloned().unwrap_or_default();
+        // Each table the runs measured, where it runs now.
+        let mut tables: BTreeMap<String, (String, u64)> = BTreeMap::new();
+        let prefix = keys::task_prefix(id.tenant(), id.name())?;
+        for kv in store.list(&prefix).await?.kvs {
+            let Some(MetaKey::TaskPosition { capture, .. }) = MetaKey::parse(&kv.key) else {
+                continue;
+            };
+            let Ok(report) = keys::decode::<sluice_protocol::TaskReport>(&kv.key, &kv.value) else {
+                continue;
+            };
+            let runs_here = |t: &str| match placed.get(t) {
+                Some(c) => *c == capture,
+                None => capture == reader,
+            };
+            for (table, rate) in report.load.map(|l| l.tables).unwrap_or_default() {
+                if runs_here(&table) {
+                    tables.insert(table, (capture.clone(), rate));
+                }
+            }
+        }
+        let live: BTreeSet<String> = placement.captures.keys().cloned().collect();
+        let planned = plan_rebalance(measure, &live, &tables);
+        if planned.is_empty() {
+            return Ok(Vec::new());
+        }
+        let current = store.get(&key).await?;
+        let mut record = current.as_ref().map(decode).unwrap_or_default();
+        record.version = 1;
+        let mut moves = Vec::new();
+        for (table, from, to) in planned {
+            if to == reader {
+                record.tables.remove(&table);
+            } else {
+                record.tables.insert(table.clone(), to.clone());
+            }
+            moves.push(TableMove {
+                changefeed: id.clone(),
+                table,
+                from,
+                to,
+            });
+        }
+        if record.tables.len() > MAX_PLACED_TABLES {
+            return Err(MoveError::BadTable(format!(
+                "changefeed {id} would have more than {MAX_PLACED_TABLES} tables placed by name"
+            )));
+        }
+        let unchanged = match &current {
+            Some(kv) => Compare::mod_revision(&key, kv.mod_revision),
+            None => Compare::absent(&key),
+        };
+        let op = if record.tables.is_empty() {
+            Op::delete(&key)
+        } else {
+            Op::put(&key, encode(&record)?)
+        };
+        if store
+            .txn(Txn::new().when([unchanged]).and_then([op]))
+            .await?
+            .succeeded
+        {
+            return Ok(moves);
+        }
     }
 }
 
@@ -324,6 +488,18 @@ impl Sides {
         })
     }
 
+    /// Whether `other` runs the same tables on the same captures (secrets
+    /// and addresses aside).
+    pub(crate) fn same_split(&self, other: &Sides) -> bool {
+        let split = |s: &Sides| -> Vec<(String, Tables)> {
+            s.sides
+                .iter()
+                .map(|side| (side.capture.clone(), side.tables.clone()))
+                .collect()
+        };
+        split(self) == split(other)
+    }
+
     /// The captures of the run, the reader first.
     pub(crate) fn captures(&self) -> Vec<String> {
         self.sides.iter().map(|s| s.capture.clone()).collect()
@@ -476,6 +652,45 @@ mod tests {
         assert_eq!(Sides::adopted(&whole).unwrap().captures(), ["a"]);
         let two = [("a".to_string(), record()), ("b".to_string(), record())];
         assert!(Sides::adopted(&two).is_none(), "two whole runs");
+    }
+
+    #[test]
+    fn rebalance_moves_tables_from_the_most_loaded_capture_while_it_helps() {
+        let captures: BTreeSet<String> = ["a", "b", "c"].iter().map(|c| c.to_string()).collect();
+        let tables: BTreeMap<String, (String, u64)> = [
+            ("s.t1", "a", 900),
+            ("s.t2", "a", 100),
+            ("s.t3", "a", 50),
+            ("s.t4", "a", 0),
+            ("s.t5", "b", 10),
+            ("s.gone", "z", 5000),
+        ]
+        .into_iter()
+        .map(|(t, c, r)| (t.to_string(), (c.to_string(), r)))
+        .collect();
+        let by_count = plan_rebalance(Measure::Tables, &captures, &tables);
+        // a 4, b 1, c 0 -> 2, 2, 1 (the first by name goes first; a table
+        // on a capture that is not live is left alone).
+        assert_eq!(
+            by_count,
+            [
+                ("s.t1".into(), "a".into(), "c".into()),
+                ("s.t2".into(), "a".into(), "b".into()),
+            ]
+        );
+        let by_rows = plan_rebalance(Measure::Rows, &captures, &tables);
+        // a 1050, b 10, c 0: t1 to c (a 150, b 10, c 900); moving it on
+        // would not help, and an idle table never moves.
+        assert_eq!(by_rows, [("s.t1".into(), "a".into(), "c".into())]);
+        // Balanced already: nothing.
+        let even: BTreeMap<String, (String, u64)> = [("s.x", "a", 5), ("s.y", "b", 5)]
+            .into_iter()
+            .map(|(t, c, r)| (t.to_string(), (c.to_string(), r)))
+            .collect();
+        assert!(plan_rebalance(Measure::Rows, &captures, &even).is_empty());
+        let two: BTreeSet<String> = ["a", "b"].iter().map(|c| c.to_string()).collect();
+        assert!(plan_rebalance(Measure::Rows, &two, &even).is_empty());
+        assert!(plan_rebalance(Measure::Tables, &two, &even).is_empty());
     }
 
     #[test]

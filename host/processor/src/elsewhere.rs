@@ -1,9 +1,9 @@
 //! A changefeed's tables run by other captures, from the reading capture's
 //! side (ADR 0013): their events are shipped from this pipeline's source, so
 //! its checkpoint (and the source position saved with it) never passes what
-//! they made durable, and a DDL it applies waits until they made everything
-//! below it durable (a barrier across captures); it tells the source each
-//! DDL it passed, so that what follows goes on to the other captures.
+//! they saved, and a DDL across captures is applied here only once they made
+//! everything below it durable (a barrier); the source is told of every DDL
+//! passed, so that what follows goes on to the other captures.
 
 use std::time::Duration;
 
@@ -12,14 +12,18 @@ use tokio::sync::watch;
 
 use crate::error::PipelineError;
 
-/// How long a DDL waits for the other captures to make what is below it
-/// durable before the run fails (retryably).
+/// How long a DDL across captures waits for the other captures to make what
+/// is below it durable before the run fails (retryably).
 const REACH_WITHIN: Duration = Duration::from_secs(120);
 
-/// The other captures' durable ts, and where to tell of passed DDLs.
+/// The other captures' reports, and the DDLs across them.
 #[derive(Default)]
 pub(crate) struct TablesElsewhere {
-    durable: Vec<watch::Receiver<u64>>,
+    /// Per capture: (flushed, saved) ts.
+    durable: Vec<watch::Receiver<(u64, u64)>>,
+    /// The commit ts of the last DDL across captures the source kept.
+    across: Option<watch::Receiver<u64>>,
+    /// Where to tell the source of each DDL passed.
     passed: Option<watch::Sender<u64>>,
 }
 
@@ -28,22 +32,38 @@ pub(crate) struct TablesElsewhere {
 #[error("{0}")]
 struct NotReached(String);
 
+/// The watches between a reading pipeline and its source (see
+/// [`crate::Pipeline::with_tables_elsewhere`]).
+pub struct Elsewhere {
+    /// Per other capture: what it reported, (flushed, saved) ts.
+    pub durable: Vec<watch::Receiver<(u64, u64)>>,
+    /// The commit ts of the last DDL across captures the source kept.
+    pub across: watch::Receiver<u64>,
+    /// Told the commit ts of every DDL the pipeline applied (or found
+    /// downstream already).
+    pub passed: watch::Sender<u64>,
+}
+
 impl TablesElsewhere {
-    pub(crate) fn new(durable: Vec<watch::Receiver<u64>>, passed: watch::Sender<u64>) -> Self {
+    pub(crate) fn new(e: Elsewhere) -> Self {
         Self {
-            durable,
-            passed: Some(passed),
+            durable: e.durable,
+            across: Some(e.across),
+            passed: Some(e.passed),
         }
     }
 
-    /// What each other capture made durable.
-    pub(crate) fn durable(&self) -> impl Iterator<Item = CommitTs> + '_ {
-        self.durable.iter().map(|w| CommitTs::new(*w.borrow()))
+    /// What each other capture saved.
+    pub(crate) fn saved(&self) -> impl Iterator<Item = CommitTs> + '_ {
+        self.durable.iter().map(|w| CommitTs::new(w.borrow().1))
     }
 
-    /// Waits until every other capture made durable everything below the
-    /// DDL at `ts` (at most [`REACH_WITHIN`]).
+    /// For a DDL across captures at `ts`: waits until every other capture
+    /// flushed everything below it (at most [`REACH_WITHIN`]).
     pub(crate) async fn reach(&mut self, ts: CommitTs) -> Result<(), PipelineError> {
+        if self.across.as_ref().is_none_or(|a| *a.borrow() != ts.get()) {
+            return Ok(());
+        }
         let below = ts.get().saturating_sub(1);
         let all = all_reach(&mut self.durable, below);
         match tokio::time::timeout(REACH_WITHIN, all).await {
@@ -73,10 +93,12 @@ impl TablesElsewhere {
     }
 }
 
-/// Waits until every watch reaches `below`; `Err` once one's sender is gone.
-async fn all_reach(durable: &mut [watch::Receiver<u64>], below: u64) -> Result<(), ()> {
+/// Waits until every capture flushed `below`; `Err` once one's reports end.
+async fn all_reach(durable: &mut [watch::Receiver<(u64, u64)>], below: u64) -> Result<(), ()> {
     for w in durable {
-        w.wait_for(|&d| d >= below).await.map_err(|_| ())?;
+        w.wait_for(|&(flushed, _)| flushed >= below)
+            .await
+            .map_err(|_| ())?;
     }
     Ok(())
 }

@@ -20,7 +20,7 @@ use crate::barrier::{Barrier, Barriers};
 use crate::cache::{CachePermit, Chunk, EventCache, Item};
 use crate::config::{PipelineConfig, Retry};
 use crate::dispatcher::{Bounds, Dispatcher, Held, Output, changefeed_checkpoint};
-use crate::elsewhere::TablesElsewhere;
+use crate::elsewhere::{Elsewhere, TablesElsewhere};
 use crate::error::PipelineError;
 use crate::persist::{ProgressStore, Saver};
 use crate::redo::{Fence, RedoLog, RedoStatus};
@@ -43,6 +43,9 @@ pub struct Progress {
     pub resolved_ts: ResolvedTs,
     /// Highest ts the sink acknowledged with `flush`.
     pub checkpoint_ts: CheckpointTs,
+    /// The checkpoint last saved (with the source position): a run that
+    /// starts again starts here.
+    pub saved_checkpoint_ts: CheckpointTs,
     /// Times a plugin call failed and was retried.
     pub retries: u64,
     /// Most bytes of row data waiting in the event cache at once.
@@ -62,7 +65,13 @@ pub struct Progress {
     /// Events waiting at the redo fence (the log does not have them durably
     /// yet).
     pub redo_waiting: u64,
+    /// Rows received per `schema.table` so far, refreshed at most once a
+    /// second (for the load by table the owner balances).
+    pub table_rows: Arc<Vec<(String, u64)>>,
 }
+
+/// How often [`Progress::table_rows`] is refreshed.
+const TABLE_ROWS_EVERY: Duration = Duration::from_secs(1);
 
 /// What a finished (or interrupted) run did.
 #[derive(Debug, Clone, Default)]
@@ -166,6 +175,8 @@ pub struct Pipeline<K: Sink, F: Filter> {
     positions: Positions,
     /// When the last flush point ended.
     last_flush: Instant,
+    /// When [`Progress::table_rows`] was last refreshed.
+    tables_published: Option<Instant>,
     /// Something was read since the last flush point.
     unflushed: bool,
     commands: Commands<K, F>,
@@ -222,6 +233,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             held_parts: 0,
             held_bytes: 0,
             last_flush: Instant::now(),
+            tables_published: None,
             unflushed: false,
             commands: Commands {
                 swaps: None,
@@ -245,17 +257,13 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
     }
 
     /// Hold the checkpoint at what the captures running the changefeed's
-    /// other tables report durable (one watch per capture): their rows come
-    /// from this pipeline's source, so its saved position must not pass them.
-    /// Each DDL is applied only once they made everything below it durable,
-    /// and `passed` is told the commit ts of every DDL applied (or found
-    /// downstream already), for the source to ship what follows it.
-    pub fn with_tables_elsewhere(
-        mut self,
-        durable: Vec<watch::Receiver<u64>>,
-        passed: watch::Sender<u64>,
-    ) -> Self {
-        self.elsewhere = TablesElsewhere::new(durable, passed);
+    /// other tables saved (one watch per capture): their rows come from this
+    /// pipeline's source, so its saved position must not pass them. A DDL
+    /// across captures (the source says which) is applied only once they
+    /// flushed everything below it, and the source is told the commit ts of
+    /// every DDL applied (or found downstream already), to ship what follows.
+    pub fn with_tables_elsewhere(mut self, elsewhere: Elsewhere) -> Self {
+        self.elsewhere = TablesElsewhere::new(elsewhere);
         self
     }
 
@@ -866,7 +874,7 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
             self.dispatchers
                 .iter()
                 .map(|d| d.written_through(read_through))
-                .chain(self.elsewhere.durable()),
+                .chain(self.elsewhere.saved()),
             self.barriers.ts(),
         );
         if CheckpointTs::from(checkpoint) > self.progress.checkpoint_ts {
@@ -888,7 +896,12 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         let checkpoint = self.checkpoint();
         self.writer
             .save_checkpoint(&checkpoint, self.progress.resolved_ts)
-            .await
+            .await?;
+        if checkpoint.ts > self.progress.saved_checkpoint_ts {
+            self.progress.saved_checkpoint_ts = checkpoint.ts;
+            self.publish();
+        }
+        Ok(())
     }
 
     /// Replaces the sink at a barrier (see the `swap` module).
@@ -982,6 +995,22 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         if let Some(fence) = &self.fence {
             self.progress.redo = Some(fence.subscribe().borrow().clone());
             self.progress.redo_waiting = fence.waiting() as u64;
+        }
+        if self
+            .tables_published
+            .is_none_or(|at| at.elapsed() >= TABLE_ROWS_EVERY)
+        {
+            self.tables_published = Some(Instant::now());
+            // A table created again has a second dispatcher under its name.
+            let mut rows: BTreeMap<&str, u64> = BTreeMap::new();
+            for d in &self.dispatchers {
+                *rows.entry(&d.name).or_default() += d.rows_in;
+            }
+            self.progress.table_rows = Arc::new(
+                rows.into_iter()
+                    .map(|(name, n)| (name.to_string(), n))
+                    .collect(),
+            );
         }
         self.progress_tx.send_replace(self.progress.clone());
     }

@@ -645,9 +645,10 @@ async fn the_checkpoint_waits_for_the_tables_run_elsewhere() {
     let txns = transactions(&source);
     let last_ts = txns.last().unwrap().commit_ts.get();
     let held_at = txns[txns.len() / 3].commit_ts.get();
-    let (elsewhere_tx, elsewhere) = watch::channel(0);
-    let (behind_tx, behind) = watch::channel(last_ts);
-    elsewhere_tx.send_replace(held_at);
+    let (elsewhere_tx, elsewhere) = watch::channel((0, 0));
+    let (behind_tx, behind) = watch::channel((last_ts, last_ts));
+    // Flushed further than saved: the checkpoint waits for the saved one.
+    elsewhere_tx.send_replace((last_ts, held_at));
     let config = PipelineConfig {
         max_batch_rows: 100,
         max_pending_bytes: 20_000,
@@ -655,7 +656,11 @@ async fn the_checkpoint_waits_for_the_tables_run_elsewhere() {
     };
     let sink = MemorySink::default();
     let mut pipeline = Pipeline::new(config, no_filters(), sink, CheckpointTs::ZERO)
-        .with_tables_elsewhere(vec![elsewhere, behind], watch::channel(0).0);
+        .with_tables_elsewhere(crate::Elsewhere {
+            durable: vec![elsewhere, behind],
+            across: watch::channel(0).1,
+            passed: watch::channel(0).0,
+        });
     let generator = DatagenSource::new(source).expect("valid datagen config");
     let report = pipeline
         .run(generator, std::future::pending())
@@ -2091,7 +2096,7 @@ async fn a_ddl_waits_until_the_captures_running_other_tables_made_what_is_below_
     let mut after = Transaction::new(CommitTs::compose(20, 0));
     after.table(&schema).insert().int(2).int(0);
     events.push_back(SourceEvent::Transaction(after));
-    let (durable_tx, durable) = watch::channel(0);
+    let (durable_tx, durable) = watch::channel((0, 0));
     let (passed_tx, mut passed) = watch::channel(0);
     let mut pipeline = Pipeline::new(
         config(),
@@ -2099,7 +2104,12 @@ async fn a_ddl_waits_until_the_captures_running_other_tables_made_what_is_below_
         MemorySink::default(),
         CheckpointTs::ZERO,
     )
-    .with_tables_elsewhere(vec![durable], passed_tx);
+    .with_tables_elsewhere(crate::Elsewhere {
+        durable: vec![durable],
+        // The source says the DDL is across captures.
+        across: watch::channel(ddl_ts.get()).1,
+        passed: passed_tx,
+    });
     let other_capture = async {
         // Nothing is applied while the other capture is behind the DDL.
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -2108,7 +2118,8 @@ async fn a_ddl_waits_until_the_captures_running_other_tables_made_what_is_below_
             0,
             "applied before the other capture reached it"
         );
-        durable_tx.send_replace(ddl_ts.get() - 1);
+        // Flushed below the DDL, saved a little less.
+        durable_tx.send_replace((ddl_ts.get() - 1, ddl_ts.get() - 2));
         tokio::time::timeout(
             Duration::from_secs(10),
             passed.wait_for(|&p| p == ddl_ts.get()),
@@ -2127,10 +2138,10 @@ async fn a_ddl_waits_until_the_captures_running_other_tables_made_what_is_below_
     assert_eq!(ids, [1, 2]);
     assert_eq!(sink.ddls.len(), 1);
     assert_eq!(sink.ddls[0].1, 1, "between the two rows");
-    // The other capture made durable no more than what is below the DDL.
+    // The checkpoint stays at what the other capture saved.
     assert_eq!(
         report.progress.checkpoint_ts,
-        CheckpointTs::new(ddl_ts.get() - 1)
+        CheckpointTs::new(ddl_ts.get() - 2)
     );
 }
 

@@ -22,7 +22,10 @@ pub use epoch::{Epoch, Fenced, fence};
 pub use report::{
     LatencyReport, MAX_REPORTED_DIFFERENCES, ShadowDifference, ShadowReport, SwapReport, SwapState,
 };
-pub use task::{Counters, ErrorKind, Outcome, RedoReport, TaskPosition, TaskReport, TaskState};
+pub use task::{
+    Counters, ErrorKind, Load, MAX_LOAD_TABLES, Outcome, RedoReport, TaskPosition, TaskReport,
+    TaskState,
+};
 
 /// Longest error or warning message kept, in bytes (after escaping, give or
 /// take one escaped character); longer ones are cut, with their length noted.

@@ -155,6 +155,24 @@ pub struct TaskReport {
     /// Where the run's redo log stands.
     #[serde(default)]
     pub redo: Option<RedoReport>,
+    /// How busy the run is (absent in older records).
+    #[serde(default)]
+    pub load: Option<Load>,
+}
+
+/// The most tables a [`Load`] names (the busiest).
+pub const MAX_LOAD_TABLES: usize = 256;
+
+/// How busy a run is, measured between two saves of its task position.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Load {
+    /// Rows per second handed to the sink.
+    pub rows_per_s: u64,
+    /// Rows per second read, per table (`schema.table`) the run has seen,
+    /// the busiest first, at most [`MAX_LOAD_TABLES`] (a table not named read
+    /// no more than the last one named).
+    pub tables: Vec<(String, u64)>,
 }
 
 /// What is saved (see `docs/meta-layout.md`, task position).
@@ -200,6 +218,9 @@ pub struct TaskPosition {
     /// What this run's continuous validator found (absent when none runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validator: Option<sluice_core::ValidatorReport>,
+    /// How busy this run is (absent until it measured it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<Load>,
 }
 
 /// What a run did, as reported in its task position.

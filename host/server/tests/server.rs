@@ -540,7 +540,7 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
     // Two changefeeds: the first on the owner's capture (equal load), the
     // second on the standby's (less loaded then).
     // Slow enough to run through the moves below.
-    let file = feed_file_with(dir.path(), "feed", TOTAL, 1_000, "flush-interval-ms = 200");
+    let file = feed_file_with(dir.path(), "feed", TOTAL, 400, "flush-interval-ms = 200");
     let create = |server: &Server, name: &str| {
         server.json(&[
             "changefeed",
@@ -682,6 +682,53 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
             || a.state(&moved)["checkpoint-ts"].as_u64().unwrap() > at,
         );
     }
+    // The captures measure their load: rows/s per capture, and per table
+    // for a rebalance of the tables by count (all on the reader now: one
+    // moves), carried out in one restart; then it comes back.
+    b.wait_for("the rows/s measured", Duration::from_secs(30), || {
+        b.json(&["capture", "list"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["rows-per-s"].as_u64() > Some(0))
+    });
+    let before = epoch_of(&moved);
+    // Its tables are known once its run saved what it measured.
+    let mut moves = Vec::new();
+    b.wait_for("a rebalance of the tables", Duration::from_secs(30), || {
+        let asked = b.json(&[
+            "changefeed",
+            "rebalance-tables",
+            "-c",
+            &moved,
+            "--by",
+            "tables",
+        ]);
+        moves = asked.as_array().unwrap().clone();
+        !moves.is_empty()
+    });
+    assert_eq!(moves.len(), 1, "{moves:?}");
+    assert_eq!(moves[0]["to"], helper.as_str(), "{moves:?}");
+    b.wait_for("the rebalance of tables", Duration::from_secs(30), || {
+        epoch_of(&moved) > before && tables_on(&helper) == 1
+    });
+    let back = moves[0]["table"].as_str().unwrap();
+    let before = epoch_of(&moved);
+    b.json(&[
+        "changefeed",
+        "move-table",
+        "-c",
+        &moved,
+        "--table",
+        back,
+        "--capture",
+        &reader,
+    ]);
+    b.wait_for(
+        "the table back on the reader",
+        Duration::from_secs(30),
+        || epoch_of(&moved) > before && tables_on(&helper) == 0 && runs_on(&moved) == reader,
+    );
     let err = b.error(&[
         "changefeed",
         "move-table",

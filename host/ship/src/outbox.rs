@@ -88,7 +88,7 @@ impl Shipping {
             token,
             state: Mutex::new(State::default()),
             changed: Notify::new(),
-            flushed: watch::channel(0).0,
+            durable: watch::channel((0, 0)).0,
             tx: Mutex::new(Some(tx)),
             rx: Mutex::new(Some(rx)),
         });
@@ -170,7 +170,8 @@ pub(crate) struct Outbox {
     token: String,
     state: Mutex<State>,
     changed: Notify,
-    flushed: watch::Sender<u64>,
+    /// What the receiver reported: (flushed, saved) ts.
+    durable: watch::Sender<(u64, u64)>,
     tx: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
     rx: Mutex<Option<mpsc::UnboundedReceiver<Bytes>>>,
 }
@@ -201,7 +202,16 @@ impl Outbox {
 
     /// The receiver's sink has every shipped row at or below `ts`.
     pub(crate) fn flushed(&self, ts: u64) {
-        self.flushed.send_if_modified(|now| {
+        self.durable.send_if_modified(|(now, _)| {
+            let newer = ts > *now;
+            *now = (*now).max(ts);
+            newer
+        });
+    }
+
+    /// The receiver saved its checkpoint at `ts`.
+    pub(crate) fn saved(&self, ts: u64) {
+        self.durable.send_if_modified(|(_, now)| {
             let newer = ts > *now;
             *now = (*now).max(ts);
             newer
@@ -292,10 +302,11 @@ impl OutboxHandle {
         (state.sent, state.taken)
     }
 
-    /// The receiver's durable ts: every row shipped at or below it is
-    /// downstream.
-    pub fn flushed(&self) -> watch::Receiver<u64> {
-        self.outbox.flushed.subscribe()
+    /// What the receiver reported: (flushed, saved) ts. Every row shipped
+    /// at or below the first is downstream; it saved its checkpoint at the
+    /// second.
+    pub fn durable(&self) -> watch::Receiver<(u64, u64)> {
+        self.outbox.durable.subscribe()
     }
 }
 

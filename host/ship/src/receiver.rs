@@ -288,11 +288,24 @@ impl Source for ShippedSource {
 pub struct FlushReporter(mpsc::Sender<Pull>);
 
 impl FlushReporter {
-    /// Every shipped row at or below `ts` is durable downstream. Dropped
-    /// quietly when the stream is gone (the run ends then anyway).
-    pub fn report(&self, ts: u64) {
-        let _ = self.0.try_send(Pull {
-            kind: Some(pull::Kind::Flushed(ts)),
-        });
+    /// Every shipped row at or below `ts` is durable downstream; whether the
+    /// report went (not when the stream has no room now, or is gone: the run
+    /// ends then anyway).
+    pub fn report(&self, ts: u64) -> bool {
+        self.0
+            .try_send(Pull {
+                kind: Some(pull::Kind::Flushed(ts)),
+            })
+            .is_ok()
+    }
+
+    /// The receiving capture saved its checkpoint at `ts`; whether the
+    /// report went (as [`FlushReporter::report`]).
+    pub fn report_saved(&self, ts: u64) -> bool {
+        self.0
+            .try_send(Pull {
+                kind: Some(pull::Kind::Saved(ts)),
+            })
+            .is_ok()
     }
 }

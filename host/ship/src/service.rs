@@ -94,6 +94,12 @@ impl TableShipping for ShipService {
                         outbox.flushed(ts);
                         continue;
                     }
+                    Ok(Some(Pull {
+                        kind: Some(pull::Kind::Saved(ts)),
+                    })) => {
+                        outbox.saved(ts);
+                        continue;
+                    }
                     Ok(Some(_)) => ShipError::Lost("the receiver named its shipment twice".into()),
                     Ok(None) => ShipError::Lost(format!(
                         "the receiving capture {} closed its stream",

@@ -57,6 +57,8 @@ pub struct Split<S> {
     by_id: HashMap<(u32, u32), Option<usize>>,
     /// The commit ts of the last DDL the pipeline applied (or passed).
     applied: Option<tokio::sync::watch::Receiver<u64>>,
+    /// Where the commit ts of each DDL across captures kept here goes.
+    across: tokio::sync::watch::Sender<u64>,
     /// A DDL across captures was kept here: nothing more is shipped until the
     /// pipeline applied it.
     barrier: Option<u64>,
@@ -92,8 +94,17 @@ impl<S: Source> Split<S> {
             by_name,
             by_id: HashMap::new(),
             applied: None,
+            across: tokio::sync::watch::channel(0).0,
             barrier: None,
         }
+    }
+
+    /// The commit ts of the last DDL across captures kept here, to watch:
+    /// the pipeline applies it only once every receiver flushed what is
+    /// below it (at most one is pending: nothing is read past it until the
+    /// pipeline applied it).
+    pub fn across(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.across.subscribe()
     }
 
     /// Holds what follows a DDL across captures until `applied` (the commit
@@ -118,12 +129,12 @@ impl<S: Source> Split<S> {
         Ok(())
     }
 
-    /// The receivers' durable ts, to watch: the reading capture's
-    /// checkpoint never passes the lowest of them.
-    pub fn flushed_watches(&self) -> Vec<tokio::sync::watch::Receiver<u64>> {
+    /// What the receivers report, to watch: (flushed, saved) ts. The
+    /// reading capture's checkpoint never passes the lowest saved one.
+    pub fn durable_watches(&self) -> Vec<tokio::sync::watch::Receiver<(u64, u64)>> {
         self.destinations
             .iter()
-            .map(|d| d.outbox.flushed())
+            .map(|d| d.outbox.durable())
             .collect()
     }
 
@@ -234,6 +245,7 @@ impl<S: Source> Source for Split<S> {
                     self.send().await?;
                     if !remote.is_empty() {
                         self.barrier = Some(ddl.commit_ts.get());
+                        self.across.send_replace(ddl.commit_ts.get());
                     }
                     return Ok(SourceEvent::Ddl(ddl));
                 }

@@ -360,17 +360,18 @@ async fn a_receiver_that_never_comes_fails_the_sender_after_the_patience() {
 #[tokio::test]
 async fn what_the_receiver_made_durable_reaches_the_reader() {
     let (_shipping, outbox, shipped) = attached().await;
-    let mut flushed = outbox.flushed();
+    let mut durable = outbox.durable();
     let reporter = shipped.flush_reporter();
-    reporter.report(42);
-    reporter.report(41); // an older report never moves it back
-    reporter.report(40);
-    tokio::time::timeout(Duration::from_secs(5), flushed.wait_for(|ts| *ts == 42))
+    assert!(reporter.report(42));
+    assert!(reporter.report(41)); // an older report never moves it back
+    assert!(reporter.report(40));
+    assert!(reporter.report_saved(30));
+    tokio::time::timeout(Duration::from_secs(5), durable.wait_for(|d| *d == (42, 30)))
         .await
         .expect("reported in time")
         .expect("open");
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(*outbox.flushed().borrow(), 42);
+    assert_eq!(*outbox.durable().borrow(), (42, 30));
 }
 
 /// A source that yields a script, then its end.
@@ -460,6 +461,11 @@ async fn a_large_transactions_parts_and_flags_reach_the_receiver_as_read_and_a_d
             // receiver's): nothing more goes until the pipeline applied it.
             let held = tokio::time::timeout(Duration::from_millis(300), split.next_event()).await;
             assert!(held.is_err(), "shipped on before the DDL was applied");
+            assert_eq!(
+                *split.across().borrow(),
+                11,
+                "the pipeline is told it is across"
+            );
             applied_tx.send_replace(11);
         }
         if end {

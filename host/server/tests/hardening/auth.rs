@@ -152,6 +152,14 @@ fn case(method: &str, acme_token: &str) -> Option<(Vec<u8>, Needs)> {
             Admin,
         ),
         "RebalanceChangefeeds" => (pb::RebalanceChangefeedsRequest {}.encode_to_vec(), Admin),
+        "RebalanceTables" => (
+            pb::RebalanceTablesRequest {
+                id: feed("f"),
+                by: "tables".into(),
+            }
+            .encode_to_vec(),
+            Admin,
+        ),
         "MoveTable" => (
             pb::MoveTableRequest {
                 id: feed("f"),
