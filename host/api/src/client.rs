@@ -773,9 +773,31 @@ async fn execute(args: &CliArgs, channel: Channel, bearer: Bearer) -> Result<Out
             ChangefeedCommand::Query { changefeed } => {
                 let r = changefeed_ref(tenant, changefeed);
                 let info = feeds.get_changefeed(r.clone()).await?.into_inner();
-                let status = feeds.get_status(r).await?.into_inner();
+                let status = feeds.get_status(r.clone()).await?.into_inner();
                 let mut v = changefeed_json(&info);
                 v["status"] = status_json(&status);
+                // Where it runs: each capture's part.
+                let processors = cluster
+                    .list_processors(pb::ListProcessorsRequest {
+                        tenant: r.tenant.clone(),
+                        changefeed: r.name.clone(),
+                    })
+                    .await?
+                    .into_inner()
+                    .processors;
+                v["processors"] = processors
+                    .iter()
+                    .map(|p| {
+                        json!({
+                            "capture": p.capture_id,
+                            "reads": p.reads,
+                            // Empty: every table no other capture runs.
+                            "tables": p.tables,
+                            "checkpoint-ts": p.checkpoint_ts,
+                            "resolved-ts": p.resolved_ts,
+                        })
+                    })
+                    .collect();
                 v["config"] = json!(info.config_toml);
                 Out::One(v)
             }

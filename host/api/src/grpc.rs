@@ -1062,21 +1062,72 @@ impl ClusterService for Api {
         &self,
         request: Request<pb::ListProcessorsRequest>,
     ) -> Result<Response<pb::ListProcessorsResponse>, Status> {
-        let views = self.visible(&caller(&request)?, &request.get_ref().tenant)?;
-        let processors = views
+        let r = request.get_ref();
+        let views = self.visible(&caller(&request)?, &r.tenant)?;
+        let running: std::collections::BTreeSet<ChangefeedId> = views
             .iter()
             .filter(|v| v.progress.is_some())
-            .map(|v| pb::Processor {
-                changefeed: Some(id_pb(v.changefeed.id())),
-                capture_id: v
-                    .progress
-                    .as_ref()
-                    .and_then(|p| p.capture.clone())
-                    .unwrap_or_else(|| self.node.capture_id.clone()),
-                checkpoint_ts: v.changefeed.checkpoint().get(),
-                resolved_ts: v.resolved_ts.get(),
-            })
+            .filter(|v| r.changefeed.is_empty() || v.changefeed.id().name() == r.changefeed)
+            .map(|v| v.changefeed.id().clone())
             .collect();
+        let store = &self.node.store;
+        let unavailable = |e: sluice_meta::MetaError| Status::unavailable(e.to_string());
+        let mut processors = Vec::new();
+        // Each capture's part, as assigned, once its run claimed its task
+        // position (it runs).
+        for kv in store
+            .list(&keys::assignments_prefix())
+            .await
+            .map_err(unavailable)?
+            .kvs
+        {
+            let Some(MetaKey::Assignment {
+                capture,
+                tenant,
+                changefeed,
+            }) = MetaKey::parse(&kv.key)
+            else {
+                continue;
+            };
+            let Ok(id) = ChangefeedId::new(tenant, changefeed) else {
+                continue;
+            };
+            let Ok(a) = keys::decode::<sluice_owner::Assignment>(&kv.key, &kv.value) else {
+                continue;
+            };
+            if !running.contains(&id) || a.desired != sluice_owner::Desired::Run {
+                continue;
+            }
+            let key = keys::task_position(id.tenant(), id.name(), &capture)
+                .map_err(|e| Status::internal(e.to_string()))?;
+            let Some(report) = store
+                .get(&key)
+                .await
+                .map_err(unavailable)?
+                .and_then(|kv| keys::decode::<sluice_owner::TaskReport>(&kv.key, &kv.value).ok())
+                .filter(|t| t.changefeed_epoch == a.changefeed_epoch.0)
+            else {
+                continue;
+            };
+            let reads = !matches!(
+                a.shipment,
+                Some(sluice_owner::Shipment {
+                    role: sluice_owner::ShipRole::Receives { .. },
+                    ..
+                })
+            );
+            processors.push(pb::Processor {
+                changefeed: Some(id_pb(&id)),
+                capture_id: capture,
+                checkpoint_ts: report.checkpoint_ts,
+                resolved_ts: report.resolved_ts,
+                tables: match a.tables {
+                    sluice_owner::Tables::Only(t) => t,
+                    sluice_owner::Tables::All => Vec::new(),
+                },
+                reads,
+            });
+        }
         Ok(Response::new(pb::ListProcessorsResponse { processors }))
     }
 

@@ -525,7 +525,14 @@ async fn run(
     // With the tables split across captures: ship the others' tables, or
     // take this capture's from the one that reads.
     let window = info.config.pipeline.event_cache_bytes.0 / 2;
-    let input = match shipped::input(ctx, &info.id, epoch, shipment, source, window).await {
+    // A receiver waits for the reader's shipment to open: a stop meanwhile
+    // ends the run (its reader may be gone already).
+    tokio::pin!(shutdown);
+    let input = tokio::select! {
+        input = shipped::input(ctx, &info.id, epoch, shipment, source, window) => input,
+        () = &mut shutdown => return Outcome::Stopped,
+    };
+    let input = match input {
         Ok(input) => input,
         Err(e) => {
             let kind = if e.is_retryable() {

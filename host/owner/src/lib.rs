@@ -77,8 +77,8 @@ pub use sluice_config::{ChangefeedConfig, IdError, MAX_NAME_LEN, NameKind, valid
 pub use sluice_protocol::{
     ASSIGNMENT_VERSION, Assignment, CaptureInfo, Desired, Epoch, ErrorKind, Fenced, LatencyReport,
     MAX_MESSAGE_BYTES, MAX_REPORTED_DIFFERENCES, Outcome, RedoReport, ShadowDifference,
-    ShadowReport, SwapReport, SwapState, Tables, TaskReport, TaskState, WHOLE_ASSIGNMENT_VERSION,
-    bound_message, fence,
+    ShadowReport, ShipRole, Shipment, SwapReport, SwapState, Tables, TaskReport, TaskState,
+    WHOLE_ASSIGNMENT_VERSION, bound_message, fence,
 };
 pub use state::FeedState;
 pub use swap::{

@@ -484,9 +484,7 @@ async fn until_processors(admin: Authorized, total: usize) -> Duration {
     let mut c = ClusterServiceClient::new(admin);
     loop {
         let running = c
-            .list_processors(pb::ListProcessorsRequest {
-                tenant: String::new(),
-            })
+            .list_processors(pb::ListProcessorsRequest::default())
             .await
             .map_or(0, |r| r.into_inner().processors.len());
         if running >= total {

@@ -672,20 +672,45 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
             (Some("shop.orders"), Some(to.as_str())),
             "{m}"
         );
-        b.wait_for("the table to move", Duration::from_secs(30), || {
+        b.wait_for("the table to move", Duration::from_secs(60), || {
             epoch_of(&moved) > before && tables_on(&helper) == tables && runs_on(&moved) == reader
         });
         let at = a.state(&moved)["checkpoint-ts"].as_u64().unwrap();
         b.wait_for(
             "the split run to make progress",
-            Duration::from_secs(30),
+            Duration::from_secs(60),
             || a.state(&moved)["checkpoint-ts"].as_u64().unwrap() > at,
         );
+        // `changefeed query` shows each capture's part.
+        let parts = |q: &Json| -> Vec<(String, bool, String)> {
+            let mut parts: Vec<_> = q["processors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| {
+                    (
+                        p["capture"].as_str().unwrap().to_string(),
+                        p["reads"].as_bool().unwrap(),
+                        p["tables"].to_string(),
+                    )
+                })
+                .collect();
+            parts.sort();
+            parts
+        };
+        let mut want = vec![(reader.clone(), true, "[]".to_string())];
+        if tables == 1 {
+            want.push((helper.clone(), false, r#"["shop.orders"]"#.to_string()));
+        }
+        want.sort();
+        b.wait_for("the processors listed", Duration::from_secs(60), || {
+            parts(&a.state(&moved)) == want
+        });
     }
     // The captures measure their load: rows/s per capture, and per table
     // for a rebalance of the tables by count (all on the reader now: one
     // moves), carried out in one restart; then it comes back.
-    b.wait_for("the rows/s measured", Duration::from_secs(30), || {
+    b.wait_for("the rows/s measured", Duration::from_secs(60), || {
         b.json(&["capture", "list"])
             .as_array()
             .unwrap()
@@ -695,7 +720,7 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
     let before = epoch_of(&moved);
     // Its tables are known once its run saved what it measured.
     let mut moves = Vec::new();
-    b.wait_for("a rebalance of the tables", Duration::from_secs(30), || {
+    b.wait_for("a rebalance of the tables", Duration::from_secs(60), || {
         let asked = b.json(&[
             "changefeed",
             "rebalance-tables",
@@ -709,7 +734,7 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
     });
     assert_eq!(moves.len(), 1, "{moves:?}");
     assert_eq!(moves[0]["to"], helper.as_str(), "{moves:?}");
-    b.wait_for("the rebalance of tables", Duration::from_secs(30), || {
+    b.wait_for("the rebalance of tables", Duration::from_secs(60), || {
         epoch_of(&moved) > before && tables_on(&helper) == 1
     });
     let back = moves[0]["table"].as_str().unwrap();
@@ -726,7 +751,7 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
     ]);
     b.wait_for(
         "the table back on the reader",
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         || epoch_of(&moved) > before && tables_on(&helper) == 0 && runs_on(&moved) == reader,
     );
     let err = b.error(&[

@@ -88,7 +88,7 @@ impl Shipping {
             token,
             state: Mutex::new(State::default()),
             changed: Notify::new(),
-            durable: watch::channel((0, 0)).0,
+            durable: Mutex::new(Some(watch::channel((0, 0)).0)),
             tx: Mutex::new(Some(tx)),
             rx: Mutex::new(Some(rx)),
         });
@@ -171,7 +171,8 @@ pub(crate) struct Outbox {
     state: Mutex<State>,
     changed: Notify,
     /// What the receiver reported: (flushed, saved) ts.
-    durable: watch::Sender<(u64, u64)>,
+    /// Dropped once the receiver is gone (its watchers see that).
+    durable: Mutex<Option<watch::Sender<(u64, u64)>>>,
     tx: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
     rx: Mutex<Option<mpsc::UnboundedReceiver<Bytes>>>,
 }
@@ -202,20 +203,24 @@ impl Outbox {
 
     /// The receiver's sink has every shipped row at or below `ts`.
     pub(crate) fn flushed(&self, ts: u64) {
-        self.durable.send_if_modified(|(now, _)| {
-            let newer = ts > *now;
-            *now = (*now).max(ts);
-            newer
-        });
+        if let Some(d) = &*self.durable.lock().unwrap_or_else(|e| e.into_inner()) {
+            d.send_if_modified(|(now, _)| {
+                let newer = ts > *now;
+                *now = (*now).max(ts);
+                newer
+            });
+        }
     }
 
     /// The receiver saved its checkpoint at `ts`.
     pub(crate) fn saved(&self, ts: u64) {
-        self.durable.send_if_modified(|(_, now)| {
-            let newer = ts > *now;
-            *now = (*now).max(ts);
-            newer
-        });
+        if let Some(d) = &*self.durable.lock().unwrap_or_else(|e| e.into_inner()) {
+            d.send_if_modified(|(_, now)| {
+                let newer = ts > *now;
+                *now = (*now).max(ts);
+                newer
+            });
+        }
     }
 
     /// The receiver is gone: the run cannot go on.
@@ -226,6 +231,11 @@ impl Outbox {
         }
         drop(state);
         self.changed.notify_waiters();
+        // A DDL waiting for what it reports fails now, not at its timeout.
+        self.durable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
     }
 
     /// Which shipment this is.
@@ -305,8 +315,17 @@ impl OutboxHandle {
     /// What the receiver reported: (flushed, saved) ts. Every row shipped
     /// at or below the first is downstream; it saved its checkpoint at the
     /// second.
+    /// Once the receiver is gone, the watch is closed.
     pub fn durable(&self) -> watch::Receiver<(u64, u64)> {
-        self.outbox.durable.subscribe()
+        match &*self
+            .outbox
+            .durable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+        {
+            Some(d) => d.subscribe(),
+            None => watch::channel((0, 0)).1,
+        }
     }
 }
 

@@ -46,6 +46,12 @@ pub struct ServeArgs {
     /// The HTTP listener: `/metrics`, `/healthz`, `/api/v1/`.
     #[arg(long, default_value = "127.0.0.1:8301")]
     pub http_addr: SocketAddr,
+    /// Where the other servers of a cluster reach this one's gRPC listener
+    /// (`host:port`, `[v6]:port` for IPv6): API calls a standby forwards to
+    /// the owner, and table shipments. By default --addr as bound, which must
+    /// then not be an unspecified address such as 0.0.0.0 with --etcd.
+    #[arg(long)]
+    pub advertise_addr: Option<String>,
     /// Largest plugin upload, in MiB (1 to 1024).
     #[arg(long, default_value_t = 64)]
     pub max_plugin_mib: u64,
@@ -210,6 +216,15 @@ impl ServeArgs {
                 self.lease_ttl_s
             );
         }
+        if let Some(a) = &self.advertise_addr {
+            advertised(a)?;
+        } else if !self.etcd.is_empty() && self.addr.ip().is_unspecified() {
+            anyhow::bail!(
+                "--addr {} is not an address other servers can reach; give the one they \
+                 reach this server at with --advertise-addr (host:port)",
+                self.addr
+            );
+        }
         if !(self.max_plugin_mib..=16_384).contains(&self.max_uploads_mib) {
             anyhow::bail!(
                 "--max-uploads-mib is {}; it must be between --max-plugin-mib ({}) and 16384",
@@ -219,6 +234,35 @@ impl ServeArgs {
         }
         Ok(())
     }
+}
+
+/// Checks an --advertise-addr: `host:port` with a port of 1 to 65535.
+fn advertised(address: &str) -> anyhow::Result<()> {
+    let bad = |why: &str| anyhow::anyhow!("--advertise-addr {address:?} {why}");
+    if address.len() > 261 || address.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad("is not a host:port"));
+    }
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| bad("has no :port"))?;
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => {}
+        _ => return Err(bad("has no port between 1 and 65535")),
+    }
+    let bare_v6 = host.contains(':') && !(host.starts_with('[') && host.ends_with(']'));
+    if host.is_empty() || bare_v6 || host.contains('/') {
+        return Err(bad("is not a host:port (an IPv6 address goes in brackets)"));
+    }
+    if host
+        .trim_matches(['[', ']'])
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified())
+    {
+        return Err(bad(
+            "is an unspecified address; other servers cannot reach it",
+        ));
+    }
+    Ok(())
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -265,7 +309,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let id = capture_id(&data_dir)?;
     let started_at_ms = sluice_owner::Clock::now_ms(&sluice_owner::SystemClock);
     let lease_ttl = Duration::from_secs(args.lease_ttl_s);
-    let registration = register(store.clone(), &id, addr, started_at_ms, lease_ttl).await?;
+    let advertised = args
+        .advertise_addr
+        .clone()
+        .unwrap_or_else(|| addr.to_string());
+    let registration = register(store.clone(), &id, &advertised, started_at_ms, lease_ttl).await?;
     let (fatal, mut fatal_rx) = tokio::sync::watch::channel(None);
     // Stops the server: it can no longer act safely.
     let give_up: GiveUp = Arc::new(move |why: String| {
@@ -693,14 +741,14 @@ async fn report_health(
 async fn register(
     store: Arc<dyn MetaStore>,
     id: &str,
-    addr: SocketAddr,
+    address: &str,
     started_at_ms: u64,
     lease_ttl: Duration,
 ) -> anyhow::Result<Registration> {
     let info = CaptureInfo {
         version: 1,
         id: id.to_string(),
-        address: addr.to_string(),
+        address: address.to_string(),
         sluice_version: env!("CARGO_PKG_VERSION").to_string(),
         started_at_ms,
     };
@@ -785,5 +833,39 @@ mod tests {
             check(&["--max-uploads-mib", "32"]).unwrap_err(),
             "--max-uploads-mib is 32; it must be between --max-plugin-mib (64) and 16384"
         );
+    }
+
+    #[test]
+    fn the_advertised_address_is_one_other_servers_can_reach() {
+        for good in ["10.0.0.7:8300", "cdc-1.internal:8300", "[fd00::7]:8300"] {
+            check(&["--advertise-addr", good]).unwrap();
+        }
+        for bad in [
+            "10.0.0.7",
+            "10.0.0.7:0",
+            "10.0.0.7:99999",
+            ":8300",
+            "fd00::7:8300",
+            "0.0.0.0:8300",
+            "[::]:8300",
+            "a b:8300",
+            "http://x:8300",
+        ] {
+            let e = check(&["--advertise-addr", bad]).unwrap_err();
+            assert!(e.starts_with("--advertise-addr"), "{bad}: {e}");
+        }
+        // Listening on every address with etcd needs one.
+        let e = check(&["--addr", "0.0.0.0:8300", "--etcd", "http://127.0.0.1:2379"]).unwrap_err();
+        assert!(e.contains("--advertise-addr"), "{e}");
+        check(&["--addr", "0.0.0.0:8300"]).unwrap();
+        check(&[
+            "--addr",
+            "0.0.0.0:8300",
+            "--etcd",
+            "http://127.0.0.1:2379",
+            "--advertise-addr",
+            "10.0.0.7:8300",
+        ])
+        .unwrap();
     }
 }

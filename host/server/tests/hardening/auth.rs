@@ -173,6 +173,7 @@ fn case(method: &str, acme_token: &str) -> Option<(Vec<u8>, Needs)> {
         "ListProcessors" => (
             pb::ListProcessorsRequest {
                 tenant: "acme".into(),
+                ..Default::default()
             }
             .encode_to_vec(),
             Read,
