@@ -1649,4 +1649,87 @@ mod tests {
             "both sides' assignments went"
         );
     }
+
+    #[tokio::test]
+    async fn a_new_owner_adopts_a_split_run_whole_and_keeps_each_side() {
+        use sluice_protocol::{Receiver, ShipRole, Shipment};
+        let dir = tempfile::tempdir().unwrap();
+        let (store, guard) = owned_store(&dir).await;
+        register(&store, "c-0", "10.0.0.1:8300").await;
+        register(&store, "c-1", "10.0.0.2:8300").await;
+        let side = |tables: Tables, token: &str, role: ShipRole| Assignment {
+            version: sluice_protocol::ASSIGNMENT_VERSION,
+            changefeed_epoch: Epoch(4),
+            tables,
+            checkpoint_ts: CheckpointTs::new(100),
+            info_revision: Revision(1),
+            desired: Desired::Run,
+            shipment: Some(Shipment {
+                token: token.into(),
+                role,
+            }),
+        };
+        let reads = ShipRole::Reads {
+            receivers: vec![Receiver {
+                capture: "c-1".into(),
+                tables: vec!["s.t".into()],
+            }],
+        };
+        let receives = ShipRole::Receives {
+            reader: "c-0".into(),
+            address: "10.0.0.1:8300".into(),
+        };
+        let only = || Tables::Only(vec!["s.t".into()]);
+        let secret = "a-secret-of-sixteen-or-more";
+        let put = |capture: &str, name: &str, a: Assignment| {
+            let store = store.clone();
+            let key = keys::assignment(capture, "t", name).unwrap();
+            async move {
+                store
+                    .put(&key, keys::encode(&a).unwrap(), None)
+                    .await
+                    .unwrap()
+            }
+        };
+        put("c-0", "c", side(Tables::All, secret, reads.clone())).await;
+        put("c-1", "c", side(only(), secret, receives.clone())).await;
+        // Sides that do not form one run (another secret): not adopted.
+        put("c-0", "broken", side(Tables::All, secret, reads)).await;
+        put(
+            "c-1",
+            "broken",
+            side(only(), "another-secret-of-sixteen", receives),
+        )
+        .await;
+        let (wake, _woken) = mpsc::unbounded_channel();
+        let assigner = Assigner::new(store.clone(), guard, Arc::new(|_| {}), "c-0".into(), wake);
+        let split = ChangefeedId::new("t", "c").unwrap();
+        assert_eq!(assigner.adopt().await.unwrap(), [(split.clone(), Epoch(4))]);
+        let key = |capture: &str| keys::assignment(capture, "t", "c").unwrap();
+        assert_eq!(assigned(&store).await, [key("c-0"), key("c-1")]);
+        let before = store.get(&key("c-1")).await.unwrap().unwrap();
+        let info = ChangefeedInfo::new(
+            split,
+            crate::info::tests::sample_config(),
+            CommitTs::new(100),
+        );
+        let _work = assigner.assign(&info, Epoch(4), CheckpointTs::new(150), Revision(2));
+        // Each side is written again as it was (its tables, its side of the
+        // shipment, the same secret), and keeps running.
+        let receiver = assignment_on(&store, "c-1", |a| a.info_revision == Revision(2)).await;
+        assert_eq!(receiver.tables, only());
+        assert_eq!(receiver.shipment.as_ref().unwrap().token, secret);
+        let reader = assignment_on(&store, "c-0", |a| a.info_revision == Revision(2)).await;
+        assert_eq!(reader.tables, Tables::All);
+        assert!(matches!(
+            reader.shipment.unwrap().role,
+            ShipRole::Reads { .. }
+        ));
+        assert!(store.get(&key("c-1")).await.unwrap().unwrap().mod_revision > before.mod_revision);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for capture in ["c-0", "c-1"] {
+            let a = assignment_on(&store, capture, |_| true).await;
+            assert_eq!(a.desired, Desired::Run, "{capture}");
+        }
+    }
 }
