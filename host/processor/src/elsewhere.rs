@@ -25,6 +25,8 @@ pub(crate) struct TablesElsewhere {
     across: Option<watch::Receiver<u64>>,
     /// Where to tell the source of each DDL passed.
     passed: Option<watch::Sender<u64>>,
+    /// Since when the DDL across captures has waited for them.
+    waiting: Option<(u64, std::time::Instant)>,
 }
 
 /// Why a DDL could not wait for the other captures.
@@ -50,7 +52,49 @@ impl TablesElsewhere {
             durable: e.durable,
             across: Some(e.across),
             passed: Some(e.passed),
+            waiting: None,
         }
+    }
+
+    /// Whether the DDL at `ts` may be applied now: it is not across
+    /// captures, or every other capture flushed everything below it. Fails
+    /// once a capture is gone, or after [`REACH_WITHIN`] of asking.
+    pub(crate) fn ready(&mut self, ts: CommitTs) -> Result<bool, PipelineError> {
+        if !self.is_across(ts) {
+            return Ok(true);
+        }
+        let below = ts.get().saturating_sub(1);
+        if self.durable.iter().all(|w| w.borrow().0 >= below) {
+            self.waiting = None;
+            return Ok(true);
+        }
+        if self.durable.iter().any(|w| w.has_changed().is_err()) {
+            return Err(not_reached(format!(
+                "a capture running some of this changefeed's tables went away before the DDL at {ts}"
+            )));
+        }
+        let since = match self.waiting {
+            Some((at, since)) if at == ts.get() => since,
+            _ => {
+                let now = std::time::Instant::now();
+                self.waiting = Some((ts.get(), now));
+                now
+            }
+        };
+        if since.elapsed() > REACH_WITHIN {
+            return Err(not_reached(format!(
+                "the captures running this changefeed's other tables did not make the rows below \
+                 the DDL at {ts} durable within {} s",
+                REACH_WITHIN.as_secs()
+            )));
+        }
+        Ok(false)
+    }
+
+    fn is_across(&self, ts: CommitTs) -> bool {
+        self.across
+            .as_ref()
+            .is_some_and(|a| *a.borrow() == ts.get())
     }
 
     /// What each other capture saved.
@@ -59,9 +103,10 @@ impl TablesElsewhere {
     }
 
     /// For a DDL across captures at `ts`: waits until every other capture
-    /// flushed everything below it (at most [`REACH_WITHIN`]).
+    /// flushed everything below it (at most [`REACH_WITHIN`]; at the end of
+    /// a run, where nothing else is to be done meanwhile).
     pub(crate) async fn reach(&mut self, ts: CommitTs) -> Result<(), PipelineError> {
-        if self.across.as_ref().is_none_or(|a| *a.borrow() != ts.get()) {
+        if !self.is_across(ts) {
             return Ok(());
         }
         let below = ts.get().saturating_sub(1);

@@ -480,7 +480,13 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         };
         drop(cache);
         result?;
-        self.flush_point().await?;
+        if self.interrupted {
+            self.flush_point().await?;
+        } else {
+            // The source ended: the last DDLs are applied, waiting for the
+            // other captures if they must.
+            self.flush_and_apply(true).await?;
+        }
         self.save_checkpoint().await?;
         if let Some(fence) = self.fence.take() {
             fence.checkpoint(CommitTs::from(self.progress.checkpoint_ts));
@@ -800,23 +806,32 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
     /// (each one releases the rows held behind it, which may need another
     /// round).
     async fn flush_point(&mut self) -> Result<(), PipelineError> {
-        self.flush_and_apply().await?;
+        self.flush_and_apply(false).await?;
         self.unflushed = false;
         self.last_flush = Instant::now();
         Ok(())
     }
 
-    async fn flush_and_apply(&mut self) -> Result<(), PipelineError> {
+    /// Writes and flushes, then applies the DDLs whose rows below are all
+    /// flushed. A DDL across captures waits for the others to flush theirs:
+    /// until a later flush point (the loop goes on meanwhile: stops, swaps),
+    /// or, at the end of the run (`wait`), here.
+    async fn flush_and_apply(&mut self, wait: bool) -> Result<(), PipelineError> {
         loop {
             self.emit_all().await?;
             self.flush().await?;
-            let Some(ddl) = self.barriers.pop() else {
+            let Some(next) = self.barriers.first() else {
                 return Ok(());
             };
+            if wait {
+                self.elsewhere.reach(next.ts()).await?;
+            } else if !self.elsewhere.ready(next.ts())? {
+                return Ok(());
+            }
+            let ddl = self.barriers.pop().expect("the first barrier");
             // Every row below it is written and flushed, here and on the
             // captures running the other tables: apply it (retrying into a
             // fresh sink like any call).
-            self.elsewhere.reach(ddl.commit_ts).await?;
             self.writer.apply_ddl(&ddl).await?;
             self.elsewhere.passed(ddl.commit_ts);
             self.release(Barrier::Ddl(ddl.commit_ts)).await?;
