@@ -99,6 +99,29 @@ fn encode(record: &TablePlacement) -> Result<Vec<u8>, MoveError> {
     Ok(value)
 }
 
+/// Writes `record` (none left: deletes it) if the stored one is still
+/// `current`; whether it did (another move came between: read again).
+async fn replace(
+    store: &dyn MetaStore,
+    key: &str,
+    current: Option<&KeyValue>,
+    record: &TablePlacement,
+) -> Result<bool, MoveError> {
+    let unchanged = match current {
+        Some(kv) => Compare::mod_revision(key, kv.mod_revision),
+        None => Compare::absent(key),
+    };
+    let op = if record.tables.is_empty() {
+        Op::delete(key)
+    } else {
+        Op::put(key, encode(record)?)
+    };
+    Ok(store
+        .txn(Txn::new().when([unchanged]).and_then([op]))
+        .await?
+        .succeeded)
+}
+
 /// A stored placement; one that does not decode counts as empty (said in the
 /// log: its tables run on the reader, none is lost).
 pub(crate) fn decode(kv: &KeyValue) -> TablePlacement {
@@ -161,20 +184,7 @@ pub async fn request_table_move(
             return Ok(moved);
         }
         record.version = 1;
-        let unchanged = match &current {
-            Some(kv) => Compare::mod_revision(&key, kv.mod_revision),
-            None => Compare::absent(&key),
-        };
-        let op = if record.tables.is_empty() {
-            Op::delete(&key)
-        } else {
-            Op::put(&key, encode(&record)?)
-        };
-        if store
-            .txn(Txn::new().when([unchanged]).and_then([op]))
-            .await?
-            .succeeded
-        {
+        if replace(store, &key, current.as_ref(), &record).await? {
             return Ok(moved);
         }
         // Another move changed the record meanwhile: read it again.
@@ -310,20 +320,7 @@ pub async fn rebalance_tables(
                 "changefeed {id} would have more than {MAX_PLACED_TABLES} tables placed by name"
             )));
         }
-        let unchanged = match &current {
-            Some(kv) => Compare::mod_revision(&key, kv.mod_revision),
-            None => Compare::absent(&key),
-        };
-        let op = if record.tables.is_empty() {
-            Op::delete(&key)
-        } else {
-            Op::put(&key, encode(&record)?)
-        };
-        if store
-            .txn(Txn::new().when([unchanged]).and_then([op]))
-            .await?
-            .succeeded
-        {
+        if replace(store, &key, current.as_ref(), &record).await? {
             return Ok(moves);
         }
     }

@@ -518,10 +518,9 @@ flush-interval-ms = 100
     )
 }
 
-/// An upstream and a downstream MariaDB with the same schema, and a server
-/// running changefeed `replica` from one to the other through sink-mysql.
-fn two_mariadbs_and_a_replica() -> (tempfile::TempDir, PrivateMariaDb, PrivateMariaDb, Server) {
-    let dir = tempfile::tempdir().unwrap();
+/// An upstream MariaDB (user `repl` may read its binlog) and a downstream
+/// one (user `writer` may write `shop` and `sluice`), with the same schema.
+fn two_mariadbs() -> (PrivateMariaDb, PrivateMariaDb) {
     let up = PrivateMariaDb::start();
     up.exec(SCHEMA);
     up.exec("CREATE USER 'repl'@'%' IDENTIFIED BY 'Hidden-Pw1'; GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'repl'@'%'");
@@ -530,6 +529,14 @@ fn two_mariadbs_and_a_replica() -> (tempfile::TempDir, PrivateMariaDb, PrivateMa
     down.exec(
         "CREATE USER 'writer'@'%' IDENTIFIED BY 'Writer-Pw2'; GRANT ALL ON shop.* TO 'writer'@'%'; GRANT ALL ON sluice.* TO 'writer'@'%'",
     );
+    (up, down)
+}
+
+/// An upstream and a downstream MariaDB with the same schema, and a server
+/// running changefeed `replica` from one to the other through sink-mysql.
+fn two_mariadbs_and_a_replica() -> (tempfile::TempDir, PrivateMariaDb, PrivateMariaDb, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let (up, down) = two_mariadbs();
     let server = Server::start(&dir.path().join("server"), &[]);
     server.upload("sink-mysql", "sink");
     let file = replicate(
@@ -625,14 +632,7 @@ fn tables_split_across_two_captures_replicate_row_for_row_and_a_ddl_across_them_
         "--lease-ttl-s",
         "3",
     ];
-    let up = PrivateMariaDb::start();
-    up.exec(SCHEMA);
-    up.exec("CREATE USER 'repl'@'%' IDENTIFIED BY 'Hidden-Pw1'; GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'repl'@'%'");
-    let down = PrivateMariaDb::start();
-    down.exec(SCHEMA);
-    down.exec(
-        "CREATE USER 'writer'@'%' IDENTIFIED BY 'Writer-Pw2'; GRANT ALL ON shop.* TO 'writer'@'%'; GRANT ALL ON sluice.* TO 'writer'@'%'",
-    );
+    let (up, down) = two_mariadbs();
     let a = Server::start(&dir.path().join("a"), &args);
     let b = Server::start_standby(&dir.path().join("b"), &args, &a);
     a.upload("sink-mysql", "sink");
