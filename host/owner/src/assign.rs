@@ -1651,6 +1651,74 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_capture_its_tables_are_placed_on_coming_back_ends_the_whole_run_and_the_next_splits()
+    {
+        use crate::tables::TablePlacement;
+        let dir = tempfile::tempdir().unwrap();
+        let (store, guard) = owned_store(&dir).await;
+        register(&store, "c-1", "10.0.0.1:8300").await;
+        // shop.orders is placed on c-2, which is gone (its lease ended).
+        let placement = TablePlacement {
+            version: 1,
+            tables: [("shop.orders".to_string(), "c-2".to_string())].into(),
+        };
+        store
+            .put(
+                &keys::table_placement("t", "c").unwrap(),
+                keys::encode(&placement).unwrap(),
+                None,
+            )
+            .await
+            .unwrap();
+        let (wake, _woken) = mpsc::unbounded_channel();
+        let assigner = Assigner::new(store.clone(), guard, Arc::new(|_| {}), "c-1".into(), wake);
+        let id = ChangefeedId::new("t", "c").unwrap();
+        let info = ChangefeedInfo::new(
+            id.clone(),
+            crate::info::tests::sample_config(),
+            CommitTs::new(100),
+        );
+        // Every table runs on the reader meanwhile.
+        let first = assigner.assign(&info, Epoch(1), CheckpointTs::new(100), Revision(1));
+        assignment_on(&store, "c-1", |a| {
+            a.tables == Tables::All && a.shipment.is_none()
+        })
+        .await;
+        let on = |capture: &str| keys::task_position("t", "c", capture).unwrap();
+        store
+            .put(&on("c-1"), position(1, 150, r#""running""#, 10), None)
+            .await
+            .unwrap();
+        // Another capture coming changes nothing.
+        register(&store, "c-3", "10.0.0.3:8300").await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let a = assignment_on(&store, "c-1", |_| true).await;
+        assert_eq!(a.desired, Desired::Run);
+        // c-2 comes back: the run ends (stopped and saved where it is)...
+        register(&store, "c-2", "10.0.0.2:8300").await;
+        assignment_on(&store, "c-1", |a| a.desired == Desired::Stop).await;
+        store
+            .put(&on("c-1"), position(1, 170, r#""stopped""#, 12), None)
+            .await
+            .unwrap();
+        assert_eq!(first.join().await, Outcome::Stopped);
+        // ...and the next gives it shop.orders again.
+        let _second = assigner.assign(&info, Epoch(2), CheckpointTs::new(170), Revision(1));
+        let receives = assignment_on(&store, "c-2", |_| true).await;
+        assert_eq!(receives.tables, Tables::Only(vec!["shop.orders".into()]));
+        assert_eq!(receives.changefeed_epoch, Epoch(2));
+        let reads = assignment_on(&store, "c-1", |a| a.changefeed_epoch == Epoch(2)).await;
+        assert!(reads.shipment.is_some());
+        // Running split as placed, the registrations it sees change nothing.
+        register(&store, "c-2", "10.0.0.2:8300").await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for capture in ["c-1", "c-2"] {
+            let a = assignment_on(&store, capture, |_| true).await;
+            assert_eq!(a.desired, Desired::Run, "{capture}");
+        }
+    }
+
+    #[tokio::test]
     async fn a_new_owner_adopts_a_split_run_whole_and_keeps_each_side() {
         use sluice_protocol::{Receiver, ShipRole, Shipment};
         let dir = tempfile::tempdir().unwrap();

@@ -269,18 +269,25 @@ pub(crate) async fn done(
     Ok(())
 }
 
-/// What takes running work off its captures: a drain of one of them, or a
-/// move of the changefeed to another capture. Followed by the owner's
-/// follower of the assignment while the work runs.
+/// What takes running work off its captures: a drain of one of them, a
+/// move of the changefeed to another capture, a change of its table
+/// placement, or a capture its placement names coming (back) while its
+/// tables run elsewhere. Followed by the owner's follower of the assignment
+/// while the work runs.
 pub(crate) struct Relocations {
     drains: WatchStream,
     moves: WatchStream,
     placements: WatchStream,
+    registrations: WatchStream,
     drain_keys: BTreeSet<String>,
     move_key: String,
     placement_key: String,
     /// The capture that reads the changefeed.
     reader: String,
+    /// The captures the run has a side on.
+    running_on: BTreeSet<String>,
+    /// Every capture being drained (kept up to date from `drains`).
+    drained: BTreeSet<String>,
     /// The table placement the run was split by.
     placed: TablePlacement,
 }
@@ -304,28 +311,49 @@ impl Relocations {
         let drains = store.watch(&keys::drain_prefix(), Some(after)).await?;
         let moves = store.watch(&move_key, Some(after)).await?;
         let placements = store.watch(&placement_key, Some(after)).await?;
+        let registrations = store.watch(&keys::capture_prefix(), Some(after)).await?;
+        let drained = crate::drained(store).await?;
         let relocations = Self {
             drains,
             moves,
             placements,
+            registrations,
             drain_keys,
             move_key,
             placement_key,
             reader: sides.reader().to_string(),
+            running_on: captures.iter().cloned().collect(),
+            drained,
             placed: sides.placement.clone(),
         };
-        let drained = crate::drained(store).await?;
-        let already = match captures.iter().find(|c| drained.contains(*c)) {
+        let already = match captures.iter().find(|c| relocations.drained.contains(*c)) {
             Some(c) => Some(Self::drained(c)),
             None => match store.get(&relocations.move_key).await? {
                 Some(kv) => relocations.moved(&kv),
                 None => {
                     let now = store.get(&relocations.placement_key).await?;
-                    relocations.tables_moved(now.as_ref())
+                    match relocations.tables_moved(now.as_ref()) {
+                        Some(why) => Some(why),
+                        None => tables::live_captures(store)
+                            .await?
+                            .keys()
+                            .find_map(|c| relocations.arrived(c)),
+                    }
                 }
             },
         };
         Ok((relocations, already))
+    }
+
+    /// Why the run must end now that capture `capture` is live (registered,
+    /// not drained): the placement puts tables there and the run has no side
+    /// on it (it was placed while that capture was gone), so the next run
+    /// gives them back to it.
+    fn arrived(&self, capture: &str) -> Option<String> {
+        (!self.running_on.contains(capture)
+            && !self.drained.contains(capture)
+            && self.placed.tables.values().any(|c| c == capture))
+        .then(|| format!("capture {capture}, where tables of the changefeed are placed, is live"))
     }
 
     fn drained(capture: &str) -> String {
@@ -350,9 +378,27 @@ impl Relocations {
         loop {
             tokio::select! {
                 event = self.drains.next() => match event? {
-                    Ok(ev) if ev.kind == WatchEventKind::Put && self.drain_keys.contains(&ev.kv.key) => {
+                    Ok(ev) => {
                         let capture = ev.kv.key.rsplit('/').next().unwrap_or_default();
-                        return Some(Self::drained(capture));
+                        if ev.kind == WatchEventKind::Put {
+                            self.drained.insert(capture.to_string());
+                            if self.drain_keys.contains(&ev.kv.key) {
+                                return Some(Self::drained(capture));
+                            }
+                        } else {
+                            self.drained.remove(capture);
+                        }
+                    }
+                    Err(_) => return None,
+                },
+                event = self.registrations.next() => match event? {
+                    Ok(ev) if ev.kind == WatchEventKind::Put => {
+                        if let Some(MetaKey::Capture { capture }) = MetaKey::parse(&ev.kv.key)
+                            && keys::decode::<sluice_protocol::CaptureInfo>(&ev.kv.key, &ev.kv.value).is_ok()
+                            && let Some(why) = self.arrived(&capture)
+                        {
+                            return Some(why);
+                        }
                     }
                     Ok(_) => {}
                     Err(_) => return None,
