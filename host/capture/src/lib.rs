@@ -67,6 +67,9 @@ pub struct Ctx {
     /// The outboxes of the runs this capture reads for other captures (the
     /// server serves them on its gRPC listener, `sluice_ship::ShipService`).
     pub shipping: sluice_ship::Shipping,
+    /// How this capture reaches the others' gRPC listeners (a receiver its
+    /// reader): plain, or TLS with `--peer-ca`.
+    pub peers: sluice_ship::Peers,
 }
 
 impl Ctx {

@@ -172,6 +172,7 @@ pub async fn input(
             drop(source);
             tracing::info!(%reader, %address, "Receiving this capture's tables from the reading capture.");
             let shipped = ShippedSource::connect_to(
+                &ctx.peers,
                 address,
                 ShipRequest {
                     key: key(&ctx.capture_id),

@@ -17,6 +17,7 @@
 mod error;
 pub mod frame;
 mod outbox;
+mod peers;
 mod receiver;
 mod service;
 mod split;
@@ -40,6 +41,7 @@ pub const GRPC_PREFIX: &str = "/sluice.ship.v1.TableShipping/";
 
 pub use error::ShipError;
 pub use outbox::{MAX_WINDOW, MIN_WINDOW, OutboxHandle, ShipKey, Shipping};
+pub use peers::Peers;
 pub use receiver::{FlushReporter, ShipRequest, ShippedSource};
 pub use service::ShipService;
 pub use split::{Split, SplitError};

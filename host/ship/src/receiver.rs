@@ -73,14 +73,16 @@ impl ShippedSource {
     }
 
     /// Opens the shipment on the capture whose gRPC listener is at `address`
-    /// (`host:port`, plain HTTP/2; a reader that stops answering fails the
-    /// stream within seconds).
-    pub async fn connect_to(address: &str, request: ShipRequest) -> Result<Self, ShipError> {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| ShipError::Refused(format!("the reader's address {address}: {e}")))?
-            .connect_timeout(Duration::from_secs(5))
-            .http2_keep_alive_interval(Duration::from_secs(1))
-            .keep_alive_timeout(Duration::from_secs(3))
+    /// (`host:port`, reached as `peers` says; a reader that stops answering
+    /// fails the stream within seconds).
+    pub async fn connect_to(
+        peers: &crate::Peers,
+        address: &str,
+        request: ShipRequest,
+    ) -> Result<Self, ShipError> {
+        let channel = peers
+            .endpoint(address)
+            .map_err(|e| ShipError::Refused(format!("the reader: {e}")))?
             .connect_lazy();
         Self::connect(channel, request).await
     }

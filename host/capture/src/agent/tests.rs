@@ -119,6 +119,7 @@ fn new_capture(
             reserved: crate::Reserved::default(),
             work: tokio::runtime::Handle::current(),
             shipping,
+            peers: sluice_ship::Peers::plain(),
         })))
     }
 }

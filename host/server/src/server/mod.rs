@@ -126,6 +126,14 @@ pub struct ServeArgs {
     /// The private key of --tls-cert (PEM).
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// With --tls-cert in a cluster (--etcd): the CA certificates (PEM) the
+    /// other servers' certificates chain to. Servers then reach each other
+    /// (a standby forwarding calls to the owner, a capture receiving its
+    /// tables' shipment) over TLS, each certificate checked against these and
+    /// against the host of the address its server advertises. Every server
+    /// of a cluster runs with TLS, or none.
+    #[arg(long, requires = "tls_cert")]
+    pub peer_ca: Option<PathBuf>,
     /// Audit entries kept in the meta store (the newest; 100 to 1000000).
     #[arg(long, default_value_t = 10_000)]
     pub audit_retention: u64,
@@ -216,6 +224,12 @@ impl ServeArgs {
                 self.lease_ttl_s
             );
         }
+        if self.tls_cert.is_some() && !self.etcd.is_empty() && self.peer_ca.is_none() {
+            anyhow::bail!(
+                "--tls-cert with --etcd: give --peer-ca FILE, the CA certificates the other \
+                 servers' certificates chain to (the servers reach each other over TLS)"
+            );
+        }
         if let Some(a) = &self.advertise_addr {
             advertised(a)?;
         } else if !self.etcd.is_empty() && self.addr.ip().is_unspecified() {
@@ -234,6 +248,21 @@ impl ServeArgs {
         }
         Ok(())
     }
+}
+
+/// The way to the other servers over TLS, trusting the certificates in the
+/// PEM file at `path` (--peer-ca); refused at start when it holds none.
+fn peer_tls(path: &std::path::Path) -> anyhow::Result<sluice_ship::Peers> {
+    use tokio_rustls::rustls::pki_types::CertificateDer;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    let pem = std::fs::read(path).with_context(|| format!("--peer-ca {}", path.display()))?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("--peer-ca {}: not PEM certificates", path.display()))?;
+    if certs.is_empty() {
+        anyhow::bail!("--peer-ca {} holds no certificate", path.display());
+    }
+    Ok(sluice_ship::Peers::tls(&pem))
 }
 
 /// Checks an --advertise-addr: `host:port` with a port of 1 to 65535.
@@ -291,6 +320,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(sluice_api::tls::Tls::load(cert, key)?),
         _ => None,
+    };
+    let peers = match &args.peer_ca {
+        Some(path) => peer_tls(path)?,
+        None => sluice_ship::Peers::plain(),
     };
     // Listeners first, so that a taken port fails before anything starts.
     let grpc_listener = tokio::net::TcpListener::bind(args.addr)
@@ -382,6 +415,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ),
         work: work.handle().clone(),
         shipping: shipping.clone(),
+        peers: peers.clone(),
     })));
     let mut term_signal =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -412,6 +446,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 grpc: &grpc_conns,
                 http: &http_conns,
                 shipping: shipping.clone(),
+                peers: peers.clone(),
             };
             match standby.serve(&mut fatal_rx, &mut term_signal).await {
                 Ok(Some(term)) => term,
@@ -858,6 +893,20 @@ mod tests {
         let e = check(&["--addr", "0.0.0.0:8300", "--etcd", "http://127.0.0.1:2379"]).unwrap_err();
         assert!(e.contains("--advertise-addr"), "{e}");
         check(&["--addr", "0.0.0.0:8300"]).unwrap();
+        // TLS in a cluster needs the CA the other servers' certificates
+        // chain to.
+        let tls = ["--tls-cert", "c.pem", "--tls-key", "k.pem"];
+        check(&tls).unwrap();
+        let e = check(&[&tls[..], &["--etcd", "http://127.0.0.1:2379"]].concat()).unwrap_err();
+        assert!(e.contains("give --peer-ca FILE"), "{e}");
+        check(
+            &[
+                &tls[..],
+                &["--etcd", "http://127.0.0.1:2379", "--peer-ca", "ca.pem"],
+            ]
+            .concat(),
+        )
+        .unwrap();
         check(&[
             "--addr",
             "0.0.0.0:8300",

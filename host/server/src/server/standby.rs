@@ -65,15 +65,18 @@ impl OwnerView {
 pub struct ForwardLayer {
     owner: OwnerView,
     capture_id: String,
+    peers: sluice_ship::Peers,
     channel: Arc<Mutex<Option<(String, tonic::transport::Channel)>>>,
 }
 
 impl ForwardLayer {
-    /// Forwards for capture `capture_id` to the owner `owner` names.
-    pub fn new(owner: OwnerView, capture_id: String) -> Self {
+    /// Forwards for capture `capture_id` to the owner `owner` names, reached
+    /// as `peers` says.
+    pub fn new(owner: OwnerView, capture_id: String, peers: sluice_ship::Peers) -> Self {
         Self {
             owner,
             capture_id,
+            peers,
             channel: Arc::default(),
         }
     }
@@ -86,13 +89,12 @@ impl ForwardLayer {
         {
             return Ok(channel.clone());
         }
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| tonic::Status::unavailable(format!("the owner's address {address}: {e}")))?
-            .connect_timeout(Duration::from_secs(5))
-            // An owner that stopped answering (frozen, cut off) fails the
-            // calls under way in seconds instead of holding them.
-            .http2_keep_alive_interval(Duration::from_secs(1))
-            .keep_alive_timeout(Duration::from_secs(3))
+        // An owner that stopped answering (frozen, cut off) fails the calls
+        // under way in seconds instead of holding them.
+        let channel = self
+            .peers
+            .endpoint(address)
+            .map_err(|e| tonic::Status::unavailable(format!("the owner: {e}")))?
             .connect_lazy();
         *kept = Some((address.to_string(), channel.clone()));
         Ok(channel)
@@ -239,6 +241,8 @@ pub struct Standby<'a> {
     /// The shipments of the runs this capture reads (served here, never
     /// forwarded).
     pub shipping: sluice_ship::Shipping,
+    /// How it reaches the owner (plain, or TLS with --peer-ca).
+    pub peers: sluice_ship::Peers,
 }
 
 /// How long a standby's open calls may take to finish once it is elected.
@@ -260,7 +264,11 @@ impl Standby<'_> {
         };
         let grpc = tokio::spawn(
             tonic::transport::Server::builder()
-                .layer(ForwardLayer::new(owner.clone(), self.capture_id.clone()))
+                .layer(ForwardLayer::new(
+                    owner.clone(),
+                    self.capture_id.clone(),
+                    self.peers.clone(),
+                ))
                 .add_service(health_service)
                 .add_service(sluice_ship::ShipService::new(self.shipping.clone()).into_server())
                 .serve_with_incoming_shutdown(self.grpc.take().await, stopped(stop_rx.clone())),

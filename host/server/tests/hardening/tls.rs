@@ -210,3 +210,136 @@ fn a_server_refuses_to_start_with_a_certificate_that_does_not_load() {
         assert!(err.contains(want), "want `{want}`: {err}");
     }
 }
+
+/// Two servers of a cluster with TLS and `--peer-ca`: calls made through the
+/// standby reach the owner over TLS, and a table moved to the standby's
+/// capture is shipped to it over TLS (the split run's checkpoint, the
+/// minimum over both captures, moves on). Without `--peer-ca` a server of a
+/// TLS cluster is refused at start, told what to give.
+#[test]
+fn a_cluster_with_tls_forwards_calls_and_ships_tables_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = ca_and_cert(dir.path(), "cluster");
+    let etcd = sluice_tests::etcd::PrivateEtcd::start();
+    etcd.wait_listening();
+    let store = format!("file://{}", dir.path().join("plugins").display());
+    let (ca_s, cert_s, key_s) = (
+        ca.to_str().unwrap(),
+        cert.to_str().unwrap(),
+        key.to_str().unwrap(),
+    );
+    let tls = [
+        "--etcd",
+        etcd.endpoint.as_str(),
+        "--plugin-store",
+        store.as_str(),
+        "--lease-ttl-s",
+        "3",
+        "--tls-cert",
+        cert_s,
+        "--tls-key",
+        key_s,
+    ];
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["server", "--data-dir"])
+        .arg(dir.path().join("refused"))
+        .args(["--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+        .args(tls)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("give --peer-ca FILE"), "{err}");
+
+    let mut args = tls.to_vec();
+    args.extend(["--peer-ca", ca_s]);
+    let a = Server::start(&dir.path().join("a"), &args);
+    let b = Server::start_standby(&dir.path().join("b"), &args, &a);
+    let run = |s: &Server, args: &[&str]| -> String {
+        let https = s.grpc.replacen("http://", "https://", 1);
+        let mut all = vec!["--output", "json"];
+        all.extend_from_slice(args);
+        let (ok, out, err) = cli(s, &https, Some(&ca), &all);
+        assert!(ok, "{args:?}: {err}");
+        out
+    };
+    let json = |s: &Server, args: &[&str]| -> serde_json::Value {
+        serde_json::from_str(&run(s, args)).unwrap()
+    };
+    // Through the standby, forwarded to the owner.
+    let plugin = sluice_tests::plugin_path("sink-blackhole");
+    run(
+        &b,
+        &[
+            "plugin",
+            "upload",
+            plugin.to_str().unwrap(),
+            "--id",
+            "sink-blackhole@0.1.0",
+            "--kind",
+            "sink",
+        ],
+    );
+    let config = dir.path().join("feed.toml");
+    std::fs::write(
+        &config,
+        "[source]\ntype = \"datagen\"\ntotal-rows = 0\nrate = 2000\n\n[sink]\nplugin = \"sink-blackhole@0.1.0\"\n",
+    )
+    .unwrap();
+    run(
+        &b,
+        &[
+            "changefeed",
+            "create",
+            "-c",
+            "over-tls",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let query = || json(&b, &["changefeed", "query", "-c", "over-tls"]);
+    b.wait_for("the changefeed to run", Duration::from_secs(30), || {
+        query()["status"]["capture"]
+            .as_str()
+            .is_some_and(|c| !c.is_empty())
+    });
+    let reader = query()["status"]["capture"].as_str().unwrap().to_string();
+    let captures = json(&b, &["capture", "list"]);
+    let other = captures
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap().to_string())
+        .find(|c| *c != reader)
+        .expect("two captures");
+    run(
+        &b,
+        &[
+            "changefeed",
+            "move-table",
+            "-c",
+            "over-tls",
+            "--table",
+            "shop.orders",
+            "--capture",
+            &other,
+        ],
+    );
+    b.wait_for("the split run", Duration::from_secs(60), || {
+        query()["processors"]
+            .as_array()
+            .is_some_and(|p| p.len() == 2)
+    });
+    let at = query()["checkpoint-ts"].as_u64().unwrap();
+    b.wait_for(
+        "the split run's checkpoint to move",
+        Duration::from_secs(60),
+        || query()["checkpoint-ts"].as_u64().unwrap() > at,
+    );
+    let logs = [b.stop(), a.stop()].join("\n");
+    assert!(
+        logs.contains("Receiving this capture's tables from the reading capture."),
+        "{logs}"
+    );
+    assert!(!logs.contains("shipment:"), "{logs}");
+}
