@@ -131,15 +131,17 @@ impl MetaProgressStore {
             Some(s) => s.get(),
             None => previous.checkpoint_ts,
         };
-        // Work that ran on another capture at this checkpoint resumes where
-        // that capture's source stood, not by ts alone (which would read the
-        // source again from its configured start).
+        // Work that ran on another capture at this checkpoint (a whole run
+        // moved or failed over, or the reading side of a split run) resumes
+        // where that capture's source stood: a position is saved only with
+        // the checkpoint it stands for, whichever epoch saved it. Resuming
+        // by ts alone would find the source's place by its clock, which reads
+        // again (or skips) what shares the checkpoint's second.
         if (previous.checkpoint_ts != checkpoint_ts || previous.source_position.is_none())
-            && let Some(other) = others.iter().find(|p| {
-                p.checkpoint_ts == checkpoint_ts
-                    && p.changefeed_epoch == key.changefeed_epoch
-                    && p.source_position.is_some()
-            })
+            && let Some(other) = others
+                .iter()
+                .filter(|p| p.checkpoint_ts == checkpoint_ts && p.source_position.is_some())
+                .max_by_key(|p| p.changefeed_epoch)
         {
             previous.source_position = other.source_position.clone();
             previous.checkpoint_ts = checkpoint_ts;
@@ -459,7 +461,21 @@ mod tests {
             Some(position.clone())
         );
         assert_eq!(previous.fence_ts, 320, "rows up to c-1's fence are replays");
-        assert_eq!(second.claimed().source_position, Some(position));
+        assert_eq!(second.claimed().source_position, Some(position.clone()));
+        // A later epoch placed on yet another capture (a failover, or the
+        // receiving side of a split run taking it whole) resumes there too.
+        let later = Claim {
+            changefeed_epoch: 4,
+            ..on("c-4")
+        };
+        let (fourth, previous) = MetaProgressStore::claim(store.clone(), later, start, None)
+            .await
+            .unwrap();
+        assert_eq!(
+            previous.resume_point(CheckpointTs::new(300)).position,
+            Some(position.clone())
+        );
+        assert_eq!(fourth.claimed().source_position, Some(position));
         // At another checkpoint than the one saved with it, no position: the
         // source resumes by ts.
         let start = Some(CheckpointTs::new(200));

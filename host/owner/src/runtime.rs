@@ -226,13 +226,19 @@ impl<C: OwnerContext> Runtime<C> {
             };
             // Task positions are saved more often than the owner copies them:
             // take theirs, but only from the current epoch (an older one may
-            // predate an overwritten checkpoint or a removal).
+            // predate an overwritten checkpoint or a removal), and the lowest
+            // of them: a run split across captures has one per side, and a
+            // receiving side can have saved past what the reading side saved
+            // its source position with.
             if !matches!(cf.state(), FeedState::Removed | FeedState::Finished) {
-                for (_, epoch, checkpoint) in stored.positions.iter().filter(|(p, ..)| *p == id) {
-                    if *epoch == cf.epoch() {
-                        cf.status.checkpoint_ts = cf.status.checkpoint_ts.max(*checkpoint);
-                    }
-                }
+                cf.status.checkpoint_ts = recovered_checkpoint(
+                    cf.status.checkpoint_ts,
+                    stored
+                        .positions
+                        .iter()
+                        .filter(|(p, epoch, _)| *p == id && *epoch == cf.epoch())
+                        .map(|(.., checkpoint)| *checkpoint),
+                );
             }
             if cf.state().is_running() && !stored.running.contains(&(id.clone(), cf.epoch())) {
                 // A restart: the work of the previous epoch is gone, or fenced
@@ -745,5 +751,33 @@ impl<C: OwnerContext> Runtime<C> {
         users.sort();
         users.dedup();
         self.ctx.delete_plugin(tenant, plugin, &users).await
+    }
+}
+
+/// The checkpoint a new owner takes for a changefeed: the one its status
+/// saved, or the lowest of those its current epoch's sides saved in their
+/// task positions (`sides`), if that is later.
+fn recovered_checkpoint(
+    status: CheckpointTs,
+    sides: impl Iterator<Item = CheckpointTs>,
+) -> CheckpointTs {
+    sides.min().map_or(status, |lowest| status.max(lowest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_owner_takes_the_lowest_checkpoint_of_the_sides_of_a_run() {
+        let ts = CheckpointTs::new;
+        let got = |status, sides: &[u64]| {
+            recovered_checkpoint(ts(status), sides.iter().map(|s| ts(*s))).get()
+        };
+        // A receiving side saved past the reading side: the reader's.
+        assert_eq!(got(100, &[150, 130]), 130);
+        assert_eq!(got(100, &[150]), 150);
+        assert_eq!(got(100, &[]), 100);
+        assert_eq!(got(100, &[90, 160]), 100);
     }
 }

@@ -17,6 +17,9 @@ use crate::state::PluginStats;
 /// after every failure.
 pub struct WasmSink {
     slot: Slot<SinkBindings>,
+    /// The run's first saved checkpoint was handed over (the one it starts
+    /// from): later ones only move it forward.
+    run_started: bool,
 }
 
 impl WasmSink {
@@ -46,7 +49,10 @@ impl WasmSink {
         };
         let mut slot = Slot::new(component, settings);
         slot.sql = sql;
-        Ok(Self { slot })
+        Ok(Self {
+            slot,
+            run_started: false,
+        })
     }
 
     /// Counters and stop reasons of this plugin.
@@ -215,9 +221,16 @@ impl Sink for WasmSink {
     }
 
     fn checkpoint_saved(&mut self, ts: CheckpointTs) {
-        self.slot
-            .stats
-            .saved_checkpoint
-            .fetch_max(ts.get(), Ordering::Relaxed);
+        let saved = &self.slot.stats.saved_checkpoint;
+        if self.run_started {
+            saved.fetch_max(ts.get(), Ordering::Relaxed);
+        } else {
+            // The counters outlive runs (`with_stats`); the saved checkpoint
+            // is the run's: another capture's side of an earlier run may
+            // have saved past where this one starts, and rows above this
+            // one's start come again.
+            saved.store(ts.get(), Ordering::Relaxed);
+            self.run_started = true;
+        }
     }
 }

@@ -19,6 +19,15 @@
 //! emptied capture), timing until the counts are even and until every
 //! checkpoint moved again.
 //!
+//! Then throughput, side by side: endless datagen -> sink-blackhole
+//! changefeeds as fast as they go, rows written per second over a window
+//! (`CLUSTER_BENCH_WINDOW_S`, 10), in rounds (`CLUSTER_BENCH_TPUT_ROUNDS`,
+//! 3) that each start fresh clusters: three changefeeds on one server
+//! against the same three spread over three servers, and one changefeed on
+//! two servers run whole against the same with `shop.orders` run on the
+//! second capture (its rows shipped there over gRPC).
+//! `CLUSTER_BENCH_PHASES` picks `failover`, `throughput` (both by default).
+//!
 //! Run with `cargo xtask bench-cluster` (it builds the plugins first).
 
 use std::path::Path;
@@ -31,7 +40,7 @@ use sluice_api::v1::cluster_service_client::ClusterServiceClient;
 use tonic::transport::Channel;
 
 mod common;
-use common::{Server, id, upload};
+use common::{Server, id, median, upload};
 
 fn start(data: &Path, args: &[&str]) -> Server {
     Server::start(data, args).0
@@ -81,8 +90,196 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// A fresh cluster of `servers` servers on its own etcd running `feeds`
+/// endless datagen -> sink-blackhole changefeeds at full speed (with
+/// `split`, `shop.orders` of the first runs on another capture than the one
+/// reading it): the rows they wrote per second over `window`.
+async fn throughput(servers: usize, feeds: usize, split: bool, window: Duration) -> f64 {
+    let etcd = sluice_tests::etcd::PrivateEtcd::start();
+    etcd.wait_listening();
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().join("plugins").display());
+    let args = [
+        "--etcd",
+        &etcd.endpoint,
+        "--plugin-store",
+        &store,
+        "--lease-ttl-s",
+        "5",
+    ];
+    let data: Vec<_> = (0..servers)
+        .map(|i| dir.path().join(i.to_string()))
+        .collect();
+    let nodes: Vec<Server> = data.iter().map(|d| start(d, &args)).collect();
+    let token = std::fs::read_to_string(data[0].join("admin-token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let channel = connect(&nodes[0].url, &token).await;
+    let mut cluster = ClusterServiceClient::new(channel.clone());
+    let mut c = ChangefeedServiceClient::new(channel.clone());
+    let captures = |cluster: &mut ClusterServiceClient<Authorized>| {
+        let mut cluster = cluster.clone();
+        async move {
+            cluster
+                .list_captures(pb::ListCapturesRequest {})
+                .await
+                .map(|r| r.into_inner().captures)
+                .unwrap_or_default()
+        }
+    };
+    while captures(&mut cluster).await.len() < servers {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    upload(channel, "sink-blackhole", pb::PluginWorld::Sink).await;
+    let names: Vec<String> = (0..feeds).map(|i| format!("tput-{i}")).collect();
+    for name in &names {
+        c.create_changefeed(pb::CreateChangefeedRequest {
+            id: Some(id(name)),
+            config_toml: endless(0),
+            start_ts: 0,
+            target_ts: 0,
+        })
+        .await
+        .unwrap();
+    }
+    // Every changefeed placed (by count: one per capture when they match).
+    loop {
+        let placed: u32 = captures(&mut cluster)
+            .await
+            .iter()
+            .map(|c| c.changefeeds)
+            .sum();
+        if placed as usize == feeds {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if split {
+        let on = captures(&mut cluster).await;
+        let reader = on.iter().find(|c| c.changefeeds > 0).unwrap().id.clone();
+        let helper = on.iter().find(|c| c.id != reader).unwrap().id.clone();
+        loop {
+            let asked = cluster
+                .move_table(pb::MoveTableRequest {
+                    id: Some(id(&names[0])),
+                    table: "shop.orders".into(),
+                    capture_id: helper.clone(),
+                })
+                .await;
+            if asked.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        loop {
+            let sides = cluster
+                .list_processors(pb::ListProcessorsRequest {
+                    tenant: "default".into(),
+                    changefeed: names[0].clone(),
+                })
+                .await
+                .map(|r| r.into_inner().processors.len())
+                .unwrap_or(0);
+            if sides == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // Rows written so far by the running processors, and their epochs.
+    let sample = |c: &mut ChangefeedServiceClient<Authorized>| {
+        let mut c = c.clone();
+        let names = names.clone();
+        async move {
+            let mut rows = 0;
+            let mut epochs = Vec::new();
+            for name in &names {
+                let s = c.get_status(id(name)).await.unwrap().into_inner();
+                rows += s.rows_written;
+                epochs.push(s.epoch);
+            }
+            (rows, epochs)
+        }
+    };
+    // Warmed up: every changefeed wrote, then two seconds more.
+    loop {
+        let mut all = true;
+        for name in &names {
+            let s = c.get_status(id(name)).await.unwrap().into_inner();
+            all &= s.rows_written > 0;
+        }
+        if all {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (before, epochs) = sample(&mut c).await;
+    let started = Instant::now();
+    tokio::time::sleep(window).await;
+    let (after, epochs_after) = sample(&mut c).await;
+    let took = started.elapsed();
+    assert_eq!(epochs, epochs_after, "a run restarted during the window");
+    drop(nodes);
+    (after - before) as f64 / took.as_secs_f64()
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    let phases =
+        std::env::var("CLUSTER_BENCH_PHASES").unwrap_or_else(|_| "failover,throughput".into());
+    if phases.split(',').any(|p| p == "failover") {
+        failover().await;
+    }
+    if phases.split(',').any(|p| p == "throughput") {
+        throughput_figures().await;
+    }
+}
+
+async fn throughput_figures() {
+    let rounds = env_or("CLUSTER_BENCH_TPUT_ROUNDS", 3);
+    let window = Duration::from_secs(env_or("CLUSTER_BENCH_WINDOW_S", 10));
+    let configs: [(&str, usize, usize, bool); 4] = [
+        ("3 changefeeds, 1 server", 1, 3, false),
+        ("3 changefeeds, 3 servers", 3, 3, false),
+        ("1 changefeed, 2 servers, run whole", 2, 1, false),
+        ("1 changefeed, 2 servers, shop.orders shipped", 2, 1, true),
+    ];
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
+    for round in 0..rounds {
+        for (i, (what, servers, feeds, split)) in configs.iter().enumerate() {
+            let rate = throughput(*servers, *feeds, *split, window).await;
+            eprintln!("throughput {round}: {what}: {rate:.0} rows/s");
+            rates[i].push(rate);
+        }
+    }
+    let medians: Vec<f64> = rates.iter().map(|r| median(r.clone())).collect();
+    println!("\nThroughput, datagen -> sink-blackhole at full speed, median of {rounds} rounds\n");
+    println!("| configuration | rows/s | ratio |");
+    println!("|---|---|---|");
+    for (i, (what, ..)) in configs.iter().enumerate() {
+        let base = medians[i - i % 2];
+        println!("| {what} | {:.0} | {:.2}× |", medians[i], medians[i] / base);
+    }
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench");
+    std::fs::create_dir_all(&out).unwrap();
+    let json = serde_json::json!({
+        "rounds": rounds,
+        "window-s": window.as_secs(),
+        "one-server-rows-per-s": medians[0],
+        "three-servers-rows-per-s": medians[1],
+        "whole-rows-per-s": medians[2],
+        "shipped-rows-per-s": medians[3],
+    });
+    std::fs::write(
+        out.join("cluster-throughput.json"),
+        serde_json::to_string_pretty(&json).unwrap(),
+    )
+    .unwrap();
+}
+
+async fn failover() {
     let lease_s = env_or("CLUSTER_BENCH_LEASE_S", 5);
     let rounds = env_or("CLUSTER_BENCH_ROUNDS", 10) as usize;
     let etcd = sluice_tests::etcd::PrivateEtcd::start();

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value as Json;
@@ -610,82 +611,216 @@ fn mariadb_to_mariadb_through_sink_mysql_matches_row_for_row_after_kills() {
     assert!(!log.contains("Writer-Pw2"));
 }
 
-/// Two servers on a private etcd, one changefeed from MariaDB to MariaDB
-/// through sink-mysql with `shop.orders` moved to the capture that does not
-/// read the binlog: the downstream matches the upstream row for row, and a
-/// DDL about both captures' tables (a drop of both, then both created again
-/// and written) is applied once, after both captures wrote what came before
-/// it (applied twice, or early, the second drop fails or drops rows written
-/// after the tables came back).
+/// Three servers on a private etcd replicate a MariaDB through sink-mysql
+/// with `shop.orders` run on another capture than the one reading the
+/// binlog. A DDL about both captures' tables (a drop of both, then both
+/// created again and written) is applied once, after both captures wrote
+/// what came before it (applied twice, or early, the second drop fails or
+/// drops rows written after the tables came back). Then rounds, under
+/// writes, that SIGKILL or SIGSTOP (a partition longer than the lease) the
+/// reading capture, the receiving one or the third, the owner among them:
+/// after each the cluster converges on the live captures, the table is
+/// moved off the reader again when it came back there, and at the end the
+/// downstream equals the upstream (`sluice diff`), and no side of any epoch
+/// ran in two processes. `SLUICE_SPLIT_CHAOS_ROUNDS` (default 10) and
+/// `SLUICE_CHAOS_SEED`.
 #[test]
-fn tables_split_across_two_captures_replicate_row_for_row_and_a_ddl_across_them_applies_once() {
+fn tables_split_across_captures_replicate_row_for_row_through_kills_and_stops_and_a_ddl_across_them_applies_once()
+ {
     let _one = one_at_a_time();
+    const LEASE_S: u64 = 3;
+    let (rounds, mut random) = common::chaos_rounds("split chaos", "SLUICE_SPLIT_CHAOS_ROUNDS", 10);
     let etcd = sluice_tests::etcd::PrivateEtcd::start();
     etcd.wait_listening();
     let dir = tempfile::tempdir().unwrap();
     let store = format!("file://{}", dir.path().join("shared-plugins").display());
+    let lease = LEASE_S.to_string();
     let args = [
         "--etcd",
         etcd.endpoint.as_str(),
         "--plugin-store",
         store.as_str(),
         "--lease-ttl-s",
-        "3",
+        lease.as_str(),
     ];
     let (up, down) = two_mariadbs();
-    let a = Server::start(&dir.path().join("a"), &args);
-    let b = Server::start_standby(&dir.path().join("b"), &args, &a);
-    a.upload("sink-mysql", "sink");
-    let file = replicate(
-        dir.path(),
-        "replica",
-        &up.url("repl", "Hidden-Pw1"),
-        &down.url("writer", "Writer-Pw2"),
-        "target",
-    );
-    a.create("replica", &file);
-    let mut seed = 5;
-    up.exec(&workload(&mut seed, 1, 100));
-    let capture_of = || {
-        a.state("replica")["status"]["capture"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
+    let data: Vec<PathBuf> = ["a", "b", "c"].iter().map(|n| dir.path().join(n)).collect();
+    let first = Server::start(&data[0], &args);
+    let token_of = first.token_file.clone();
+    let standby = |i: usize, live: &Server| {
+        let mut s = Server::start_standby(&data[i], &args, live);
+        s.token_file = token_of.clone();
+        s
     };
-    a.wait_for("the changefeed to run", Duration::from_secs(30), || {
-        !capture_of().is_empty()
-    });
-    let reader = capture_of();
-    let captures = a.json(&["capture", "list"]);
-    let helper = captures
-        .as_array()
-        .unwrap()
+    // `SLUICE_TEST_LOG_DIR`: every server's log is kept there as it grows
+    // (to read after a failure).
+    let keep_dir = std::env::var("SLUICE_TEST_LOG_DIR").ok().map(PathBuf::from);
+    let mut started = 0;
+    let mut keep = |server: &Server| {
+        let Some(dir) = &keep_dir else { return };
+        std::fs::create_dir_all(dir).unwrap();
+        let stderr = server.stderr.clone();
+        let path = dir.join(format!("server-{started}.log"));
+        started += 1;
+        std::thread::spawn(move || {
+            loop {
+                let log = stderr.lock().unwrap().clone();
+                if std::fs::write(&path, log).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        });
+    };
+    keep(&first);
+    if let Some(dir) = &keep_dir {
+        std::fs::write(dir.join("etcd"), &etcd.endpoint).unwrap();
+    }
+    let mut servers: Vec<Option<Server>> = vec![Some(first), None, None];
+    for i in 1..3 {
+        servers[i] = Some(standby(i, servers[0].as_ref().unwrap()));
+        keep(servers[i].as_ref().unwrap());
+    }
+    // Each server keeps its capture id in its data dir, across restarts.
+    let ids: Vec<String> = data
         .iter()
-        .map(|c| c["id"].as_str().unwrap().to_string())
-        .find(|c| *c != reader)
-        .expect("two captures");
-    let before = a.state("replica")["epoch"].as_u64().unwrap();
-    let moved = a.json(&[
-        "changefeed",
-        "move-table",
-        "-c",
-        "replica",
-        "--table",
-        "shop.orders",
-        "--capture",
-        &helper,
-    ]);
-    assert_eq!(moved["from"], reader.as_str(), "{moved}");
-    a.wait_for("the split run", Duration::from_secs(30), || {
-        let captures = a.json(&["capture", "list"]);
-        let on_helper = captures
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["id"] == helper.as_str() && c["tables"] == 1);
-        on_helper && a.state("replica")["epoch"].as_u64().unwrap() > before
-    });
-    up.exec(&workload(&mut seed, 101, 200));
+        .map(|d| {
+            std::fs::read_to_string(d.join("capture-id"))
+                .unwrap()
+                .trim()
+                .to_string()
+        })
+        .collect();
+    let index_of = |capture: &str| ids.iter().position(|c| c == capture).unwrap();
+    {
+        let a = servers[0].as_ref().unwrap();
+        a.upload("sink-mysql", "sink");
+        let file = replicate(
+            dir.path(),
+            "replica",
+            &up.url("repl", "Hidden-Pw1"),
+            &down.url("writer", "Writer-Pw2"),
+            "target",
+        );
+        a.create("replica", &file);
+    }
+    let mut wseed = 5;
+    up.exec(&workload(&mut wseed, 1, 100));
+    let json_of = |server: &Server, args: &[&str]| -> Option<Json> {
+        let mut all = vec!["--output", "json"];
+        all.extend_from_slice(args);
+        let (ok, out, _) = server.cli(&all);
+        ok.then(|| serde_json::from_str(&out).ok()).flatten()
+    };
+    let query = |server: &Server| json_of(server, &["changefeed", "query", "-c", "replica"]);
+    // The reading capture and the one running shop.orders (the reader
+    // when the run is whole).
+    let sides = |server: &Server| -> Option<(String, String)> {
+        let q = query(server)?;
+        let mut reader = None;
+        let mut orders = None;
+        for p in q["processors"].as_array()? {
+            let capture = p["capture"].as_str()?.to_string();
+            if p["reads"] == true {
+                reader = Some(capture);
+            } else if p["tables"].as_array()?.iter().any(|t| t == "shop.orders") {
+                orders = Some(capture);
+            }
+        }
+        let reader = reader?;
+        Some((reader.clone(), orders.unwrap_or(reader)))
+    };
+    // Runs shop.orders on another capture than the reader (when it runs
+    // on the reader now), and waits until it does.
+    let split = |server: &Server, to_pick: u64| -> (String, String) {
+        let mut asked = false;
+        let mut now = None;
+        server.wait_for("a split run", Duration::from_secs(60), || {
+            let Some((reader, orders)) = sides(server) else {
+                return false;
+            };
+            if reader != orders {
+                now = Some((reader, orders));
+                return true;
+            }
+            if !asked {
+                let others: Vec<&String> = ids.iter().filter(|c| **c != reader).collect();
+                let to = others[(to_pick as usize) % others.len()];
+                let (ok, _, err) = server.cli(&[
+                    "changefeed",
+                    "move-table",
+                    "-c",
+                    "replica",
+                    "--table",
+                    "shop.orders",
+                    "--capture",
+                    to,
+                ]);
+                // Refused while the run is between two placements: asked again.
+                asked = ok;
+                if !ok {
+                    eprintln!("move-table: {err}");
+                }
+            }
+            false
+        });
+        now.unwrap()
+    };
+    let checkpoint = |server: &Server| -> Option<(u64, String)> {
+        let q = query(server)?;
+        Some((
+            q["checkpoint-ts"].as_u64()?,
+            q["status"]["capture"].as_str().unwrap_or("").to_string(),
+        ))
+    };
+    // `server` lists `live` captures with one owner, and the changefeed runs
+    // on a listed one with its checkpoint past `before`.
+    let converged = |server: &Server, live: usize, before: u64| -> bool {
+        let Some(captures) = json_of(server, &["capture", "list"]) else {
+            return false;
+        };
+        let list = captures.as_array().unwrap();
+        let listed: Vec<&str> = list.iter().map(|c| c["id"].as_str().unwrap()).collect();
+        list.len() == live
+            && list.iter().filter(|c| c["owner"] == true).count() == 1
+            && checkpoint(server)
+                .is_some_and(|(ts, capture)| ts > before && listed.contains(&capture.as_str()))
+    };
+    // What the sink recorded as applied, newest first (said when a wait
+    // is about to give up).
+    let progress = || {
+        down.exec(
+            "SELECT first_txn, first_seq, first_ts, last_ts, HEX(txns) FROM sluice.apply_progress \
+             ORDER BY last_ts DESC LIMIT 40",
+        )
+    };
+    let wait_converged = |server: &Server, live: usize, before: u64, what: &str| {
+        let started = std::time::Instant::now();
+        let mut said = false;
+        server.wait_for(
+            &format!("{what}: the cluster to converge on {live} captures"),
+            Duration::from_secs(60),
+            || {
+                let done = converged(server, live, before);
+                if !done && !said && started.elapsed() > Duration::from_secs(55) {
+                    said = true;
+                    eprintln!(
+                        "{what}: not converged after 55 s: {:?}\napplied:\n{}",
+                        query(server),
+                        progress()
+                    );
+                }
+                done
+            },
+        );
+    };
+    let a = servers[0].as_ref().unwrap();
+    wait_converged(a, 3, 0, "start");
+
+    // A DDL across the split.
+    let (reader, orders) = split(a, random());
+    eprintln!("split chaos: read on {reader}, shop.orders on {orders}");
+    up.exec(&workload(&mut wseed, 101, 200));
     // DROP TABLE statements the downstream ran.
     let drops = || -> u64 {
         let out = down.exec("SHOW GLOBAL STATUS LIKE 'Com_drop_table'");
@@ -695,35 +830,160 @@ fn tables_split_across_two_captures_replicate_row_for_row_and_a_ddl_across_them_
     // Both tables dropped in one statement, created again and written.
     up.exec("DROP TABLE shop.customers, shop.orders");
     up.exec(SCHEMA.trim_start_matches("CREATE DATABASE shop;"));
-    up.exec(&workload(&mut seed, 301, 200));
-
+    up.exec(&workload(&mut wseed, 301, 200));
     let tables = ["customers", "orders"];
     let cols: Vec<Vec<(String, bool)>> = tables.iter().map(|t| columns(&up, t)).collect();
-    let want: Vec<_> = tables
-        .iter()
-        .zip(&cols)
-        .map(|(t, c)| upstream(&up, t, c))
-        .collect();
-    assert!(!want[0].is_empty() && !want[1].is_empty());
-    let mut got = None;
-    a.wait_for(
-        "the downstream to match the upstream",
-        Duration::from_secs(120),
-        || {
-            got = downstream(&down, &tables, &cols);
-            got.as_ref() == Some(&want)
-        },
-    );
-    let q = a.state("replica");
+    let matches = |server: &Server, what: &str| {
+        let want: Vec<_> = tables
+            .iter()
+            .zip(&cols)
+            .map(|(t, c)| upstream(&up, t, c))
+            .collect();
+        assert!(!want[0].is_empty() && !want[1].is_empty());
+        let started = std::time::Instant::now();
+        let mut said = false;
+        server.wait_for(what, Duration::from_secs(180), || {
+            let got = downstream(&down, &tables, &cols);
+            let equal = got.as_ref() == Some(&want);
+            // Before the wait gives up: what differs, and where the
+            // changefeed stands.
+            if !equal && !said && started.elapsed() > Duration::from_secs(170) {
+                said = true;
+                eprintln!(
+                    "still different after 170 s: {}\nchangefeed: {:?}\napplied:\n{}",
+                    difference(&tables, &want, got.as_deref()),
+                    query(server),
+                    progress()
+                );
+            }
+            equal
+        });
+    };
+    matches(a, "the downstream to match the upstream after the DDL");
+    assert_eq!(drops() - drops_before, 1, "the drop ran once downstream");
+
+    let mut logs: Vec<String> = Vec::new();
+    let mut next_id = 501;
+    for round in 0..rounds {
+        let any = servers.iter().flatten().next().unwrap();
+        let (reader, orders) = split(any, random());
+        let third = ids.iter().find(|c| **c != reader && **c != orders).unwrap();
+        up.exec(&workload(&mut wseed, next_id, 20));
+        next_id += 20;
+        let (role, capture) =
+            [("reader", &reader), ("receiver", &orders), ("third", third)][(random() % 3) as usize];
+        let victim = index_of(capture);
+        let sigstop = random() % 2 == 0;
+        let witness = (victim + 1) % 3;
+        let before = loop {
+            if let Some((ts, _)) = checkpoint(servers[witness].as_ref().unwrap()) {
+                break ts;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let server = servers[victim].take().unwrap();
+        let pid = server.child.id().to_string();
+        let what = format!(
+            "round {round}: {} the {role} ({capture})",
+            if sigstop { "SIGSTOP" } else { "SIGKILL" }
+        );
+        eprintln!("split chaos: {what}");
+        let w = servers[witness].as_ref().unwrap();
+        if sigstop {
+            let ok = Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+            assert!(ok.success());
+            // Written while it is stopped; the others take its work.
+            up.exec(&workload(&mut wseed, next_id, 20));
+            next_id += 20;
+            wait_converged(w, 2, before, &what);
+            let ok = Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+            assert!(ok.success());
+            let mut server = server;
+            let start = std::time::Instant::now();
+            let status = loop {
+                if let Some(status) = server.child.try_wait().unwrap() {
+                    break status;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(4 * LEASE_S + 10),
+                    "{what}: a continued capture whose lease ended must exit by itself: {}",
+                    server.stderr.lock().unwrap()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            std::thread::sleep(Duration::from_millis(100));
+            let log = server.stderr.lock().unwrap().clone();
+            assert!(!status.success(), "{what}: {log}");
+            logs.push(log);
+        } else {
+            logs.push(server.kill());
+            up.exec(&workload(&mut wseed, next_id, 20));
+            next_id += 20;
+            wait_converged(w, 2, before, &what);
+        }
+        servers[victim] = Some(standby(victim, w));
+        keep(servers[victim].as_ref().unwrap());
+        wait_converged(servers[witness].as_ref().unwrap(), 3, before, &what);
+    }
+    let any = servers.iter().flatten().next().unwrap();
+    matches(any, "the downstream to match the upstream after the rounds");
+    let q = any.state("replica");
     assert!(
         matches!(q["state"].as_str(), Some("normal" | "warning")),
         "{q}"
     );
-    assert_eq!(q["status"]["capture"], reader.as_str(), "{q}");
-    assert_eq!(drops() - drops_before, 1, "the drop ran once downstream");
-    for log in [b.stop(), a.stop()] {
+    for server in servers.into_iter().flatten() {
+        logs.push(server.stop());
+    }
+    for log in &logs {
         assert!(!log.contains("Writer-Pw2"));
     }
+    // No side of an epoch started in two processes, and no epoch ran both
+    // whole and split.
+    let mut ran = std::collections::HashMap::<(String, String), usize>::new();
+    let mut kinds = std::collections::HashMap::<String, Vec<String>>::new();
+    for (process, log) in logs.iter().enumerate() {
+        for line in log.lines().filter(|l| l.contains("Processor starting.")) {
+            let span = line.split("changefeed{").nth(1).unwrap();
+            let span = span.split('}').next().unwrap().to_string();
+            let field = |name: &str| {
+                line.split(&format!(" {name}="))
+                    .nth(1)
+                    .unwrap_or_else(|| panic!("{name} in {line}"))
+                    .split(' ')
+                    .next()
+                    .unwrap()
+                    .trim_matches('"')
+                    .to_string()
+            };
+            let capture = field("capture");
+            if let Some(other) = ran.insert((span.clone(), capture.clone()), process) {
+                assert_eq!(
+                    other, process,
+                    "{span} on {capture} started in two processes"
+                );
+            }
+            kinds.entry(span).or_default().push(field("side"));
+        }
+    }
+    let mut split_epochs = 0;
+    for (span, mut sides) in kinds {
+        sides.sort();
+        sides.dedup();
+        assert!(
+            sides.len() == 1 || !sides.contains(&"whole".to_string()),
+            "{span}: sides {sides:?}"
+        );
+        split_epochs += usize::from(sides == ["reads", "receives"]);
+    }
+    assert!(split_epochs > 0, "no split run started");
+    // `sluice diff` finds the two sides equal.
+    let (equal, said) = common::sluice_diff(
+        &up.root_url(),
+        &down.root_url(),
+        &["shop.customers", "shop.orders"],
+    );
+    assert!(equal, "{said}");
 }
 
 #[test]
@@ -813,7 +1073,7 @@ fn sink_mysql_applies_key_changes_unique_swaps_ddl_and_a_large_transaction() {
             args.extend(["--table".to_string(), t.to_string()]);
         }
         args.extend(extra.iter().map(|s| s.to_string()));
-        std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
             .args(&args)
             .output()
             .unwrap()
@@ -901,7 +1161,7 @@ interval-ms = 200
             url = up.url("repl", "Hidden-Pw1"),
         ),
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["run", "--quiet", "--config"])
         .arg(&file)
         .output()
@@ -1047,7 +1307,7 @@ compression = "zstd"
 
 /// `sluice redo <args>`: (success, stdout, stderr).
 fn redo_cmd(args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .arg("redo")
         .args(args)
         .output()
@@ -1103,7 +1363,7 @@ fn after_the_site_is_lost_redo_apply_gives_a_fresh_mariadb_the_upstream_state_ro
         &down.url("writer", "Writer-Pw2"),
         &redo,
     );
-    let mut sluice = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+    let mut sluice = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["run", "--quiet", "--config"])
         .arg(&live)
         .stdout(std::process::Stdio::null())

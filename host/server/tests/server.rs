@@ -880,27 +880,7 @@ fn chaos_sigkill_and_sigstop_of_random_captures_lose_no_row_and_run_no_epoch_twi
     const RATE: u64 = 200;
     const LEASE_S: u64 = 2;
     const FEEDS: [&str; 3] = ["c0", "c1", "c2"];
-    let rounds: usize = std::env::var("SLUICE_CHAOS_ROUNDS")
-        .ok()
-        .map_or(20, |r| r.parse().unwrap());
-    let mut seed: u64 = std::env::var("SLUICE_CHAOS_SEED").ok().map_or_else(
-        || {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        },
-        |s| s.parse().unwrap(),
-    );
-    eprintln!("chaos: {rounds} rounds, SLUICE_CHAOS_SEED={seed}");
-    let mut random = move || {
-        // xorshift64
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let (rounds, mut random) = common::chaos_rounds("chaos", "SLUICE_CHAOS_ROUNDS", 20);
     let (_etcd, dir, args) = cluster(LEASE_S);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let data: Vec<PathBuf> = ["a", "b", "c"].iter().map(|n| dir.path().join(n)).collect();

@@ -188,15 +188,30 @@ impl Txn {
         })
     }
 
-    /// What it applies, for the progress table: its id and seq range.
-    fn applied(&self) -> Option<Applied> {
-        let lo = self.changes.iter().map(|c| c.seq).min()?;
-        let hi = self.changes.iter().map(|c| c.seq).max()?;
-        Some(Applied {
-            txn: self.changes.first()?.txn_id,
-            lo,
-            hi,
-        })
+    /// What it applies, for the progress table: its id and each run of
+    /// consecutive seqs it has. Only the rows it has are claimed: the
+    /// others of its upstream transaction may be another instance's (the
+    /// tables of a changefeed split across captures, each capture's sink
+    /// recording in the same table), or not delivered yet.
+    fn applied(&self) -> Vec<Applied> {
+        let Some(first) = self.changes.first() else {
+            return Vec::new();
+        };
+        let mut seqs: Vec<u32> = self.changes.iter().map(|c| c.seq).collect();
+        seqs.sort_unstable();
+        seqs.dedup();
+        let mut runs: Vec<Applied> = Vec::new();
+        for seq in seqs {
+            match runs.last_mut() {
+                Some(run) if run.hi.checked_add(1) == Some(seq) => run.hi = seq,
+                _ => runs.push(Applied {
+                    txn: first.txn_id,
+                    lo: seq,
+                    hi: seq,
+                }),
+            }
+        }
+        runs
     }
 }
 
@@ -477,7 +492,7 @@ impl<D: Dialect> Applier<D> {
             let groups: Vec<Vec<Statement>> = groups(phase, workers)
                 .into_iter()
                 .map(|group| {
-                    let applied: Vec<Applied> = group.iter().filter_map(Txn::applied).collect();
+                    let applied: Vec<Applied> = group.iter().flat_map(Txn::applied).collect();
                     let first = group.iter().map(|t| t.commit_ts).min().unwrap_or(0);
                     let last = group.iter().map(|t| t.commit_ts).max().unwrap_or(0);
                     let mut statements = statements::<D>(group, max_rows, batch, toggle);

@@ -750,7 +750,8 @@ fn a_group_records_the_rows_it_applied_by_transaction_id() {
         SqlValue::Bytes(progress::encode(&applied))
     );
     assert!(progress.record::<Q>(5, 9, &[]).is_none());
-    // A transaction's id and seq range, for its record.
+    // A transaction's id and its runs of seqs, for its record: the rows it
+    // does not have (another capture's tables) are not claimed.
     let t = txn(
         3,
         vec![
@@ -766,14 +767,18 @@ fn a_group_records_the_rows_it_applied_by_transaction_id() {
             },
         ],
     );
-    assert_eq!(
-        t.applied(),
-        Some(progress::Applied {
-            txn: 41,
-            lo: 2,
-            hi: 4
-        })
-    );
+    let run = |lo, hi| progress::Applied { txn: 41, lo, hi };
+    assert_eq!(t.applied(), [run(2, 2), run(4, 4)]);
+    let mut t = t;
+    for seq in [3, 5, 9] {
+        t.changes.push(Change {
+            seq,
+            txn_id: 41,
+            ..change(Op::Insert, None, Some((seq as i64, 1)), false)
+        });
+    }
+    assert_eq!(t.applied(), [run(2, 5), run(9, 9)]);
+    assert!(txn(4, Vec::new()).applied().is_empty());
 }
 
 #[test]

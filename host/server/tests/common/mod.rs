@@ -165,3 +165,30 @@ host-call-timeout-ms = 120000
 "#
     )
 }
+
+/// A chaos test's rounds (`rounds_var`, else `default`) and its source of
+/// random picks: xorshift64 from `SLUICE_CHAOS_SEED`, else from the clock;
+/// the seed is printed, so that a failed run can be replayed.
+pub fn chaos_rounds(what: &str, rounds_var: &str, default: usize) -> (usize, impl FnMut() -> u64) {
+    let rounds: usize = std::env::var(rounds_var)
+        .ok()
+        .map_or(default, |r| r.parse().expect("a number of rounds"));
+    let mut seed: u64 = std::env::var("SLUICE_CHAOS_SEED").ok().map_or_else(
+        || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("after 1970")
+                .as_nanos() as u64
+                | 1
+        },
+        |s| s.parse().expect("a seed"),
+    );
+    eprintln!("{what}: {rounds} rounds, SLUICE_CHAOS_SEED={seed}");
+    let random = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    (rounds, random)
+}

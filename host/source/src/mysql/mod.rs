@@ -324,6 +324,7 @@ impl MysqlSource {
             // first group committed in the second after it.
             let secs = (CommitTs::from(self.from.ts).physical_millis() / 1000) as i64 + 1;
             let (file, pos) = position_at_time(self, secs).await?;
+            tracing::warn!(checkpoint = %self.from.ts, %file, pos, "No binlog position was saved with the checkpoint: resuming at the first group committed in the second after it.");
             self.start_at(conn, use_gtid, file, pos).await?;
         } else {
             match self.config.start_position.clone() {
