@@ -16,7 +16,6 @@ use sluice_owner::{Clock, SystemClock};
 use tonic::Status;
 
 use crate::error::{auth_http_status, auth_status};
-use crate::node::Node;
 
 /// gRPC paths served without a token: the standard health service, for
 /// load balancers and orchestrators.
@@ -176,7 +175,7 @@ fn entry(
 /// The HTTP middleware: a request without a valid token gets 401 with
 /// `{code, message}`; one with gets its [`Caller`].
 pub async fn require_token(
-    axum::extract::State(node): axum::extract::State<Arc<Node>>,
+    axum::extract::State(auth): axum::extract::State<Arc<Authenticator>>,
     mut request: HttpRequest,
     next: Next,
 ) -> Response {
@@ -184,7 +183,7 @@ pub async fn require_token(
         .headers()
         .get(http::header::AUTHORIZATION)
         .map(|v| v.to_str().unwrap_or("?"));
-    match node.auth.authenticate(header, SystemClock.now_ms()).await {
+    match auth.authenticate(header, SystemClock.now_ms()).await {
         Ok(caller) => {
             request.extensions_mut().insert(caller);
             next.run(request).await

@@ -819,43 +819,10 @@ pub async fn captures(node: &Node, tenant: Option<&str>) -> Result<Vec<pb::Captu
         .await
         .map_err(|e| Status::unavailable(e.to_string()))?
         .map(|(c, _)| c.id);
-    // What each capture was assigned to run.
-    let mut assigned: std::collections::BTreeMap<String, u32> = Default::default();
-    let mut tables: std::collections::BTreeMap<String, u32> = Default::default();
-    let mut rows_per_s: std::collections::BTreeMap<String, u64> = Default::default();
-    let assignments = store
-        .list(&keys::assignments_prefix())
+    // What each capture runs.
+    let loads = sluice_owner::capture_loads(store.as_ref(), tenant)
         .await
         .map_err(|e| Status::unavailable(e.to_string()))?;
-    for kv in &assignments.kvs {
-        if let Some(MetaKey::Assignment {
-            capture,
-            tenant: t,
-            changefeed,
-        }) = MetaKey::parse(&kv.key)
-            && tenant.is_none_or(|tenant| tenant == t)
-            && let Ok(a) = keys::decode::<sluice_owner::Assignment>(&kv.key, &kv.value)
-            && a.desired == sluice_owner::Desired::Run
-        {
-            if let sluice_owner::Tables::Only(only) = &a.tables {
-                *tables.entry(capture.clone()).or_default() +=
-                    u32::try_from(only.len()).unwrap_or(u32::MAX);
-            }
-            // What this run measured last (its task position, same epoch).
-            if let Ok(key) = keys::task_position(&t, &changefeed, &capture)
-                && let Some(position) = store
-                    .get(&key)
-                    .await
-                    .map_err(|e| Status::unavailable(e.to_string()))?
-                && let Ok(report) = keys::decode::<sluice_owner::TaskReport>(&key, &position.value)
-                && report.changefeed_epoch == a.changefeed_epoch.0
-                && let Some(load) = report.load
-            {
-                *rows_per_s.entry(capture.clone()).or_default() += load.rows_per_s;
-            }
-            *assigned.entry(capture).or_default() += 1;
-        }
-    }
     let drained = sluice_owner::drained(store.as_ref())
         .await
         .map_err(|e| Status::unavailable(e.to_string()))?;
@@ -868,9 +835,13 @@ pub async fn captures(node: &Node, tenant: Option<&str>) -> Result<Vec<pb::Captu
             keys::decode(&kv.key, &kv.value).map_err(|e| Status::internal(e.to_string()))?;
         out.push(pb::Capture {
             is_owner: owner.as_deref() == Some(c.id.as_str()),
-            changefeeds: assigned.get(&c.id).copied().unwrap_or(0),
-            tables: tables.get(&c.id).copied().unwrap_or(0),
-            rows_per_s: rows_per_s.get(&c.id).copied().unwrap_or(0),
+            changefeeds: loads
+                .get(&c.id)
+                .map_or(0, |l| u32::try_from(l.running).unwrap_or(u32::MAX)),
+            tables: loads
+                .get(&c.id)
+                .map_or(0, |l| u32::try_from(l.tables).unwrap_or(u32::MAX)),
+            rows_per_s: loads.get(&c.id).map_or(0, |l| l.rows_per_s),
             draining: drained.contains(&c.id),
             id: c.id,
             address: c.address,
@@ -964,12 +935,11 @@ impl ClusterService for Api {
                 .await
                 .map_err(unavailable)?;
         }
-        let remaining = sluice_owner::load_by_capture(store.as_ref())
+        let remaining = sluice_owner::capture_loads(store.as_ref(), None)
             .await
             .map_err(unavailable)?
             .get(capture)
-            .copied()
-            .unwrap_or(0);
+            .map_or(0, |l| l.assigned);
         Ok(Response::new(pb::DrainCaptureResponse {
             remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
         }))
@@ -995,6 +965,18 @@ impl ClusterService for Api {
         let r = request.get_ref();
         let id = self.move_of(&request, r.id.as_ref(), &r.capture_id)?;
         sluice_owner::tables::validate_table(&r.table).map_err(move_status)?;
+        // A table the changefeed's filter leaves out is never read: moving it
+        // would say something untrue (most likely a misspelt name).
+        let view = self.node.owner.snapshot().get(&id).map_err(status)?;
+        let (schema, table) = r.table.split_once('.').expect("validated");
+        if !sluice_source::filter::TableFilter::new(&view.changefeed.info.config.filter)
+            .allows_table(schema, table)
+        {
+            return Err(Status::invalid_argument(format!(
+                "changefeed {id} does not replicate {}: its [filter] rules leave it out",
+                r.table
+            )));
+        }
         let moved = sluice_owner::tables::request_table_move(
             self.node.store.as_ref(),
             &id,

@@ -14,7 +14,7 @@ use prometheus::proto::{
     Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
 };
 use serde_json::{Value, json};
-use sluice_capture::{PluginCounters, SwapStats};
+use sluice_capture::{LocalRun, PluginCounters, SwapStats};
 use sluice_core::CommitTs;
 use sluice_owner::{ChangefeedId, Clock, FeedState, FeedView, SystemClock};
 use sluice_runtime::LatencyHistogram;
@@ -28,10 +28,13 @@ use sluice_runtime::ShareUsage;
 
 type State = Arc<Node>;
 
+/// The content type of a `/metrics` answer (Prometheus text).
+pub const METRICS_CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
+
 /// The HTTP endpoints, answering from `node`. Every `/api/v1` route needs a
 /// token; `/metrics` and `/healthz` too unless `node.open_metrics`.
 pub fn router(state: Arc<Node>) -> axum::Router {
-    let authenticated = || axum::middleware::from_fn_with_state(state.clone(), require_token);
+    let authenticated = || axum::middleware::from_fn_with_state(state.auth.clone(), require_token);
     let api = axum::Router::new()
         .route("/api/v1/status", get(status))
         .route("/api/v1/captures", get(captures))
@@ -595,78 +598,170 @@ pub fn render_metrics(
             MetricType::HISTOGRAM,
             m,
         );
-        for (role, plugin, stats) in plugins {
-            let pl = [
-                ("tenant", tenant),
-                ("changefeed", name),
-                ("role", role.as_str()),
-                ("plugin", plugin.as_str()),
-            ];
-            f.gauge(
-                "sluice_plugin_memory_peak_bytes",
-                "Largest linear memory of one instance of the plugin.",
-                &pl,
-                stats.peak_memory_bytes.load(Ordering::Relaxed) as f64,
-            );
+        plugin_series(&mut f, (tenant, name), plugins);
+    }
+    encode(&f)
+}
+
+/// The series of a changefeed's plugins: `(tenant, changefeed)` and their
+/// counters.
+fn plugin_series(f: &mut Families, (tenant, name): (&str, &str), plugins: &PluginCounters) {
+    for (role, plugin, stats) in plugins {
+        let pl = [
+            ("tenant", tenant),
+            ("changefeed", name),
+            ("role", role.as_str()),
+            ("plugin", plugin.as_str()),
+        ];
+        f.gauge(
+            "sluice_plugin_memory_peak_bytes",
+            "Largest linear memory of one instance of the plugin.",
+            &pl,
+            stats.peak_memory_bytes.load(Ordering::Relaxed) as f64,
+        );
+        f.counter(
+            "sluice_plugin_traps_total",
+            "Instances stopped by a trap, quota or timeout.",
+            &pl,
+            stats.stops.load(Ordering::Relaxed) as f64,
+        );
+        f.counter(
+            "sluice_plugin_log_dropped_total",
+            "host.log lines dropped by the per-instance rate and volume limit.",
+            &pl,
+            stats.log_dropped.load(Ordering::Relaxed) as f64,
+        );
+        f.counter(
+            "sluice_plugin_instantiations_total",
+            "Instances created.",
+            &pl,
+            stats.instantiations.load(Ordering::Relaxed) as f64,
+        );
+        f.counter(
+            "sluice_plugin_idle_releases_total",
+            "Instances released after the changefeed was idle (pipeline.release-idle-ms); the next rows start a new one.",
+            &pl,
+            stats.idle_releases.load(Ordering::Relaxed) as f64,
+        );
+        // What the plugin reports itself (`host.counter-add`, `host.gauge-set`):
+        // two families whose names do not collide (a counter `x_total` is the
+        // family `x`). The host import refuses empty names and non-finite
+        // gauges, so none is stored.
+        fn named<'a>(pl: &[(&'a str, &'a str)], metric: &'a str) -> Vec<(&'a str, &'a str)> {
+            let mut l = pl.to_vec();
+            l.push(("name", metric));
+            l
+        }
+        for (metric, value) in stats.counters() {
             f.counter(
-                "sluice_plugin_traps_total",
-                "Instances stopped by a trap, quota or timeout.",
-                &pl,
-                stats.stops.load(Ordering::Relaxed) as f64,
-            );
-            f.counter(
-                "sluice_plugin_log_dropped_total",
-                "host.log lines dropped by the per-instance rate and volume limit.",
-                &pl,
-                stats.log_dropped.load(Ordering::Relaxed) as f64,
-            );
-            f.counter(
-                "sluice_plugin_instantiations_total",
-                "Instances created.",
-                &pl,
-                stats.instantiations.load(Ordering::Relaxed) as f64,
-            );
-            f.counter(
-                "sluice_plugin_idle_releases_total",
-                "Instances released after the changefeed was idle (pipeline.release-idle-ms); the next rows start a new one.",
-                &pl,
-                stats.idle_releases.load(Ordering::Relaxed) as f64,
-            );
-            // What the plugin reports itself (`host.counter-add`, `host.gauge-set`):
-            // two families whose names do not collide (a counter `x_total` is the
-            // family `x`). The host import refuses empty names and non-finite
-            // gauges, so none is stored.
-            fn named<'a>(pl: &[(&'a str, &'a str)], metric: &'a str) -> Vec<(&'a str, &'a str)> {
-                let mut l = pl.to_vec();
-                l.push(("name", metric));
-                l
-            }
-            for (metric, value) in stats.counters() {
-                f.counter(
-                    "sluice_plugin_counter_total",
-                    "Counters the plugin reports (host.counter-add), by name.",
-                    &named(&pl, &metric),
-                    value as f64,
-                );
-            }
-            for (metric, value) in stats.gauges() {
-                f.gauge(
-                    "sluice_plugin_gauge",
-                    "Gauges the plugin reports (host.gauge-set), by name.",
-                    &named(&pl, &metric),
-                    value,
-                );
-            }
-            let mut m = Metric::from_label(labels(&pl));
-            m.set_histogram(histogram(&stats.call_latency));
-            f.push(
-                "sluice_plugin_call_duration_seconds",
-                "Latency of plugin calls (write, flush, transform, ...).",
-                MetricType::HISTOGRAM,
-                m,
+                "sluice_plugin_counter_total",
+                "Counters the plugin reports (host.counter-add), by name.",
+                &named(&pl, &metric),
+                value as f64,
             );
         }
+        for (metric, value) in stats.gauges() {
+            f.gauge(
+                "sluice_plugin_gauge",
+                "Gauges the plugin reports (host.gauge-set), by name.",
+                &named(&pl, &metric),
+                value,
+            );
+        }
+        let mut m = Metric::from_label(labels(&pl));
+        m.set_histogram(histogram(&stats.call_latency));
+        f.push(
+            "sluice_plugin_call_duration_seconds",
+            "Latency of plugin calls (write, flush, transform, ...).",
+            MetricType::HISTOGRAM,
+            m,
+        );
     }
+}
+
+/// This capture's own series: `sluice_capture_info`, and per changefeed
+/// running here its run's progress (`sluice_capture_run_*`, labelled with
+/// the `side` of the run: `whole`, `reads` or `receives`); with `plugins`,
+/// the plugin series of those runs as well (a standby's `/metrics`: the
+/// owner's has every changefeed's).
+pub fn render_capture_metrics(
+    capture: &str,
+    owner: bool,
+    runs: &[LocalRun],
+    plugins: bool,
+) -> String {
+    let mut f = Families(Vec::new());
+    let seconds = |ts: u64| CommitTs::new(ts).physical_millis() as f64 / 1000.0;
+    f.gauge(
+        "sluice_capture_info",
+        "1, labelled with this capture's id and whether it is the owner.",
+        &[
+            ("capture", capture),
+            ("owner", if owner { "true" } else { "false" }),
+        ],
+        1.0,
+    );
+    f.gauge(
+        "sluice_capture_runs",
+        "Changefeed runs (whole, or one side of a split run) on this capture.",
+        &[("capture", capture)],
+        runs.len() as f64,
+    );
+    for run in runs {
+        let (tenant, name) = (run.id.tenant(), run.id.name());
+        let l = [
+            ("tenant", tenant),
+            ("changefeed", name),
+            ("capture", capture),
+            ("side", run.side.as_str()),
+        ];
+        f.gauge(
+            "sluice_capture_run_epoch",
+            "Changefeed epoch of the run on this capture.",
+            &l,
+            run.epoch.0 as f64,
+        );
+        if let Some(p) = run.live.progress() {
+            f.gauge(
+                "sluice_capture_run_checkpoint_timestamp_seconds",
+                "Physical time of the run's checkpoint on this capture (seconds since the Unix epoch).",
+                &l,
+                seconds(p.checkpoint_ts.get()),
+            );
+            f.gauge(
+                "sluice_capture_run_resolved_timestamp_seconds",
+                "Physical time of the run's resolved ts on this capture (seconds since the Unix epoch).",
+                &l,
+                seconds(p.resolved_ts.get()),
+            );
+            f.counter(
+                "sluice_capture_run_rows_read_total",
+                "Row changes the run on this capture read (from the source, or shipped to it).",
+                &l,
+                p.rows_read as f64,
+            );
+            f.counter(
+                "sluice_capture_run_rows_written_total",
+                "Row changes the run on this capture handed to its sink.",
+                &l,
+                p.rows_written as f64,
+            );
+            f.gauge(
+                "sluice_capture_run_event_cache_bytes",
+                "Bytes of events the run on this capture holds.",
+                &l,
+                p.event_cache_bytes as f64,
+            );
+        }
+        if plugins {
+            plugin_series(&mut f, (tenant, name), &run.plugins);
+        }
+    }
+    encode(&f)
+}
+
+/// The text form of `f`.
+fn encode(f: &Families) -> String {
     let mut out = String::new();
     let encoder = prometheus::TextEncoder::new();
     if let Err(e) = encoder.encode_utf8(&f.0, &mut out) {
@@ -710,9 +805,12 @@ async fn metrics(axum::extract::State(s): S, caller: Option<Authed>) -> Response
             (v, plugins, swaps)
         })
         .collect();
+    let runs = s.capture.runs(&tenant);
     (
         [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
-        render_metrics(&feeds, healthy) + &render_tenant_metrics(&tenants),
+        render_metrics(&feeds, healthy)
+            + &render_tenant_metrics(&tenants)
+            + &render_capture_metrics(&s.capture_id, true, &runs, false),
     )
         .into_response()
 }

@@ -31,7 +31,7 @@ pub use progress::{Claim, MetaProgressStore, Reporter};
 pub use reserved::Reserved;
 pub use settings::{plugin_data_dir, plugin_settings};
 pub use sluice_protocol::{CaptureInfo, Counters, TaskPosition};
-pub use work::{Capture, registry_error, remove_redo};
+pub use work::{Capture, LocalRun, Side, registry_error, remove_redo};
 
 /// What the processors of a capture share.
 pub struct Ctx {

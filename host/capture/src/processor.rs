@@ -16,8 +16,8 @@ use sluice_processor::{
     ShadowCommand, ShadowLimits, ShadowSnapshot, ShadowStatus, SwapRequest, Verdict,
 };
 use sluice_protocol::{
-    Epoch, ErrorKind, LatencyReport, Outcome, ShadowDifference, ShadowReport, ShipRole, Shipment,
-    SwapReport, SwapState, TaskState,
+    Epoch, ErrorKind, LatencyReport, Outcome, ShadowDifference, ShadowReport, Shipment, SwapReport,
+    SwapState, TaskState,
 };
 use sluice_runtime::{LatencyHistogram, PluginKind, PluginStats, WasmFilter, WasmSink};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -485,13 +485,9 @@ async fn run(
     };
     // Which part of a run this is: all of it, or the side that reads the
     // source (and ships other captures their tables), or one that receives.
-    let side = match shipment.map(|s| &s.role) {
-        None => "whole",
-        Some(ShipRole::Reads { .. }) => "reads",
-        Some(ShipRole::Receives { .. }) => "receives",
-    };
+    let side = crate::Side::of(shipment);
     let mut resume = previous.resume_point(checkpoint);
-    if side == "receives" {
+    if side == crate::Side::Receives {
         // Its source is the reader's shipment: a source position claimed
         // with the checkpoint is the reader's, and saved again with this
         // side's later checkpoints it would send a run that takes the work
@@ -501,7 +497,7 @@ async fn run(
     tracing::info!(
         checkpoint = checkpoint.get(),
         replay_until = previous.fence_ts,
-        side,
+        side = side.as_str(),
         capture = %ctx.capture_id,
         // Whether the source resumes at a position saved with the checkpoint.
         at_position = resume.position.is_some(),

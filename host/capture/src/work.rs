@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use sluice_config::SourceConfig;
 use sluice_core::CheckpointTs;
@@ -14,7 +14,7 @@ use sluice_protocol::{Epoch, Shipment};
 use sluice_registry::RegistryError;
 use sluice_runtime::{PluginKind, WasmFilter, WasmSink};
 
-use crate::processor::{PluginCounters, Processor, SwapStats, plugin_roles};
+use crate::processor::{Live, PluginCounters, Processor, SwapStats, plugin_roles};
 use crate::{Ctx, error_chain};
 
 /// What this capture runs, one processor per changefeed at most.
@@ -26,6 +26,60 @@ pub struct Capture {
     counters: Mutex<BTreeMap<ChangefeedId, PluginCounters>>,
     /// Each changefeed's swap counters, likewise.
     swaps: Mutex<BTreeMap<ChangefeedId, Arc<SwapStats>>>,
+    /// Each changefeed's latest processor here, while it lives.
+    runs: Mutex<BTreeMap<ChangefeedId, Started>>,
+}
+
+/// A processor this capture started, seen from outside.
+struct Started {
+    epoch: Epoch,
+    side: Side,
+    live: Weak<Live>,
+}
+
+/// Which part of a changefeed's run a capture runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// All of it.
+    Whole,
+    /// It reads the source and ships other captures their tables.
+    Reads,
+    /// Some tables, shipped from the capture that reads.
+    Receives,
+}
+
+impl Side {
+    /// The side of a run with `shipment` (none: whole).
+    pub fn of(shipment: Option<&Shipment>) -> Self {
+        match shipment.map(|s| &s.role) {
+            None => Self::Whole,
+            Some(sluice_protocol::ShipRole::Reads { .. }) => Self::Reads,
+            Some(sluice_protocol::ShipRole::Receives { .. }) => Self::Receives,
+        }
+    }
+
+    /// Its name in logs and metrics: `whole`, `reads` or `receives`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Whole => "whole",
+            Self::Reads => "reads",
+            Self::Receives => "receives",
+        }
+    }
+}
+
+/// A processor running on this capture, as [`Capture::runs`] lists it.
+pub struct LocalRun {
+    /// Its changefeed.
+    pub id: ChangefeedId,
+    /// The changefeed epoch it runs under.
+    pub epoch: Epoch,
+    /// Its part of the changefeed's run.
+    pub side: Side,
+    /// Its progress and counters.
+    pub live: Arc<Live>,
+    /// Its plugins' counters.
+    pub plugins: PluginCounters,
 }
 
 impl Capture {
@@ -35,6 +89,7 @@ impl Capture {
             ctx,
             counters: Mutex::new(BTreeMap::new()),
             swaps: Mutex::new(BTreeMap::new()),
+            runs: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -59,7 +114,8 @@ impl Capture {
             entry.clone()
         };
         let swaps = self.swap_stats(&info.id);
-        Processor::start(
+        let side = Side::of(shipment.as_ref());
+        let processor = Processor::start(
             self.ctx.clone(),
             info.clone(),
             epoch,
@@ -67,7 +123,34 @@ impl Capture {
             shipment,
             plugins,
             swaps,
-        )
+        );
+        let started = Started {
+            epoch,
+            side,
+            live: Arc::downgrade(&processor.live),
+        };
+        let mut runs = self.runs.lock().expect("not poisoned");
+        runs.retain(|_, r| r.live.strong_count() > 0);
+        runs.insert(info.id.clone(), started);
+        processor
+    }
+
+    /// The processors running here (those the agent still holds), by
+    /// changefeed: of `tenant`'s changefeeds, or every tenant's for `""`.
+    pub fn runs(&self, tenant: &str) -> Vec<LocalRun> {
+        let runs = self.runs.lock().expect("not poisoned");
+        runs.iter()
+            .filter(|(id, _)| tenant.is_empty() || id.tenant() == tenant)
+            .filter_map(|(id, r)| {
+                Some(LocalRun {
+                    id: id.clone(),
+                    epoch: r.epoch,
+                    side: r.side,
+                    live: r.live.upgrade()?,
+                    plugins: self.plugin_counters(id),
+                })
+            })
+            .collect()
     }
 
     /// Drops a removed changefeed's counters and removes its redo log, if it
@@ -75,6 +158,7 @@ impl Capture {
     pub fn forget(&self, id: &ChangefeedId) {
         self.counters.lock().expect("not poisoned").remove(id);
         self.swaps.lock().expect("not poisoned").remove(id);
+        self.runs.lock().expect("not poisoned").remove(id);
         let (root, id) = (self.ctx.redo_root.clone(), id.clone());
         // Its processor may take up to the stop timeout to stop.
         let grace = self.ctx.stop_timeout + std::time::Duration::from_secs(1);

@@ -920,8 +920,8 @@ struct Placed {
     asked: Option<Revision>,
 }
 
-/// The live capture with the fewest changefeeds assigned (this node's first
-/// among equals), not one being drained; this node's when none is
+/// The live capture with the fewest changefeeds assigned, then the fewest
+/// rows per second (this node's first among equals), not one being drained; this node's when none is
 /// registered. Waits while every capture is being drained (the work is
 /// unschedulable: said in the log, never dropped), and retries while the store
 /// does not answer.
@@ -929,7 +929,7 @@ async fn place(inner: &Inner, id: &ChangefeedId) -> Placed {
     let mut said = false;
     loop {
         let (load, drained, asked) = match (
-            load_by_capture(inner.store.as_ref()).await,
+            capture_loads(inner.store.as_ref(), None).await,
             drained(inner.store.as_ref()).await,
             relocate::preferred(inner.store.as_ref(), id).await,
         ) {
@@ -953,7 +953,8 @@ async fn place(inner: &Inner, id: &ChangefeedId) -> Placed {
             _ => load
                 .iter()
                 .filter(|(c, _)| !drained.contains(*c))
-                .min_by_key(|(c, n)| (**n, **c != inner.capture, (*c).clone()))
+                // The fewest changefeeds; among equals, the fewest rows/s.
+                .min_by_key(|(c, l)| (l.assigned, l.rows_per_s, **c != inner.capture, (*c).clone()))
                 .map(|(c, _)| c.clone()),
         };
         if let Some((to, _)) = &asked
@@ -996,19 +997,65 @@ pub async fn drained(
         .collect())
 }
 
-/// Every registered capture and how many changefeeds are assigned to it.
-pub async fn load_by_capture(store: &dyn MetaStore) -> Result<BTreeMap<String, usize>, MetaError> {
-    let mut load: BTreeMap<String, usize> = BTreeMap::new();
+/// What runs on a capture, as the meta store says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CaptureLoad {
+    /// Assignments on it (running, or asked to stop and not gone yet).
+    pub assigned: usize,
+    /// Assignments asked to run.
+    pub running: usize,
+    /// Tables it runs by name (its sides of split changefeeds).
+    pub tables: usize,
+    /// Rows per second its running work handed to sinks, as each run last
+    /// measured (reported in its task position of the same epoch).
+    pub rows_per_s: u64,
+}
+
+/// Every registered capture and what runs on it; with `tenant`, only that
+/// tenant's work is counted.
+pub async fn capture_loads(
+    store: &dyn MetaStore,
+    tenant: Option<&str>,
+) -> Result<BTreeMap<String, CaptureLoad>, MetaError> {
+    let mut load: BTreeMap<String, CaptureLoad> = BTreeMap::new();
     for kv in store.list(&keys::capture_prefix()).await?.kvs {
         if let Some(keys::MetaKey::Capture { capture }) = keys::MetaKey::parse(&kv.key) {
-            load.insert(capture, 0);
+            load.insert(capture, CaptureLoad::default());
         }
     }
     for kv in store.list(&keys::assignments_prefix()).await?.kvs {
-        if let Some(keys::MetaKey::Assignment { capture, .. }) = keys::MetaKey::parse(&kv.key)
-            && let Some(n) = load.get_mut(&capture)
+        let Some(keys::MetaKey::Assignment {
+            capture,
+            tenant: t,
+            changefeed,
+        }) = keys::MetaKey::parse(&kv.key)
+        else {
+            continue;
+        };
+        let Some(l) = load.get_mut(&capture) else {
+            continue;
+        };
+        if tenant.is_some_and(|tenant| tenant != t) {
+            continue;
+        }
+        l.assigned += 1;
+        let Ok(a) = keys::decode::<Assignment>(&kv.key, &kv.value) else {
+            continue;
+        };
+        if a.desired != Desired::Run {
+            continue;
+        }
+        l.running += 1;
+        if let Tables::Only(only) = &a.tables {
+            l.tables += only.len();
+        }
+        let key = keys::task_position(&t, &changefeed, &capture)?;
+        if let Some(position) = store.get(&key).await?
+            && let Ok(report) = keys::decode::<TaskReport>(&key, &position.value)
+            && report.changefeed_epoch == a.changefeed_epoch.0
+            && let Some(rate) = report.load
         {
-            *n += 1;
+            l.rows_per_s += rate.rows_per_s;
         }
     }
     Ok(load)
@@ -1492,6 +1539,7 @@ mod tests {
             version: 1,
             id: capture.into(),
             address: address.into(),
+            http_address: String::new(),
             sluice_version: "test".into(),
             started_at_ms: 1,
         };
@@ -1522,6 +1570,85 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn captures_load_counts_their_work_and_a_new_changefeed_goes_to_the_least_busy() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, guard) = owned_store(&dir).await;
+        register(&store, "c-1", "10.0.0.1:8300").await;
+        register(&store, "c-2", "10.0.0.2:8300").await;
+        // One changefeed on each; c-1's moves 5000 rows/s, c-2's 10.
+        for (capture, name, rate) in [("c-1", "busy", 5000), ("c-2", "idle", 10)] {
+            let record = Assignment {
+                version: WHOLE_ASSIGNMENT_VERSION,
+                changefeed_epoch: Epoch(3),
+                tables: if rate > 100 {
+                    Tables::Only(vec!["shop.a".into(), "shop.b".into()])
+                } else {
+                    Tables::All
+                },
+                checkpoint_ts: CheckpointTs::new(100),
+                info_revision: Revision(1),
+                desired: Desired::Run,
+                shipment: None,
+            };
+            let key = keys::assignment(capture, "t", name).unwrap();
+            store
+                .put(&key, keys::encode(&record).unwrap(), None)
+                .await
+                .unwrap();
+            let position = format!(
+                r#"{{"version":1,"epoch":1,"changefeed-epoch":3,"checkpoint-ts":100,"resolved-ts":100,"fence-ts":0,"state":"running","load":{{"rows-per-s":{rate},"tables":[]}}}}"#
+            );
+            let key = keys::task_position("t", name, capture).unwrap();
+            store.put(&key, position.into_bytes(), None).await.unwrap();
+        }
+        // A stale position (an older epoch) is not counted.
+        let stale = keys::task_position("t", "busy", "c-2").unwrap();
+        store
+            .put(&stale, position(2, 100, r#""running""#, 1), None)
+            .await
+            .unwrap();
+        let loads = capture_loads(store.as_ref(), None).await.unwrap();
+        assert_eq!(
+            loads.get("c-1"),
+            Some(&CaptureLoad {
+                assigned: 1,
+                running: 1,
+                tables: 2,
+                rows_per_s: 5000
+            })
+        );
+        assert_eq!(
+            loads.get("c-2").map(|l| (l.assigned, l.rows_per_s)),
+            Some((1, 10))
+        );
+        // Another tenant's view counts none of it.
+        let theirs = capture_loads(store.as_ref(), Some("u")).await.unwrap();
+        assert!(
+            theirs.values().all(|l| *l == CaptureLoad::default()),
+            "{theirs:?}"
+        );
+
+        // Equal in changefeeds: the one moving fewer rows takes the new one,
+        // though this node (c-1) would be first among equals.
+        let (wake, _woken) = mpsc::unbounded_channel();
+        let assigner = Assigner::new(store.clone(), guard, Arc::new(|_| {}), "c-1".into(), wake);
+        let info = ChangefeedInfo::new(
+            ChangefeedId::new("t", "c").unwrap(),
+            crate::info::tests::sample_config(),
+            CommitTs::new(100),
+        );
+        let _work = assigner.assign(&info, Epoch(1), CheckpointTs::new(100), Revision(1));
+        assignment_on(&store, "c-2", |a| a.tables == Tables::All).await;
+        assert!(
+            store
+                .get(&keys::assignment("c-1", "t", "c").unwrap())
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
     async fn a_moved_table_ends_the_run_and_the_next_runs_it_on_its_capture_from_the_reader() {
         use crate::relocate::{MoveError, Placement};
         use crate::tables::{TableMove, request_table_move};
@@ -1538,6 +1665,8 @@ mod tests {
             crate::info::tests::sample_config(),
             CommitTs::new(100),
         );
+        let info_key = keys::changefeed_info("t", "c").unwrap();
+        store.put(&info_key, info.encode(), None).await.unwrap();
         let first = assigner.assign(&info, Epoch(1), CheckpointTs::new(100), Revision(1));
         assignment_on(&store, "c-1", |a| a.tables == Tables::All).await;
         let on = |capture: &str| keys::task_position("t", "c", capture).unwrap();
@@ -1548,6 +1677,19 @@ mod tests {
 
         // Bad requests change nothing.
         let store_ref = store.as_ref();
+        // A changefeed writing a redo log keeps its tables together.
+        let mut consistent = info.clone();
+        consistent.config.consistent.level = sluice_config::ConsistentLevel::Eventual;
+        store
+            .put(&info_key, consistent.encode(), None)
+            .await
+            .unwrap();
+        let refused = request_table_move(store_ref, &id, "shop.orders", "c-2").await;
+        assert!(
+            matches!(&refused, Err(MoveError::BadTable(m)) if m.contains("redo log")),
+            "{refused:?}"
+        );
+        store.put(&info_key, info.encode(), None).await.unwrap();
         assert!(matches!(
             request_table_move(store_ref, &id, "shop.orders", "c-9").await,
             Err(MoveError::NoCapture(_))

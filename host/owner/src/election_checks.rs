@@ -16,6 +16,7 @@ pub fn info(id: &str) -> CaptureInfo {
         version: 1,
         id: id.into(),
         address: format!("{id}:8300"),
+        http_address: String::new(),
         sluice_version: "test".into(),
         started_at_ms: 1,
     }

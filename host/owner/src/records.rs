@@ -131,6 +131,13 @@ impl MetaRecords {
                 });
                 ops.push(Op::put(&info_key, bytes.clone()));
             }
+            // A changefeed that writes a redo log runs its tables together
+            // (`tables::check_splittable`): a placement recorded before goes.
+            if info.is_some_and(|w| w.info.config.consistent.enabled()) {
+                ops.push(Op::delete(
+                    keys::table_placement(id.tenant(), id.name()).map_err(key_error)?,
+                ));
+            }
             if let Some(status) = status {
                 ops.push(Op::put(&status_key, status.encode()));
             }
@@ -191,5 +198,67 @@ impl MetaRecords {
             return Err(SaveError::Lost(why));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_core::CommitTs;
+    use sluice_meta::EmbeddedMetaStore;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn turning_redo_on_drops_the_table_placement_in_the_same_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetaStore> = Arc::new(
+            EmbeddedMetaStore::open(dir.path().join("meta.redb"))
+                .await
+                .unwrap(),
+        );
+        store.put("/owner", b"1".to_vec(), None).await.unwrap();
+        let created = store.get("/owner").await.unwrap().unwrap().create_revision;
+        let guard = Compare::create_revision("/owner", created);
+        let records = MetaRecords::new(store.clone(), guard, Arc::new(|_| {}));
+        let id = ChangefeedId::new("t", "c").unwrap();
+        let mut info = ChangefeedInfo::new(
+            id.clone(),
+            crate::info::tests::sample_config(),
+            CommitTs::new(100),
+        );
+        fn write(info: &ChangefeedInfo, revision: Revision) -> Option<InfoWrite<'_>> {
+            Some(InfoWrite { info, revision })
+        }
+        let revision = records
+            .save(&id, write(&info, Revision::ZERO), None)
+            .await
+            .unwrap();
+        let placement = keys::table_placement("t", "c").unwrap();
+        let placed = br#"{"version":1,"tables":{"shop.orders":"c-2"}}"#.to_vec();
+        store.put(&placement, placed, None).await.unwrap();
+        // An update without redo keeps it.
+        let revision = records
+            .save(&id, write(&info, revision), None)
+            .await
+            .unwrap();
+        assert!(store.get(&placement).await.unwrap().is_some());
+        info.config.consistent.level = sluice_config::ConsistentLevel::Eventual;
+        records
+            .save(&id, write(&info, revision), None)
+            .await
+            .unwrap();
+        assert!(store.get(&placement).await.unwrap().is_none());
+        let stored = store
+            .get(&keys::changefeed_info("t", "c").unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            ChangefeedInfo::decode(&stored.value)
+                .unwrap()
+                .config
+                .consistent
+                .enabled()
+        );
     }
 }

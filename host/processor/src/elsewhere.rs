@@ -12,8 +12,9 @@ use tokio::sync::watch;
 
 use crate::error::PipelineError;
 
-/// How long a DDL across captures waits for the other captures to make what
-/// is below it durable before the run fails (retryably).
+/// How long a DDL across captures waits for the other captures while none of
+/// them makes anything more durable, before the run fails (retryably). A slow
+/// sink that keeps flushing is waited for however long it takes.
 const REACH_WITHIN: Duration = Duration::from_secs(120);
 
 /// The other captures' reports, and the DDLs across them.
@@ -25,8 +26,9 @@ pub(crate) struct TablesElsewhere {
     across: Option<watch::Receiver<u64>>,
     /// Where to tell the source of each DDL passed.
     passed: Option<watch::Sender<u64>>,
-    /// Since when the DDL across captures has waited for them.
-    waiting: Option<(u64, std::time::Instant)>,
+    /// The DDL across captures waiting for them, since when they last made
+    /// progress, and how far they had got then (the sum of their flushed ts).
+    waiting: Option<(u64, tokio::time::Instant, u128)>,
 }
 
 /// Why a DDL could not wait for the other captures.
@@ -58,7 +60,8 @@ impl TablesElsewhere {
 
     /// Whether the DDL at `ts` may be applied now: it is not across
     /// captures, or every other capture flushed everything below it. Fails
-    /// once a capture is gone, or after [`REACH_WITHIN`] of asking.
+    /// once a capture is gone, or once none made more durable for
+    /// [`REACH_WITHIN`] while it was asked.
     pub(crate) fn ready(&mut self, ts: CommitTs) -> Result<bool, PipelineError> {
         if !self.is_across(ts) {
             return Ok(true);
@@ -73,20 +76,17 @@ impl TablesElsewhere {
                 "a capture running some of this changefeed's tables went away before the DDL at {ts}"
             )));
         }
+        let got = progress(&self.durable);
         let since = match self.waiting {
-            Some((at, since)) if at == ts.get() => since,
+            Some((at, since, had)) if at == ts.get() && had == got => since,
             _ => {
-                let now = std::time::Instant::now();
-                self.waiting = Some((ts.get(), now));
+                let now = tokio::time::Instant::now();
+                self.waiting = Some((ts.get(), now, got));
                 now
             }
         };
         if since.elapsed() > REACH_WITHIN {
-            return Err(not_reached(format!(
-                "the captures running this changefeed's other tables did not make the rows below \
-                 the DDL at {ts} durable within {} s",
-                REACH_WITHIN.as_secs()
-            )));
+            return Err(stalled(ts));
         }
         Ok(false)
     }
@@ -103,24 +103,36 @@ impl TablesElsewhere {
     }
 
     /// For a DDL across captures at `ts`: waits until every other capture
-    /// flushed everything below it (at most [`REACH_WITHIN`]; at the end of
-    /// a run, where nothing else is to be done meanwhile).
+    /// flushed everything below it (failing once one that has not got there
+    /// makes nothing more durable for [`REACH_WITHIN`]; at the end of a run,
+    /// where nothing else is to be done meanwhile).
     pub(crate) async fn reach(&mut self, ts: CommitTs) -> Result<(), PipelineError> {
         if !self.is_across(ts) {
             return Ok(());
         }
         let below = ts.get().saturating_sub(1);
-        let all = all_reach(&mut self.durable, below);
-        match tokio::time::timeout(REACH_WITHIN, all).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(())) => Err(not_reached(format!(
-                "a capture running some of this changefeed's tables went away before the DDL at {ts}"
-            ))),
-            Err(_) => Err(not_reached(format!(
-                "the captures running this changefeed's other tables did not make the rows below \
-                 the DDL at {ts} durable within {} s",
-                REACH_WITHIN.as_secs()
-            ))),
+        // Each capture that has not got there must make more durable within
+        // REACH_WITHIN of its last step.
+        loop {
+            let mut lagging = None;
+            for w in self.durable.iter_mut() {
+                if w.borrow_and_update().0 < below {
+                    lagging = Some(w);
+                    break;
+                }
+            }
+            let Some(w) = lagging else {
+                return Ok(());
+            };
+            match tokio::time::timeout(REACH_WITHIN, w.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    return Err(not_reached(format!(
+                        "a capture running some of this changefeed's tables went away before the DDL at {ts}"
+                    )));
+                }
+                Err(_) => return Err(stalled(ts)),
+            }
         }
     }
 
@@ -138,16 +150,94 @@ impl TablesElsewhere {
     }
 }
 
-/// Waits until every capture flushed `below`; `Err` once one's reports end.
-async fn all_reach(durable: &mut [watch::Receiver<(u64, u64)>], below: u64) -> Result<(), ()> {
-    for w in durable {
-        w.wait_for(|&(flushed, _)| flushed >= below)
-            .await
-            .map_err(|_| ())?;
-    }
-    Ok(())
+/// How far the other captures got: the sum of their flushed ts (it grows
+/// whenever one of them makes more durable).
+fn progress(durable: &[watch::Receiver<(u64, u64)>]) -> u128 {
+    durable.iter().map(|w| u128::from(w.borrow().0)).sum()
+}
+
+fn stalled(ts: CommitTs) -> PipelineError {
+    not_reached(format!(
+        "the captures running this changefeed's other tables made nothing more durable for {} s \
+         while the DDL at {ts} waited for the rows below it",
+        REACH_WITHIN.as_secs()
+    ))
 }
 
 fn not_reached(why: String) -> PipelineError {
     PipelineError::Source(Box::new(NotReached(why)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the run's error says of its cause.
+    fn why(e: PipelineError) -> String {
+        std::error::Error::source(&e)
+            .map(ToString::to_string)
+            .unwrap_or_default()
+    }
+
+    /// One other capture whose flushed ts `flushed` sets, with the DDL
+    /// across captures at `across`.
+    fn elsewhere() -> (
+        TablesElsewhere,
+        watch::Sender<(u64, u64)>,
+        watch::Sender<u64>,
+    ) {
+        let (flushed, durable) = watch::channel((0, 0));
+        let (across_tx, across) = watch::channel(100);
+        let (passed, _) = watch::channel(0);
+        let e = TablesElsewhere::new(Elsewhere {
+            durable: vec![durable],
+            across,
+            passed,
+        });
+        (e, flushed, across_tx)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_ddl_across_captures_waits_for_a_slow_capture_and_fails_only_a_stalled_one() {
+        let (mut e, flushed, across) = elsewhere();
+        // It keeps flushing, a step every 70 s: 280 s in all, past
+        // REACH_WITHIN, and waited for.
+        let slow = async {
+            for flushed_ts in [24, 49, 74, 99] {
+                tokio::time::sleep(Duration::from_secs(70)).await;
+                flushed.send_replace((flushed_ts, 0));
+            }
+        };
+        let started = tokio::time::Instant::now();
+        let (reached, ()) = tokio::join!(e.reach(CommitTs::new(100)), slow);
+        reached.unwrap();
+        assert_eq!(started.elapsed(), Duration::from_secs(280));
+        // At the next DDL across captures it makes nothing more durable.
+        across.send_replace(200);
+        let started = tokio::time::Instant::now();
+        let err = why(e.reach(CommitTs::new(200)).await.unwrap_err());
+        assert!(err.contains("made nothing more durable for 120 s"), "{err}");
+        assert_eq!(started.elapsed(), REACH_WITHIN);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn asked_while_the_run_goes_on_the_ddl_fails_only_once_no_capture_moves() {
+        let (mut e, flushed, _across) = elsewhere();
+        let ts = CommitTs::new(100);
+        // Not across captures: at once.
+        assert!(e.ready(CommitTs::new(50)).unwrap());
+        assert!(!e.ready(ts).unwrap());
+        tokio::time::advance(Duration::from_secs(100)).await;
+        flushed.send_replace((40, 0));
+        assert!(!e.ready(ts).unwrap());
+        // 200 s since it was first asked, 100 s since the capture moved.
+        tokio::time::advance(Duration::from_secs(100)).await;
+        assert!(!e.ready(ts).unwrap());
+        tokio::time::advance(Duration::from_secs(21)).await;
+        let err = why(e.ready(ts).unwrap_err());
+        assert!(err.contains("made nothing more durable"), "{err}");
+        // Once it got there, ready.
+        flushed.send_replace((99, 0));
+        assert!(e.ready(ts).unwrap());
+    }
 }

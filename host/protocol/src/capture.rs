@@ -13,6 +13,11 @@ pub struct CaptureInfo {
     pub id: String,
     /// Its gRPC address.
     pub address: String,
+    /// Its HTTP listener's address (the host of `address`, the HTTP
+    /// listener's port), where a standby forwards HTTP API calls; empty in
+    /// records of older versions.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub http_address: String,
     /// The `sluice` version it runs.
     pub sluice_version: String,
     /// When it started, in ms since the Unix epoch.

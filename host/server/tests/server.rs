@@ -527,9 +527,19 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
         health.contains("is a standby; the owner is capture"),
         "{health}"
     );
-    let (code, body) = b.http_get("/api/v1/changefeeds");
-    assert_eq!(code, 503, "{body}");
-    assert!(body.contains("\"code\":\"unavailable\""), "{body}");
+    // The HTTP API too: the owner answers, the token checked there.
+    let (code, body) = b.http_get("/api/v1/status");
+    assert_eq!(code, 200, "{body}");
+    let status: Json = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        format!("http://{}", status["address"].as_str().unwrap()),
+        a.grpc,
+        "{status}"
+    );
+    let (code, body) = b.http_get_with("/api/v1/status", None);
+    assert_eq!(code, 401, "{body}");
+    let (code, body) = b.http_get("/api/v1/nothing-here");
+    assert_eq!(code, 404, "{body}");
     // A bad request forwarded comes back as the owner answered it.
     let err = b.error(&["changefeed", "pause", "-c", "ghost"]);
     assert!(
@@ -540,7 +550,13 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
     // Two changefeeds: the first on the owner's capture (equal load), the
     // second on the standby's (less loaded then).
     // Slow enough to run through the moves below.
-    let file = feed_file_with(dir.path(), "feed", TOTAL, 400, "flush-interval-ms = 200");
+    let file = feed_file_with(
+        dir.path(),
+        "feed",
+        TOTAL,
+        400,
+        "flush-interval-ms = 200\n\n[filter]\nrules = [\"shop.*\"]",
+    );
     let create = |server: &Server, name: &str| {
         server.json(&[
             "changefeed",
@@ -556,6 +572,9 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
     };
     create(&b, "first");
     create(&b, "second");
+    let (code, body) = b.http_get("/api/v1/changefeeds/default/first");
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("default/first"), "{body}");
     let per_capture = |server: &Server| -> Vec<u64> {
         let captures = server.json(&["capture", "list"]);
         let mut n: Vec<u64> = captures
@@ -706,6 +725,56 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
         b.wait_for("the processors listed", Duration::from_secs(60), || {
             parts(&a.state(&moved)) == want
         });
+        if tables == 1 {
+            // The standby's `/metrics` has its own runs, sides and plugins:
+            // `moved`'s received table among them.
+            let run_line = |text: &str, family: &str| {
+                text.lines().any(|l| {
+                    l.starts_with(family)
+                        && l.contains(&format!("changefeed=\"{moved}\""))
+                        && l.contains("side=\"receives\"")
+                })
+            };
+            let mut text = String::new();
+            b.wait_for("the standby's series", Duration::from_secs(30), || {
+                let (code, body) = b.http_get("/metrics");
+                assert_eq!(code, 200, "{body}");
+                text = body;
+                run_line(&text, "sluice_capture_run_rows_written_total{")
+            });
+            assert!(
+                text.lines().any(|l| l.starts_with("sluice_capture_info{")
+                    && l.contains(&format!("capture=\"{helper}\""))
+                    && l.contains("owner=\"false\"")),
+                "{text}"
+            );
+            assert!(
+                run_line(&text, "sluice_capture_run_checkpoint_timestamp_seconds{"),
+                "{text}"
+            );
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with("sluice_plugin_instantiations_total{")
+                        && l.contains(&format!("changefeed=\"{moved}\""))
+                        && l.contains("role=\"sink\"")),
+                "{text}"
+            );
+            // Open without a token, as the owner's is (no --metrics-auth).
+            let (code, _) = b.http_get_with("/metrics", None);
+            assert_eq!(code, 200);
+            // The owner's has the capture series of its own runs, not the
+            // standby's.
+            let (code, text) = a.http_get("/metrics");
+            assert_eq!(code, 200);
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with("sluice_capture_run_epoch{")
+                        && l.contains(&format!("changefeed=\"{moved}\""))
+                        && l.contains("side=\"reads\"")),
+                "{text}"
+            );
+            assert!(!run_line(&text, "sluice_capture_run_epoch{"), "{text}");
+        }
     }
     // The captures measure their load: rows/s per capture, and per table
     // for a rebalance of the tables by count (all on the reader now: one
@@ -765,6 +834,17 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
         &helper,
     ]);
     assert!(err.contains("not of the form schema.table"), "{err}");
+    let err = b.error(&[
+        "changefeed",
+        "move-table",
+        "-c",
+        &moved,
+        "--table",
+        "stock.orders",
+        "--capture",
+        &helper,
+    ]);
+    assert!(err.contains("its [filter] rules leave it out"), "{err}");
     assert_eq!(per_capture(&b), [1, 1]);
 
     // Move the other one there too, then back.

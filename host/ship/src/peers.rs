@@ -11,6 +11,8 @@ use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 #[derive(Clone, Debug, Default)]
 pub struct Peers {
     tls: Option<ClientTlsConfig>,
+    /// The PEM certificates TLS trusts (for clients other than gRPC's).
+    ca: Option<Vec<u8>>,
 }
 
 impl Peers {
@@ -24,7 +26,13 @@ impl Peers {
     pub fn tls(ca: &[u8]) -> Self {
         Self {
             tls: Some(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca))),
+            ca: Some(ca.to_vec()),
         }
+    }
+
+    /// The PEM certificates peers' TLS is verified with; none for plain.
+    pub fn ca_pem(&self) -> Option<&[u8]> {
+        self.ca.as_deref()
     }
 
     /// Whether peers are reached over TLS.

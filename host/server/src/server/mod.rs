@@ -5,6 +5,7 @@
 //! for a cluster.
 
 mod context;
+mod http_forward;
 mod listen;
 mod standby;
 mod work_load;
@@ -265,6 +266,15 @@ fn peer_tls(path: &std::path::Path) -> anyhow::Result<sluice_ship::Peers> {
     Ok(sluice_ship::Peers::tls(&pem))
 }
 
+/// The address of the HTTP listener on `port` at the host of the advertised
+/// gRPC address `advertised` (`host:port`, `[v6]:port`).
+fn http_advertised(advertised: &str, port: u16) -> String {
+    match advertised.rsplit_once(':') {
+        Some((host, _)) => format!("{host}:{port}"),
+        None => format!("{advertised}:{port}"),
+    }
+}
+
 /// Checks an --advertise-addr: `host:port` with a port of 1 to 65535.
 fn advertised(address: &str) -> anyhow::Result<()> {
     let bad = |why: &str| anyhow::anyhow!("--advertise-addr {address:?} {why}");
@@ -346,7 +356,17 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .advertise_addr
         .clone()
         .unwrap_or_else(|| addr.to_string());
-    let registration = register(store.clone(), &id, &advertised, started_at_ms, lease_ttl).await?;
+    // The HTTP listener, as other servers reach it: the advertised host, the
+    // listener's port.
+    let advertised_http = http_advertised(&advertised, http_addr.port());
+    let registration = register(
+        store.clone(),
+        &id,
+        (&advertised, &advertised_http),
+        started_at_ms,
+        lease_ttl,
+    )
+    .await?;
     let (fatal, mut fatal_rx) = tokio::sync::watch::channel(None);
     // Stops the server: it can no longer act safely.
     let give_up: GiveUp = Arc::new(move |why: String| {
@@ -447,6 +467,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 http: &http_conns,
                 shipping: shipping.clone(),
                 peers: peers.clone(),
+                metrics: standby::StandbyMetrics {
+                    capture: capture.clone(),
+                    auth: args.metrics_auth.then(|| {
+                        Arc::new(sluice_auth::Authenticator::new(sluice_auth::Tenancy::new(
+                            store.clone(),
+                        )))
+                    }),
+                },
             };
             match standby.serve(&mut fatal_rx, &mut term_signal).await {
                 Ok(Some(term)) => term,
@@ -776,7 +804,7 @@ async fn report_health(
 async fn register(
     store: Arc<dyn MetaStore>,
     id: &str,
-    address: &str,
+    (address, http_address): (&str, &str),
     started_at_ms: u64,
     lease_ttl: Duration,
 ) -> anyhow::Result<Registration> {
@@ -784,6 +812,7 @@ async fn register(
         version: 1,
         id: id.to_string(),
         address: address.to_string(),
+        http_address: http_address.to_string(),
         sluice_version: env!("CARGO_PKG_VERSION").to_string(),
         started_at_ms,
     };
@@ -872,6 +901,13 @@ mod tests {
 
     #[test]
     fn the_advertised_address_is_one_other_servers_can_reach() {
+        // The HTTP listener is advertised at the same host.
+        assert_eq!(http_advertised("10.0.0.7:8300", 8301), "10.0.0.7:8301");
+        assert_eq!(http_advertised("[fd00::7]:8300", 8301), "[fd00::7]:8301");
+        assert_eq!(
+            http_advertised("cdc-1.internal:8300", 80),
+            "cdc-1.internal:80"
+        );
         for good in ["10.0.0.7:8300", "cdc-1.internal:8300", "[fd00::7]:8300"] {
             check(&["--advertise-addr", good]).unwrap();
         }

@@ -2,7 +2,9 @@
 //! listeners answer. gRPC calls go on to the owner (the caller's token with
 //! them; the owner checks it), so any capture answers the API; shipments of
 //! the runs it reads for other captures are served here; `/healthz`
-//! says which capture is the owner; the rest of the HTTP API names it.
+//! says which capture is the owner and `/metrics` gives this capture's own
+//! series (its runs and their plugins); the rest of the HTTP API goes on to
+//! the owner's HTTP listener (`http_forward`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -55,7 +57,8 @@ impl OwnerView {
         Self(rx)
     }
 
-    fn owner(&self) -> Option<CaptureInfo> {
+    /// The owner as last read; none while none is elected.
+    pub fn owner(&self) -> Option<CaptureInfo> {
         self.0.borrow().clone()
     }
 }
@@ -187,9 +190,58 @@ where
     }
 }
 
+/// What a standby's `/metrics` answers from: the work this capture runs, and
+/// the tokens it checks (none when `/metrics` is open, `--metrics-auth` off).
+#[derive(Clone)]
+pub struct StandbyMetrics {
+    /// The work this capture runs.
+    pub capture: Arc<sluice_capture::Capture>,
+    /// Checks the caller's token, unless `/metrics` is open.
+    pub auth: Option<Arc<sluice_auth::Authenticator>>,
+}
+
+/// This capture's series: its runs and their plugins (a tenant's token sees
+/// its own changefeeds'; no token, where that is allowed, or an admin's, all).
+async fn standby_metrics(
+    axum::extract::State((metrics, capture_id)): axum::extract::State<(StandbyMetrics, String)>,
+    caller: Option<axum::Extension<sluice_auth::Caller>>,
+) -> Response {
+    let tenant = match caller {
+        Some(axum::Extension(c)) => match c.scope("") {
+            Ok(t) => t.unwrap_or_default(),
+            Err(e) => return sluice_api::auth::auth_error_response(&e),
+        },
+        None => String::new(),
+    };
+    let runs = metrics.capture.runs(&tenant);
+    (
+        [(
+            http::header::CONTENT_TYPE,
+            sluice_api::http::METRICS_CONTENT_TYPE,
+        )],
+        sluice_api::http::render_capture_metrics(&capture_id, false, &runs, true),
+    )
+        .into_response()
+}
+
 /// The HTTP listener of a standby: `/healthz` answers (a standby is healthy),
-/// everything else says where the owner is.
-pub fn http_router(owner: OwnerView, capture_id: String) -> axum::Router {
+/// `/metrics` gives this capture's own series (its runs and their plugins),
+/// everything else goes on to the owner (`forward`).
+pub fn http_router(
+    owner: OwnerView,
+    capture_id: String,
+    metrics: StandbyMetrics,
+    forward: super::http_forward::HttpForward,
+) -> axum::Router {
+    let mut series = axum::Router::new()
+        .route("/metrics", axum::routing::get(standby_metrics))
+        .with_state((metrics.clone(), capture_id.clone()));
+    if let Some(auth) = metrics.auth {
+        series = series.route_layer(axum::middleware::from_fn_with_state(
+            auth,
+            sluice_api::auth::require_token,
+        ));
+    }
     let health = {
         let (owner, capture_id) = (owner.clone(), capture_id.clone());
         move || async move {
@@ -203,27 +255,11 @@ pub fn http_router(owner: OwnerView, capture_id: String) -> axum::Router {
             (StatusCode::OK, line).into_response()
         }
     };
-    let elsewhere = move || async move {
-        let message = match owner.owner() {
-            Some(o) => format!(
-                "capture {capture_id} is a standby; ask the owner, capture {} (gRPC at {}), or \
-                 use the gRPC API here, which forwards to it",
-                o.id, o.address
-            ),
-            None => format!("capture {capture_id} is a standby and no owner is elected yet; retry"),
-        };
-        let body = serde_json::json!({"code": "unavailable", "message": message});
-        let mut response: Response =
-            (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
-        response.headers_mut().insert(
-            http::header::RETRY_AFTER,
-            http::HeaderValue::from_static("1"),
-        );
-        response
-    };
     axum::Router::new()
         .route("/healthz", axum::routing::get(health))
-        .fallback(elsewhere)
+        .fallback(super::http_forward::forward)
+        .with_state(forward)
+        .merge(series)
 }
 
 /// A capture waiting in line for ownership, answering on its listeners.
@@ -243,6 +279,8 @@ pub struct Standby<'a> {
     pub shipping: sluice_ship::Shipping,
     /// How it reaches the owner (plain, or TLS with --peer-ca).
     pub peers: sluice_ship::Peers,
+    /// What its `/metrics` answers from.
+    pub metrics: StandbyMetrics,
 }
 
 /// How long a standby's open calls may take to finish once it is elected.
@@ -273,10 +311,20 @@ impl Standby<'_> {
                 .add_service(sluice_ship::ShipService::new(self.shipping.clone()).into_server())
                 .serve_with_incoming_shutdown(self.grpc.take().await, stopped(stop_rx.clone())),
         );
+        let forward = super::http_forward::HttpForward::new(
+            owner.clone(),
+            self.capture_id.clone(),
+            &self.peers,
+        )?;
         let http = tokio::spawn(
             axum::serve(
                 self.http.take().await,
-                http_router(owner, self.capture_id.clone()),
+                http_router(
+                    owner,
+                    self.capture_id.clone(),
+                    self.metrics.clone(),
+                    forward,
+                ),
             )
             .with_graceful_shutdown(stopped(stop_rx))
             .into_future(),
