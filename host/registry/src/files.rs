@@ -18,7 +18,12 @@ pub struct PluginFiles {
     /// Where files of a store that is not a local directory are kept after
     /// their first read (`None`: the store is a local directory).
     cache: Option<PathBuf>,
+    /// Most bytes of files kept there; past it the least recently read go.
+    cache_max_bytes: u64,
 }
+
+/// The bound of a capture's cache of plugin files, unless set.
+pub const DEFAULT_CACHE_BYTES: u64 = 2 << 30;
 
 /// What the meta store keeps about the cluster's plugin store.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -57,17 +62,33 @@ impl PluginFiles {
                 };
                 std::fs::create_dir_all(cache).map_err(io)?;
                 // A crash mid-copy leaves a temporary file (never a half file
-                // under a plugin's name); one capture owns this directory.
-                for entry in std::fs::read_dir(cache).map_err(io)? {
-                    let entry = entry.map_err(io)?;
-                    if entry.file_name().to_string_lossy().contains(".tmp") {
-                        let _ = std::fs::remove_file(entry.path());
-                    }
-                }
+                // under a plugin's name), which goes; one capture owns this
+                // directory.
+                sluice_runtime::trim_cache_dir(cache, ".wasm", DEFAULT_CACHE_BYTES).map_err(io)?;
                 Some(cache.to_path_buf())
             }
         };
-        Ok(Self { store, cache })
+        Ok(Self {
+            store,
+            cache,
+            cache_max_bytes: DEFAULT_CACHE_BYTES,
+        })
+    }
+
+    /// Keeps at most `max_bytes` of files in the local cache (the least
+    /// recently read go first; the most recent stays whatever its size).
+    pub fn with_cache_bound(mut self, max_bytes: u64) -> Self {
+        self.cache_max_bytes = max_bytes;
+        self.trim();
+        self
+    }
+
+    fn trim(&self) {
+        if let Some(cache) = &self.cache
+            && let Err(e) = sluice_runtime::trim_cache_dir(cache, ".wasm", self.cache_max_bytes)
+        {
+            tracing::warn!(path = %cache.display(), error = %e, "Could not bound the local cache of plugin files.");
+        }
     }
 
     /// Where the files are, for messages (never a secret).
@@ -112,7 +133,10 @@ impl PluginFiles {
         let cached = cache.join(&name);
         if let Ok(bytes) = tokio::fs::read(&cached).await {
             match verified(bytes, sha256).await {
-                Some(bytes) => return Ok(bytes),
+                Some(bytes) => {
+                    sluice_runtime::mark_used(&cached);
+                    return Ok(bytes);
+                }
                 None => {
                     tracing::warn!(file = %cached.display(), "A cached plugin file does not match its sha256; reading it from the plugin store again.");
                     let _ = tokio::fs::remove_file(&cached).await;
@@ -127,6 +151,7 @@ impl PluginFiles {
             // The next load reads the store again; nothing is lost.
             tracing::warn!(file = %cached.display(), error = %e, "A plugin file could not be kept in the local cache.");
         }
+        self.trim();
         Ok(bytes)
     }
 

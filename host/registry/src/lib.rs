@@ -5,7 +5,7 @@
 
 mod files;
 
-pub use files::PluginFiles;
+pub use files::{DEFAULT_CACHE_BYTES, PluginFiles};
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -9,6 +9,9 @@ use std::time::Duration;
 pub struct RuntimeConfig {
     /// Where precompiled artifacts are kept (`None`: compile on every load).
     pub cache_dir: Option<PathBuf>,
+    /// Most bytes of artifacts kept there; past it the least recently used
+    /// go (the most recent one stays whatever its size).
+    pub cache_max_bytes: u64,
     /// Instances that may be alive at once (pooling allocator slots).
     pub max_instances: u32,
     /// Hard ceiling for any one linear memory, whatever a plugin's quota says.
@@ -32,6 +35,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
             cache_dir: None,
+            cache_max_bytes: 2 << 30,
             max_instances: 128,
             max_memory_bytes: 1 << 30,
             epoch_tick: Duration::from_millis(5),

@@ -28,6 +28,7 @@ mod state;
 mod stderr;
 mod thread;
 
+pub use cache::{mark_used, trim_cache_dir};
 pub use component::{CONTRACT_VERSION, PluginComponent, PluginKind};
 pub use config::{Capabilities, PluginLimits, PluginSettings, RuntimeConfig, reaches};
 pub use error::{LoadError, RuntimeError};

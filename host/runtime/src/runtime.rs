@@ -104,7 +104,7 @@ impl PluginRuntime {
         let cache = config
             .cache_dir
             .as_deref()
-            .map(|dir| PrecompileCache::open(dir, &engine))
+            .map(|dir| PrecompileCache::open(dir, &engine, config.cache_max_bytes))
             .transpose()?;
 
         let stop_ticker = Arc::new(AtomicBool::new(false));

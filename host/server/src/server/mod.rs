@@ -56,6 +56,12 @@ pub struct ServeArgs {
     /// Largest plugin upload, in MiB (1 to 1024).
     #[arg(long, default_value_t = 64)]
     pub max_plugin_mib: u64,
+    /// Most bytes this server keeps on disk of each of its plugin caches
+    /// (precompiled artifacts, and copies of plugin files read from an object
+    /// store), in MiB (64 to 1048576): past it the least recently used go, to
+    /// be compiled or read again when next loaded.
+    #[arg(long, default_value_t = 2048)]
+    pub plugin_cache_mib: u64,
     /// Most bytes of all uploads in progress at once, in MiB (at least
     /// --max-plugin-mib, at most 16384): an upload past it is refused, to retry.
     #[arg(long, default_value_t = 256)]
@@ -178,6 +184,12 @@ impl ServeArgs {
             anyhow::bail!(
                 "--max-plugin-mib is {}; it must be between 1 and 1024",
                 self.max_plugin_mib
+            );
+        }
+        if !(64..=1_048_576).contains(&self.plugin_cache_mib) {
+            anyhow::bail!(
+                "--plugin-cache-mib is {}; it must be between 64 and 1048576",
+                self.plugin_cache_mib
             );
         }
         for (flag, value) in [
@@ -385,6 +397,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let work = WorkRuntime::start()?;
     let runtime = PluginRuntime::new(RuntimeConfig {
         cache_dir: Some(data_dir.join("precompiled")),
+        cache_max_bytes: args.plugin_cache_mib << 20,
         max_instances: args.max_plugin_instances,
         ..RuntimeConfig::default()
     })?;
@@ -706,8 +719,9 @@ async fn plugin_files(
         Some(uri) => sluice_redo::StorageUri::parse(uri)
             .map_err(|e| anyhow::anyhow!("--plugin-store: {e}"))?,
     };
-    let files =
-        sluice_registry::PluginFiles::open(&uri, &args.data_dir.join("plugin-cache")).await?;
+    let files = sluice_registry::PluginFiles::open(&uri, &args.data_dir.join("plugin-cache"))
+        .await?
+        .with_cache_bound(args.plugin_cache_mib << 20);
     // On etcd other servers may join: the store is recorded, and theirs checked.
     files
         .agree(store, !args.etcd.is_empty())
@@ -897,6 +911,11 @@ mod tests {
             check(&["--max-uploads-mib", "32"]).unwrap_err(),
             "--max-uploads-mib is 32; it must be between --max-plugin-mib (64) and 16384"
         );
+        assert_eq!(
+            check(&["--plugin-cache-mib", "63"]).unwrap_err(),
+            "--plugin-cache-mib is 63; it must be between 64 and 1048576"
+        );
+        check(&["--plugin-cache-mib", "64"]).unwrap();
     }
 
     #[test]
