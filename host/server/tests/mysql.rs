@@ -622,14 +622,14 @@ fn mariadb_to_mariadb_through_sink_mysql_matches_row_for_row_after_kills() {
 /// after each the cluster converges on the live captures, the table is
 /// moved off the reader again when it came back there, and at the end the
 /// downstream equals the upstream (`sluice diff`), and no side of any epoch
-/// ran in two processes. `SLUICE_SPLIT_CHAOS_ROUNDS` (default 10) and
+/// ran in two processes. `SLUICE_SPLIT_CHAOS_ROUNDS` (default 20) and
 /// `SLUICE_CHAOS_SEED`.
 #[test]
 fn tables_split_across_captures_replicate_row_for_row_through_kills_and_stops_and_a_ddl_across_them_applies_once()
  {
     let _one = one_at_a_time();
     const LEASE_S: u64 = 3;
-    let (rounds, mut random) = common::chaos_rounds("split chaos", "SLUICE_SPLIT_CHAOS_ROUNDS", 10);
+    let (rounds, mut random) = common::chaos_rounds("split chaos", "SLUICE_SPLIT_CHAOS_ROUNDS", 20);
     let etcd = sluice_tests::etcd::PrivateEtcd::start();
     etcd.wait_listening();
     let dir = tempfile::tempdir().unwrap();
