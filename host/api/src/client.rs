@@ -217,9 +217,14 @@ pub enum ChangefeedCommand {
         #[arg(long)]
         capture: String,
     },
-    /// Even the number of running changefeeds per capture (admin); prints
-    /// the moves asked for.
-    Rebalance,
+    /// Even the running changefeeds over the captures (admin), by their
+    /// number or by the rows/s their runs last measured; prints the moves
+    /// asked for.
+    Rebalance {
+        /// What to even out.
+        #[arg(long, value_parser = ["changefeeds", "rows"], default_value = "changefeeds")]
+        by: String,
+    },
     /// Even a running changefeed's tables over the live captures (admin), by
     /// table count or by the rows/s its captures last measured; prints the
     /// moves asked for (carried out in one restart of the run).
@@ -940,10 +945,10 @@ async fn execute(args: &CliArgs, channel: Channel, bearer: Bearer) -> Result<Out
                     .map(table_move_json)
                     .collect(),
             ),
-            ChangefeedCommand::Rebalance => Out::Rows(
+            ChangefeedCommand::Rebalance { by } => Out::Rows(
                 vec!["id", "from", "to"],
                 cluster
-                    .rebalance_changefeeds(pb::RebalanceChangefeedsRequest {})
+                    .rebalance_changefeeds(pb::RebalanceChangefeedsRequest { by: by.clone() })
                     .await?
                     .into_inner()
                     .moves

@@ -1021,7 +1021,16 @@ impl ClusterService for Api {
         caller(&request)?
             .check("*", Access::Server)
             .map_err(auth_status)?;
-        let moves = sluice_owner::relocate::rebalance(self.node.store.as_ref())
+        let spread = match request.get_ref().by.as_str() {
+            "" | "changefeeds" => sluice_owner::relocate::Spread::Changefeeds,
+            "rows" => sluice_owner::relocate::Spread::Rows,
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "rebalance by {other:?}: by `changefeeds` or `rows`"
+                )));
+            }
+        };
+        let moves = sluice_owner::relocate::rebalance(self.node.store.as_ref(), spread)
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
         Ok(Response::new(pb::RebalanceChangefeedsResponse {

@@ -1011,18 +1011,31 @@ pub struct CaptureLoad {
     pub rows_per_s: u64,
 }
 
-/// Every registered capture and what runs on it; with `tenant`, only that
-/// tenant's work is counted.
-pub async fn capture_loads(
+/// One assignment on a registered capture, with what its run measured.
+struct AssignedRun {
+    capture: String,
+    tenant: String,
+    changefeed: String,
+    /// None when it does not decode.
+    assignment: Option<Assignment>,
+    /// Rows per second its run handed to the sink, as last measured (0 for
+    /// work not asked to run, or not measured at this epoch).
+    rows_per_s: u64,
+}
+
+/// Every assignment on a registered capture (of `tenant`'s changefeeds
+/// only, with one); `registered` is filled with the registered captures.
+async fn assigned_runs(
     store: &dyn MetaStore,
     tenant: Option<&str>,
-) -> Result<BTreeMap<String, CaptureLoad>, MetaError> {
-    let mut load: BTreeMap<String, CaptureLoad> = BTreeMap::new();
+    registered: &mut BTreeMap<String, CaptureLoad>,
+) -> Result<Vec<AssignedRun>, MetaError> {
     for kv in store.list(&keys::capture_prefix()).await?.kvs {
         if let Some(keys::MetaKey::Capture { capture }) = keys::MetaKey::parse(&kv.key) {
-            load.insert(capture, CaptureLoad::default());
+            registered.insert(capture, CaptureLoad::default());
         }
     }
+    let mut runs = Vec::new();
     for kv in store.list(&keys::assignments_prefix()).await?.kvs {
         let Some(keys::MetaKey::Assignment {
             capture,
@@ -1032,33 +1045,66 @@ pub async fn capture_loads(
         else {
             continue;
         };
-        let Some(l) = load.get_mut(&capture) else {
-            continue;
-        };
-        if tenant.is_some_and(|tenant| tenant != t) {
+        if !registered.contains_key(&capture) || tenant.is_some_and(|tenant| tenant != t) {
             continue;
         }
+        let assignment = keys::decode::<Assignment>(&kv.key, &kv.value).ok();
+        let mut rows_per_s = 0;
+        if let Some(a) = assignment.as_ref().filter(|a| a.desired == Desired::Run) {
+            let key = keys::task_position(&t, &changefeed, &capture)?;
+            if let Some(position) = store.get(&key).await?
+                && let Ok(report) = keys::decode::<TaskReport>(&key, &position.value)
+                && report.changefeed_epoch == a.changefeed_epoch.0
+                && let Some(rate) = report.load
+            {
+                rows_per_s = rate.rows_per_s;
+            }
+        }
+        runs.push(AssignedRun {
+            capture,
+            tenant: t,
+            changefeed,
+            assignment,
+            rows_per_s,
+        });
+    }
+    Ok(runs)
+}
+
+/// Every registered capture and what runs on it; with `tenant`, only that
+/// tenant's work is counted.
+pub async fn capture_loads(
+    store: &dyn MetaStore,
+    tenant: Option<&str>,
+) -> Result<BTreeMap<String, CaptureLoad>, MetaError> {
+    let mut load = BTreeMap::new();
+    for run in assigned_runs(store, tenant, &mut load).await? {
+        let l = load.get_mut(&run.capture).expect("registered");
         l.assigned += 1;
-        let Ok(a) = keys::decode::<Assignment>(&kv.key, &kv.value) else {
+        let Some(a) = run.assignment.filter(|a| a.desired == Desired::Run) else {
             continue;
         };
-        if a.desired != Desired::Run {
-            continue;
-        }
         l.running += 1;
         if let Tables::Only(only) = &a.tables {
             l.tables += only.len();
         }
-        let key = keys::task_position(&t, &changefeed, &capture)?;
-        if let Some(position) = store.get(&key).await?
-            && let Ok(report) = keys::decode::<TaskReport>(&key, &position.value)
-            && report.changefeed_epoch == a.changefeed_epoch.0
-            && let Some(rate) = report.load
-        {
-            l.rows_per_s += rate.rows_per_s;
-        }
+        l.rows_per_s += run.rows_per_s;
     }
     Ok(load)
+}
+
+/// Each running changefeed's rows per second, over its captures, as its
+/// runs last measured.
+pub async fn changefeed_rates(
+    store: &dyn MetaStore,
+) -> Result<BTreeMap<ChangefeedId, u64>, MetaError> {
+    let mut rates = BTreeMap::new();
+    for run in assigned_runs(store, None, &mut BTreeMap::new()).await? {
+        if let Ok(id) = ChangefeedId::new(&run.tenant, &run.changefeed) {
+            *rates.entry(id).or_default() += run.rows_per_s;
+        }
+    }
+    Ok(rates)
 }
 
 /// The captures' registrations, as [`gone`] found them.

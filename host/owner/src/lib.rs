@@ -53,7 +53,7 @@ mod tests;
 
 pub use actor::{FeedView, Owner, Snapshot};
 pub use admin::{AdminJob, Effect, apply_admin_job};
-pub use assign::{AssignedWork, Assigner, CaptureLoad, capture_loads, drained};
+pub use assign::{AssignedWork, Assigner, CaptureLoad, capture_loads, changefeed_rates, drained};
 pub use backoff::{Backoff, BackoffConfig, JitterSource, SeededJitter};
 pub use clock::{Clock, FakeClock, SystemClock};
 pub use context::{InfoWrite, LiveProgress, OwnerContext, SaveError, Stored, Work, WorkProgress};

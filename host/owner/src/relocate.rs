@@ -227,9 +227,52 @@ pub async fn ask(store: &dyn MetaStore, id: &ChangefeedId, to: &str) -> Result<(
     Ok(())
 }
 
-/// Plans [`Placement::rebalance`] and asks for its moves.
-pub async fn rebalance(store: &dyn MetaStore) -> Result<Vec<Move>, MetaError> {
-    let moves = Placement::read(store).await?.rebalance();
+/// What `changefeed rebalance` evens over the captures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spread {
+    /// The number of changefeeds each runs.
+    Changefeeds,
+    /// The rows per second their runs handed to sinks, as last measured.
+    Rows,
+}
+
+impl Placement {
+    /// The moves that even the rows per second over the captures: `rates`
+    /// is each changefeed's, as its runs last measured (one not named counts
+    /// 0 and stays). From the most loaded capture to the least, the busiest
+    /// changefeed whose move makes their difference smaller, while one does
+    /// (at most [`tables::MAX_REBALANCE_MOVES`]); changefeeds with a move
+    /// pending are left alone.
+    pub fn rebalance_rows(&self, rates: &BTreeMap<ChangefeedId, u64>) -> Vec<Move> {
+        let mut named: BTreeMap<String, &ChangefeedId> = BTreeMap::new();
+        let mut on: BTreeMap<String, (String, u64)> = BTreeMap::new();
+        for (capture, feeds) in &self.captures {
+            for feed in feeds.iter().filter(|f| !self.moving.contains(f)) {
+                let rate = rates.get(feed).copied().unwrap_or(0);
+                on.insert(feed.to_string(), (capture.clone(), rate));
+                named.insert(feed.to_string(), feed);
+            }
+        }
+        let live: BTreeSet<String> = self.captures.keys().cloned().collect();
+        tables::plan_rebalance(tables::Measure::Rows, &live, &on)
+            .into_iter()
+            .map(|(feed, from, to)| Move {
+                changefeed: named[&feed].clone(),
+                from,
+                to,
+            })
+            .collect()
+    }
+}
+
+/// Plans the moves that even `spread` ([`Placement::rebalance`] or
+/// [`Placement::rebalance_rows`]) and asks for them.
+pub async fn rebalance(store: &dyn MetaStore, spread: Spread) -> Result<Vec<Move>, MetaError> {
+    let placement = Placement::read(store).await?;
+    let moves = match spread {
+        Spread::Changefeeds => placement.rebalance(),
+        Spread::Rows => placement.rebalance_rows(&crate::changefeed_rates(store).await?),
+    };
     for m in &moves {
         ask(store, &m.changefeed, &m.to).await?;
     }
@@ -450,6 +493,39 @@ mod tests {
             .into_iter()
             .map(|m| (m.changefeed.name().to_string(), m.from, m.to))
             .collect()
+    }
+
+    #[test]
+    fn rebalance_by_rows_moves_the_busiest_changefeed_that_helps() {
+        let p = placement(&[("a", &["hot", "warm", "idle"]), ("b", &["cool"])]);
+        let rates: BTreeMap<ChangefeedId, u64> = [("hot", 9000), ("warm", 3000), ("cool", 1000)]
+            .into_iter()
+            .map(|(f, r)| (id(f), r))
+            .collect();
+        let moves: Vec<_> = p
+            .rebalance_rows(&rates)
+            .into_iter()
+            .map(|m| (m.changefeed.name().to_string(), m.from, m.to))
+            .collect();
+        // a: 12000, b: 1000. The busiest that narrows the gap goes first:
+        // `hot` (9000 < 11000), leaving 3000 / 10000; then `cool` comes back
+        // (1000 < 7000): 4000 / 9000, and no single move narrows it more.
+        assert_eq!(
+            moves,
+            [
+                ("hot".into(), "a".into(), "b".into()),
+                ("cool".into(), "b".into(), "a".into())
+            ]
+        );
+        // A changefeed with a move pending is left alone (and not counted).
+        let mut pending = p.clone();
+        pending.moving.insert(id("cool"));
+        let moves: Vec<_> = pending
+            .rebalance_rows(&rates)
+            .into_iter()
+            .map(|m| m.changefeed.name().to_string())
+            .collect();
+        assert_eq!(moves, ["hot"]);
     }
 
     #[test]

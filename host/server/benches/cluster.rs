@@ -453,7 +453,7 @@ async fn failover() {
         }
         let started = Instant::now();
         let moves = cluster
-            .rebalance_changefeeds(pb::RebalanceChangefeedsRequest {})
+            .rebalance_changefeeds(pb::RebalanceChangefeedsRequest::default())
             .await
             .unwrap()
             .into_inner()

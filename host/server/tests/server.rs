@@ -654,6 +654,10 @@ fn captures_share_the_work_and_take_over_from_a_killed_owner_or_capture() {
             .unwrap()
             .is_empty()
     );
+    // By rows: both run at the same rate, one on each capture; no move
+    // narrows their gap.
+    let by_rows = b.json(&["changefeed", "rebalance", "--by", "rows"]);
+    assert_eq!(by_rows.as_array().map(Vec::len), Some(0), "{by_rows}");
     // One table of `moved` runs on the other capture, its events shipped
     // there by the capture that reads the source; then it comes back.
     let reader = runs_on(&moved);

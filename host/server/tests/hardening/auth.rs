@@ -151,7 +151,10 @@ fn case(method: &str, acme_token: &str) -> Option<(Vec<u8>, Needs)> {
             .encode_to_vec(),
             Admin,
         ),
-        "RebalanceChangefeeds" => (pb::RebalanceChangefeedsRequest {}.encode_to_vec(), Admin),
+        "RebalanceChangefeeds" => (
+            pb::RebalanceChangefeedsRequest::default().encode_to_vec(),
+            Admin,
+        ),
         "RebalanceTables" => (
             pb::RebalanceTablesRequest {
                 id: feed("f"),
