@@ -53,6 +53,11 @@ pub struct ServeArgs {
     /// then not be an unspecified address such as 0.0.0.0 with --etcd.
     #[arg(long)]
     pub advertise_addr: Option<String>,
+    /// Where the other servers of a cluster reach this one's HTTP listener
+    /// (`host:port`): HTTP API calls a standby forwards to the owner. By
+    /// default the host of --advertise-addr with the port of --http-addr.
+    #[arg(long)]
+    pub advertise_http_addr: Option<String>,
     /// Largest plugin upload, in MiB (1 to 1024).
     #[arg(long, default_value_t = 64)]
     pub max_plugin_mib: u64,
@@ -243,8 +248,11 @@ impl ServeArgs {
                  servers' certificates chain to (the servers reach each other over TLS)"
             );
         }
+        if let Some(a) = &self.advertise_http_addr {
+            advertised("--advertise-http-addr", a)?;
+        }
         if let Some(a) = &self.advertise_addr {
-            advertised(a)?;
+            advertised("--advertise-addr", a)?;
         } else if !self.etcd.is_empty() && self.addr.ip().is_unspecified() {
             anyhow::bail!(
                 "--addr {} is not an address other servers can reach; give the one they \
@@ -287,9 +295,10 @@ fn http_advertised(advertised: &str, port: u16) -> String {
     }
 }
 
-/// Checks an --advertise-addr: `host:port` with a port of 1 to 65535.
-fn advertised(address: &str) -> anyhow::Result<()> {
-    let bad = |why: &str| anyhow::anyhow!("--advertise-addr {address:?} {why}");
+/// Checks an advertised address given with `flag`: `host:port` with a port
+/// of 1 to 65535.
+fn advertised(flag: &str, address: &str) -> anyhow::Result<()> {
+    let bad = |why: &str| anyhow::anyhow!("{flag} {address:?} {why}");
     if address.len() > 261 || address.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(bad("is not a host:port"));
     }
@@ -370,7 +379,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| addr.to_string());
     // The HTTP listener, as other servers reach it: the advertised host, the
     // listener's port.
-    let advertised_http = http_advertised(&advertised, http_addr.port());
+    let advertised_http = args
+        .advertise_http_addr
+        .clone()
+        .unwrap_or_else(|| http_advertised(&advertised, http_addr.port()));
     let registration = register(
         store.clone(),
         &id,
@@ -929,6 +941,7 @@ mod tests {
         );
         for good in ["10.0.0.7:8300", "cdc-1.internal:8300", "[fd00::7]:8300"] {
             check(&["--advertise-addr", good]).unwrap();
+            check(&["--advertise-http-addr", good]).unwrap();
         }
         for bad in [
             "10.0.0.7",
@@ -943,6 +956,8 @@ mod tests {
         ] {
             let e = check(&["--advertise-addr", bad]).unwrap_err();
             assert!(e.starts_with("--advertise-addr"), "{bad}: {e}");
+            let e = check(&["--advertise-http-addr", bad]).unwrap_err();
+            assert!(e.starts_with("--advertise-http-addr"), "{bad}: {e}");
         }
         // Listening on every address with etcd needs one.
         let e = check(&["--addr", "0.0.0.0:8300", "--etcd", "http://127.0.0.1:2379"]).unwrap_err();
