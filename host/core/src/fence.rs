@@ -27,6 +27,8 @@ pub struct WriteFence {
 
 struct Inner {
     base: Instant,
+    /// How long a renewal keeps the fence open (`None`: no lease).
+    window: Option<Duration>,
     /// Nanoseconds after `base` until which writes are allowed; `u64::MAX`
     /// for a fence that never closes, 0 once closed.
     until: AtomicU64,
@@ -43,24 +45,44 @@ pub struct FenceClosed;
 impl WriteFence {
     /// A fence that never closes.
     pub fn open() -> Self {
-        Self::with(u64::MAX)
+        Self::with(u64::MAX, None)
     }
 
     /// A fence open until `deadline`.
     pub fn until(deadline: Instant) -> Self {
-        let fence = Self::with(u64::MAX);
+        Self::leased(deadline, None)
+    }
+
+    /// A lease's fence: open until `deadline`, each renewal keeping it open
+    /// for `window` more ([`WriteFence::window`]).
+    pub fn lease(deadline: Instant, window: Duration) -> Self {
+        Self::leased(deadline, Some(window))
+    }
+
+    fn leased(deadline: Instant, window: Option<Duration>) -> Self {
+        let fence = Self::with(u64::MAX, window);
         let at = fence.offset(deadline);
         fence.inner.until.store(at, Ordering::Release);
         fence
     }
 
-    fn with(until: u64) -> Self {
+    fn with(until: u64, window: Option<Duration>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 base: Instant::now(),
+                window,
                 until: AtomicU64::new(until),
             }),
         }
+    }
+
+    /// How long one renewal keeps a lease's fence open (`None`: no lease).
+    /// A downstream transaction this process leaves open and idle for longer
+    /// (the process was paused mid-way) is one the downstream should roll
+    /// back: by then another capture may be writing the same rows, and would
+    /// wait on the paused one's locks.
+    pub fn window(&self) -> Option<Duration> {
+        self.inner.window
     }
 
     fn offset(&self, at: Instant) -> u64 {

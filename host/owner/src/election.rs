@@ -121,7 +121,10 @@ impl Registration {
                 ttl: lease.ttl,
                 registered: r.revision,
                 granted_at,
-                fence: WriteFence::until(granted_at.into_std() + fence_after(lease.ttl)),
+                fence: WriteFence::lease(
+                    granted_at.into_std() + fence_after(lease.ttl),
+                    fence_after(lease.ttl),
+                ),
             }),
             Ok(_) => {
                 let _ = store.revoke(lease.id).await;

@@ -804,9 +804,17 @@ fn tables_split_across_captures_replicate_row_for_row_through_kills_and_stops_an
                 let done = converged(server, live, before);
                 if !done && !said && started.elapsed() > Duration::from_secs(55) {
                     said = true;
+                    // The downstream's open transactions: one a frozen
+                    // capture left open would hold its successor's rows.
+                    let open = down.exec(
+                        "SELECT trx_mysql_thread_id, trx_state, trx_started, trx_rows_locked, \
+                         trx_query FROM information_schema.INNODB_TRX",
+                    );
                     eprintln!(
-                        "{what}: not converged after 55 s: {:?}\napplied:\n{}",
+                        "{what}: not converged after 55 s: {:?}\ncaptures: {:?}\n\
+                         open downstream transactions:\n{open}\napplied:\n{}",
                         query(server),
+                        json_of(server, &["capture", "list"]),
                         progress()
                     );
                 }

@@ -80,10 +80,14 @@ enum Pool {
 }
 
 impl Pool {
-    async fn run_group(&self, group: Vec<wit::Statement>) -> Result<u64, wit::SqlError> {
+    async fn run_group(
+        &self,
+        group: Vec<wit::Statement>,
+        fence: &sluice_core::WriteFence,
+    ) -> Result<u64, wit::SqlError> {
         match self {
-            Pool::Mysql(pool) => mysql::run_group(pool, group).await,
-            Pool::Postgres(pool) => postgres::run_group(pool, group).await,
+            Pool::Mysql(pool) => mysql::run_group(pool, group, fence).await,
+            Pool::Postgres(pool) => postgres::run_group(pool, group, fence).await,
         }
     }
 
@@ -141,15 +145,21 @@ impl SqlPools {
         fence: sluice_core::WriteFence,
     ) -> Result<Self, GrantError> {
         let connections = connections.clamp(1, 64);
+        // A transaction left open by a process paused mid-way (SIGSTOP, a VM
+        // pause) holds its row locks until its connection ends; the capture
+        // that takes over would wait on them. The server rolls back a
+        // transaction idle for longer than the lease's fence window (by then
+        // this process writes nothing more anyway).
+        let idle = fence.window();
         let mut out = BTreeMap::new();
         for (name, dsn) in grants {
             let grant = if dsn.starts_with("mysql://") {
                 Grant::Mysql {
-                    opts: mysql::opts(name, dsn, connections)?,
+                    opts: mysql::opts(name, dsn, connections, idle)?,
                     pool: OnceLock::new(),
                 }
             } else if dsn.starts_with("postgres://") || dsn.starts_with("postgresql://") {
-                Grant::Postgres(postgres::pool(name, dsn, connections)?)
+                Grant::Postgres(postgres::pool(name, dsn, connections, idle)?)
             } else {
                 return Err(GrantError {
                     name: name.clone(),
@@ -214,8 +224,9 @@ impl SqlPools {
         let n = groups.len();
         for (at, group) in groups.into_iter().enumerate() {
             let pool = pool.clone();
+            let fence = self.fence.clone();
             tasks.spawn_on(
-                async move { (at, pool.run_group(group).await) },
+                async move { (at, pool.run_group(group, &fence).await) },
                 &self.handle,
             );
         }
@@ -292,6 +303,18 @@ impl Drop for SqlPools {
     }
 }
 
+/// `denied` when the fence has closed: checked before a transaction
+/// commits, so that a group this process was running when it was paused is
+/// rolled back rather than committed once it wakes.
+fn fenced(fence: &sluice_core::WriteFence) -> Result<(), wit::SqlError> {
+    fence.check().map_err(|closed| denied(closed.to_string()))
+}
+
+/// A lease's fence window in whole seconds, rounded up (at least 1).
+fn whole_seconds(window: std::time::Duration) -> u64 {
+    window.as_millis().div_ceil(1000).max(1) as u64
+}
+
 fn denied(message: String) -> wit::SqlError {
     wit::SqlError {
         kind: wit::ErrorKind::Denied,
@@ -338,6 +361,7 @@ pub(crate) type SharedPools = Option<Arc<SqlPools>>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mysql_async::prelude::Queryable;
 
     #[test]
     fn query_results_are_bounded_by_bytes() {
@@ -425,6 +449,144 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.kind, wit::ErrorKind::Retryable, "{}", err.message);
         assert!(!err.message.contains("secret"), "{}", err.message);
+        drop(pools);
+    }
+
+    fn statement(sql: &str) -> wit::Statement {
+        wit::Statement {
+            sql: sql.into(),
+            params: Vec::new(),
+        }
+    }
+
+    fn one_value(rows: Vec<Vec<wit::Value>>) -> String {
+        match &rows[..] {
+            [row] => match &row[..] {
+                [wit::Value::Int(i)] => i.to_string(),
+                [wit::Value::Uint(u)] => u.to_string(),
+                [wit::Value::Text(t)] => t.clone(),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A capture paused in the middle of a transaction (SIGSTOP, a VM
+    /// pause) must neither hold the rows its successor writes nor commit
+    /// when it wakes.
+    #[test]
+    fn a_paused_writer_s_transaction_is_rolled_back_downstream_and_never_commits_after_its_fence() {
+        let db = sluice_tests::mariadb::PrivateMariaDb::start();
+        db.exec(
+            "CREATE DATABASE t; CREATE TABLE t.k (k INT PRIMARY KEY, v INT); \
+             INSERT INTO t.k VALUES (1, 0), (2, 0)",
+        );
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let window = std::time::Duration::from_millis(1500);
+        let fence = sluice_core::WriteFence::lease(
+            std::time::Instant::now() + std::time::Duration::from_secs(600),
+            window,
+        );
+        let grant = [("t".to_string(), db.root_url())];
+        let pools = SqlPools::new(&grant, 2, rt.handle().clone(), fence.clone()).unwrap();
+        // The server ends a transaction idle for longer than the fence's
+        // window (MariaDB counts whole seconds).
+        let idle = rt
+            .block_on(pools.query("t", statement("SELECT @@idle_transaction_timeout"), 1))
+            .unwrap();
+        assert_eq!(one_value(idle), "2");
+        // Without a lease (one process), nothing is set.
+        let open = SqlPools::new(
+            &grant,
+            1,
+            rt.handle().clone(),
+            sluice_core::WriteFence::open(),
+        )
+        .unwrap();
+        let idle = rt
+            .block_on(open.query("t", statement("SELECT @@idle_transaction_timeout"), 1))
+            .unwrap();
+        assert_eq!(one_value(idle), "0");
+
+        // A paused writer: a session of the same settings that updated row 1
+        // and then sends nothing more.
+        let paused = rt.block_on(async {
+            let pool = mysql_async::Pool::new(
+                mysql::opts("t", &db.root_url(), 1, fence.window()).unwrap(),
+            );
+            let mut conn = pool.get_conn().await.unwrap();
+            conn.query_drop("BEGIN").await.unwrap();
+            conn.query_drop("UPDATE t.k SET v = 1 WHERE k = 1")
+                .await
+                .unwrap();
+            (pool, conn)
+        });
+        // Its successor writes the same row: it waits until the server
+        // rolls the paused one back, not for the lock wait timeout (50 s,
+        // after which it would fail).
+        rt.block_on(pools.execute(
+            "t",
+            vec![vec![statement("UPDATE t.k SET v = 2 WHERE k = 1")]],
+        ))
+        .unwrap();
+        // The paused writer wakes: its transaction is gone.
+        let (pool, mut conn) = paused;
+        let woke = rt.block_on(conn.query_drop("COMMIT"));
+        assert!(woke.is_err(), "{woke:?}");
+        drop(conn);
+        rt.block_on(pool.disconnect()).unwrap();
+
+        // A group running when the fence closes is rolled back, not committed.
+        let closer = {
+            let fence = fence.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                fence.close();
+            })
+        };
+        let err = rt
+            .block_on(pools.execute(
+                "t",
+                vec![vec![
+                    statement("UPDATE t.k SET v = 3 WHERE k = 2"),
+                    statement("DO SLEEP(1)"),
+                ]],
+            ))
+            .unwrap_err();
+        closer.join().unwrap();
+        assert_eq!(err.kind, wit::ErrorKind::Denied, "{}", err.message);
+        assert!(err.message.contains("lease"), "{}", err.message);
+        assert_eq!(
+            db.exec("SELECT k, v FROM t.k ORDER BY k").trim(),
+            "1\t2\n2\t0"
+        );
+        drop(pools);
+        drop(open);
+    }
+
+    #[test]
+    fn postgres_sessions_end_a_transaction_idle_past_the_fence_window() {
+        let db = sluice_tests::postgres::PrivatePostgres::start();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let fence = sluice_core::WriteFence::lease(
+            std::time::Instant::now() + std::time::Duration::from_secs(600),
+            std::time::Duration::from_millis(1500),
+        );
+        let pools = SqlPools::new(
+            &[("pg".to_string(), db.root_url())],
+            1,
+            rt.handle().clone(),
+            fence,
+        )
+        .unwrap();
+        let idle = rt
+            .block_on(pools.query(
+                "pg",
+                statement("SELECT current_setting('idle_in_transaction_session_timeout')"),
+                1,
+            ))
+            .unwrap();
+        assert_eq!(one_value(idle), "1500ms");
         drop(pools);
     }
 }

@@ -2,7 +2,7 @@
 
 use mysql_async::prelude::Queryable;
 
-use super::{GrantError, retryable, wit};
+use super::{GrantError, fenced, retryable, wit};
 
 /// Server error numbers a retry can get past (MySQL and MariaDB).
 const RETRYABLE_CODES: &[u16] = &[
@@ -21,11 +21,15 @@ const RETRYABLE_CODES: &[u16] = &[
     4031, // disconnected by the server because of inactivity
 ];
 
-/// The pool options of a `mysql://` DSN, at most `connections` connections.
+/// The pool options of a `mysql://` DSN, at most `connections` connections;
+/// with `idle`, a transaction idle for longer is rolled back by the server
+/// (MariaDB's `idle_transaction_timeout`; MySQL and TiDB have no such
+/// setting and skip it).
 pub(super) fn opts(
     name: &str,
     dsn: &str,
     connections: usize,
+    idle: Option<std::time::Duration>,
 ) -> Result<mysql_async::Opts, GrantError> {
     let opts = mysql_async::Opts::from_url(dsn).map_err(|e| GrantError {
         name: name.to_string(),
@@ -42,10 +46,24 @@ pub(super) fn opts(
         // different keys of one table (deleting keys that are not there,
         // inserting next to them) do not deadlock.
         .init(vec![
-            "SET time_zone = '+00:00'",
-            "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+            session_settings(idle),
+            "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED".into(),
         ])
         .into())
+}
+
+/// The session's time zone and, with `idle`, its idle transaction timeout.
+/// The timeout is in a comment only MariaDB (10.3 and later) executes, so
+/// that the statement means the same elsewhere.
+fn session_settings(idle: Option<std::time::Duration>) -> String {
+    let mut set = "SET time_zone = '+00:00'".to_string();
+    if let Some(idle) = idle {
+        set.push_str(&format!(
+            " /*M!100300 , idle_transaction_timeout = {} */",
+            super::whole_seconds(idle)
+        ));
+    }
+    set
 }
 
 /// Runs `group` in one transaction; the rows it affected. Statements whose
@@ -55,6 +73,7 @@ pub(super) fn opts(
 pub(super) async fn run_group(
     pool: &mysql_async::Pool,
     group: Vec<wit::Statement>,
+    fence: &sluice_core::WriteFence,
 ) -> Result<u64, wit::SqlError> {
     let mut conn = pool.get_conn().await.map_err(error_of)?;
     let mut tx = conn
@@ -88,6 +107,8 @@ pub(super) async fn run_group(
     if !text.is_empty() {
         affected += run_text(&mut tx, &text).await?;
     }
+    // Dropped unfinished, the transaction is rolled back.
+    fenced(fence)?;
     tx.commit().await.map_err(error_of)?;
     Ok(affected)
 }

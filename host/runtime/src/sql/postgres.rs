@@ -13,17 +13,20 @@ use bytes::{BufMut, BytesMut};
 use futures_util::TryStreamExt;
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
 
-use super::{GrantError, retryable, wit};
+use super::{GrantError, fenced, retryable, wit};
 
 /// How long a new connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A pool for a `postgres://` DSN, at most `connections` connections. Needs
-/// no runtime until a connection is asked for.
+/// A pool for a `postgres://` DSN, at most `connections` connections; with
+/// `idle`, a transaction idle for longer is rolled back by the server
+/// (`idle_in_transaction_session_timeout`). Needs no runtime until a
+/// connection is asked for.
 pub(super) fn pool(
     name: &str,
     dsn: &str,
     connections: usize,
+    idle: Option<Duration>,
 ) -> Result<deadpool_postgres::Pool, GrantError> {
     let problem = |problem: String| GrantError {
         name: name.to_string(),
@@ -40,9 +43,16 @@ pub(super) fn pool(
     }
     config.application_name("sluice");
     // Instants (timestamptz) are read and written in UTC on every session.
+    let mut ours = "-c TimeZone=UTC".to_string();
+    if let Some(idle) = idle {
+        ours.push_str(&format!(
+            " -c idle_in_transaction_session_timeout={}",
+            idle.as_millis().max(1)
+        ));
+    }
     let options = match config.get_options() {
-        Some(given) => format!("{given} -c TimeZone=UTC"),
-        None => "-c TimeZone=UTC".to_string(),
+        Some(given) => format!("{given} {ours}"),
+        None => ours,
     };
     config.options(&options);
     let manager = deadpool_postgres::Manager::from_config(
@@ -73,6 +83,7 @@ fn unspecified() -> Type {
 pub(super) async fn run_group(
     pool: &deadpool_postgres::Pool,
     group: Vec<wit::Statement>,
+    fence: &sluice_core::WriteFence,
 ) -> Result<u64, wit::SqlError> {
     let mut client = pool.get().await.map_err(pool_error)?;
     // Rolled back when dropped unfinished (an error, a cancelled call).
@@ -90,6 +101,8 @@ pub(super) async fn run_group(
             .await
             .map_err(error_of)?;
     }
+    // Dropped unfinished, the transaction is rolled back.
+    fenced(fence)?;
     tx.commit().await.map_err(error_of)?;
     Ok(affected)
 }
@@ -316,22 +329,23 @@ mod tests {
 
     #[test]
     fn dsns_are_checked_without_repeating_them() {
-        let e = pool("t", "postgres://u:secret@db/x?sslmode=strict", 4).unwrap_err();
+        let e = pool("t", "postgres://u:secret@db/x?sslmode=strict", 4, None).unwrap_err();
         assert!(e.to_string().contains("sslmode `strict`"), "{e}");
         assert!(!e.to_string().contains("secret"), "{e}");
         let e = pool(
             "t",
             "postgres://u:secret@db/x?sslmode=verify-full&sslrootcert=/nonexistent.pem",
             4,
+            None,
         )
         .unwrap_err();
         assert!(
             e.to_string().contains("sslrootcert /nonexistent.pem"),
             "{e}"
         );
-        assert!(pool("t", "postgres://u:secret@db/x?sslmode=require", 4).is_ok());
-        let e = pool("t", "postgres://u:secret@db:99999/x", 4).unwrap_err();
+        assert!(pool("t", "postgres://u:secret@db/x?sslmode=require", 4, None).is_ok());
+        let e = pool("t", "postgres://u:secret@db:99999/x", 4, None).unwrap_err();
         assert!(!e.to_string().contains("secret"), "{e}");
-        assert!(pool("t", "postgresql://u:secret@127.0.0.1:5432/x", 4).is_ok());
+        assert!(pool("t", "postgresql://u:secret@127.0.0.1:5432/x", 4, None).is_ok());
     }
 }
