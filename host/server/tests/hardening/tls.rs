@@ -303,6 +303,30 @@ fn a_cluster_with_tls_forwards_calls_and_ships_tables_over_tls() {
             .as_str()
             .is_some_and(|c| !c.is_empty())
     });
+    // The HTTP API through the standby: forwarded to the owner over TLS
+    // (verified against --peer-ca), the owner's answer as it gave it.
+    let id_of = |name: &str| {
+        std::fs::read_to_string(dir.path().join(name).join("capture-id"))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let owner = id_of("a");
+    let (code, body) = curl(&b, "/api/v1/status", &ca).expect("curl through the standby");
+    assert_eq!(code, 200, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["capture"], owner.as_str(), "{body}");
+    assert_eq!(status["changefeeds"], 1, "{body}");
+    let (code, body) = curl(&b, "/api/v1/changefeeds/default/over-tls", &ca).unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("sink-blackhole@0.1.0"), "{body}");
+    // Its own metrics, not forwarded: the standby's capture series.
+    let (code, body) = curl(&b, "/metrics", &ca).unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains(&format!("sluice_capture_info{{capture=\"{}\"", id_of("b"))),
+        "{body}"
+    );
     let reader = query()["status"]["capture"].as_str().unwrap().to_string();
     let captures = json(&b, &["capture", "list"]);
     let other = captures
