@@ -890,7 +890,6 @@ fn tables_split_across_captures_replicate_row_for_row_through_kills_and_stops_an
             std::thread::sleep(Duration::from_millis(100));
         };
         let server = servers[victim].take().unwrap();
-        let pid = server.child.id().to_string();
         let what = format!(
             "round {round}: {} the {role} ({capture})",
             if sigstop { "SIGSTOP" } else { "SIGKILL" }
@@ -898,31 +897,12 @@ fn tables_split_across_captures_replicate_row_for_row_through_kills_and_stops_an
         eprintln!("split chaos: {what}");
         let w = servers[witness].as_ref().unwrap();
         if sigstop {
-            let ok = Command::new("kill").args(["-STOP", &pid]).status().unwrap();
-            assert!(ok.success());
+            server.freeze();
             // Written while it is stopped; the others take its work.
             up.exec(&workload(&mut wseed, next_id, 20));
             next_id += 20;
             wait_converged(w, 2, before, &what);
-            let ok = Command::new("kill").args(["-CONT", &pid]).status().unwrap();
-            assert!(ok.success());
-            let mut server = server;
-            let start = std::time::Instant::now();
-            let status = loop {
-                if let Some(status) = server.child.try_wait().unwrap() {
-                    break status;
-                }
-                assert!(
-                    start.elapsed() < Duration::from_secs(4 * LEASE_S + 10),
-                    "{what}: a continued capture whose lease ended must exit by itself: {}",
-                    server.stderr.lock().unwrap()
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            };
-            std::thread::sleep(Duration::from_millis(100));
-            let log = server.stderr.lock().unwrap().clone();
-            assert!(!status.success(), "{what}: {log}");
-            logs.push(log);
+            logs.push(server.resume_until_exit(Duration::from_secs(4 * LEASE_S + 10), &what));
         } else {
             logs.push(server.kill());
             up.exec(&workload(&mut wseed, next_id, 20));

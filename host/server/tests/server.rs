@@ -1065,15 +1065,13 @@ fn chaos_sigkill_and_sigstop_of_random_captures_lose_no_row_and_run_no_epoch_twi
             std::thread::sleep(Duration::from_millis(100));
         };
         let server = servers[victim].take().unwrap();
-        let pid = server.child.id().to_string();
         let what = format!(
             "round {round}: {} server {victim}",
             if sigstop { "SIGSTOP" } else { "SIGKILL" }
         );
         eprintln!("chaos: {what}");
         if sigstop {
-            let ok = Command::new("kill").args(["-STOP", &pid]).status().unwrap();
-            assert!(ok.success());
+            server.freeze();
             // The others take its work while it is stopped (a partition).
             took.push(wait_converged(
                 servers[witness].as_ref().unwrap(),
@@ -1081,24 +1079,7 @@ fn chaos_sigkill_and_sigstop_of_random_captures_lose_no_row_and_run_no_epoch_twi
                 &before,
                 &what,
             ));
-            let ok = Command::new("kill").args(["-CONT", &pid]).status().unwrap();
-            assert!(ok.success());
-            let mut server = server;
-            let start = Instant::now();
-            let status = loop {
-                if let Some(status) = server.child.try_wait().unwrap() {
-                    break status;
-                }
-                assert!(
-                    start.elapsed() < Duration::from_secs(4 * LEASE_S + 10),
-                    "{what}: a continued capture whose lease ended must exit by itself: {}",
-                    server.stderr.lock().unwrap()
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            };
-            std::thread::sleep(Duration::from_millis(100));
-            let log = server.stderr.lock().unwrap().clone();
-            assert!(!status.success(), "{what}: {log}");
+            let log = server.resume_until_exit(Duration::from_secs(4 * LEASE_S + 10), &what);
             assert!(log.contains("lease"), "{what}: says why it stopped: {log}");
             logs.push(log);
         } else {

@@ -260,6 +260,38 @@ impl Server {
         std::thread::sleep(Duration::from_millis(50));
         self.stderr.lock().unwrap().clone()
     }
+
+    /// SIGSTOP: the process is frozen (a partition, a VM pause) until
+    /// [`Server::resume_until_exit`].
+    pub fn freeze(&self) {
+        let pid = self.child.id().to_string();
+        let ok = Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+        assert!(ok.success());
+    }
+
+    /// SIGCONT to a frozen server whose lease ended meanwhile: it must exit
+    /// by itself, failing, within `within`. Its log.
+    pub fn resume_until_exit(mut self, within: Duration, what: &str) -> String {
+        let pid = self.child.id().to_string();
+        let ok = Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+        assert!(ok.success());
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                start.elapsed() < within,
+                "{what}: a continued capture whose lease ended must exit by itself: {}",
+                self.stderr.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        let log = self.stderr.lock().unwrap().clone();
+        assert!(!status.success(), "{what}: {log}");
+        log
+    }
 }
 
 impl Drop for Server {
