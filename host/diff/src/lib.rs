@@ -32,7 +32,9 @@ pub struct DiffOptions {
     pub source: String,
     /// The target database.
     pub target: String,
-    /// Tables as `schema.table`.
+    /// Tables as `schema.table`, or `schema.table=schema.table` for a
+    /// table the target holds under another name (a sink's
+    /// `target-schema` or `route`).
     pub tables: Vec<String>,
     /// Rows per chunk (1 to 1,000,000).
     pub chunk_rows: u64,
@@ -120,34 +122,71 @@ pub async fn diff(options: &DiffOptions) -> Result<Vec<TableDiff>, DiffError> {
             "name at least one table (schema.table)".into(),
         ));
     }
-    let mut tables = Vec::new();
-    for name in &options.tables {
-        let Some((schema, table)) = name
-            .split_once('.')
-            .filter(|(s, t)| !s.is_empty() && !t.is_empty())
-        else {
-            return Err(DiffError::Invalid(format!("`{name}` is not schema.table")));
-        };
-        tables.push((schema, table));
-    }
+    let tables = options
+        .tables
+        .iter()
+        .map(|spec| TablePair::parse(spec))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut source = Side::connect("source", &options.source).await?;
     let mut target = Side::connect("target", &options.target).await?;
     let mut out = Vec::new();
-    for (schema, table) in tables {
-        out.push(diff_table(&mut source, &mut target, options, schema, table).await?);
+    for pair in &tables {
+        out.push(diff_table(&mut source, &mut target, options, pair).await?);
     }
     Ok(out)
+}
+
+/// A table to compare: its `schema.table` on the source and on the target.
+#[derive(Debug, PartialEq, Eq)]
+struct TablePair<'a> {
+    source: (&'a str, &'a str),
+    target: (&'a str, &'a str),
+}
+
+impl<'a> TablePair<'a> {
+    /// `schema.table`, or `schema.table=schema.table` (source = target).
+    fn parse(spec: &'a str) -> Result<Self, DiffError> {
+        let name = |n: &'a str| {
+            n.trim()
+                .split_once('.')
+                .filter(|(s, t)| !s.is_empty() && !t.is_empty())
+                .ok_or_else(|| {
+                    DiffError::Invalid(format!(
+                        "`{n}` is not schema.table (in `{spec}`; a table with another name \
+                         on the target is schema.table=schema.table)"
+                    ))
+                })
+        };
+        let (source, target) = match spec.split_once('=') {
+            Some((s, t)) => (name(s)?, name(t)?),
+            None => {
+                let both = name(spec)?;
+                (both, both)
+            }
+        };
+        Ok(Self { source, target })
+    }
+
+    /// How the comparison names it.
+    fn label(&self) -> String {
+        let (s, t) = self.source;
+        if self.source == self.target {
+            format!("{s}.{t}")
+        } else {
+            format!("{s}.{t}={}.{}", self.target.0, self.target.1)
+        }
+    }
 }
 
 async fn diff_table(
     source: &mut Side,
     target: &mut Side,
     options: &DiffOptions,
-    schema: &str,
-    table: &str,
+    pair: &TablePair<'_>,
 ) -> Result<TableDiff, DiffError> {
+    let (schema, table) = pair.source;
     let mut result = TableDiff {
-        table: format!("{schema}.{table}"),
+        table: pair.label(),
         by_checksum: source.engine() == target.engine(),
         ..TableDiff::default()
     };
@@ -162,7 +201,7 @@ async fn diff_table(
             "{schema}.{table} has no primary key; diff compares rows by it"
         )));
     }
-    let (target_columns, _) = target.layout(schema, table).await?;
+    let (target_columns, _) = target.layout(pair.target.0, pair.target.1).await?;
     let sorted_names = |c: &[Column]| {
         let mut n: Vec<String> = c.iter().map(|c| c.name.clone()).collect();
         n.sort();
@@ -208,7 +247,7 @@ async fn diff_table(
         .map(|(a, b)| a.kind == Kind::Float || b.kind == Kind::Float)
         .collect();
     let from_source = source.table(schema, table);
-    let from_target = target.table(schema, table);
+    let from_target = target.table(pair.target.0, pair.target.1);
     let started = Instant::now();
     let mut shown_at = Instant::now();
     let mut lower = None;
@@ -351,6 +390,35 @@ fn shown(v: &Option<String>) -> String {
                 s.push('…');
             }
             s
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_is_named_once_or_as_source_equals_target() {
+        let same = TablePair::parse("shop.orders").unwrap();
+        assert_eq!(same.source, ("shop", "orders"));
+        assert_eq!(same.target, ("shop", "orders"));
+        assert_eq!(same.label(), "shop.orders");
+        let moved = TablePair::parse("shop.orders = target.orders_v2").unwrap();
+        assert_eq!(moved.source, ("shop", "orders"));
+        assert_eq!(moved.target, ("target", "orders_v2"));
+        assert_eq!(moved.label(), "shop.orders=target.orders_v2");
+        for bad in [
+            "orders",
+            "shop.",
+            ".orders",
+            "shop.orders=",
+            "=t.o",
+            "shop.orders=target",
+        ] {
+            let err = TablePair::parse(bad).unwrap_err().to_string();
+            assert!(err.contains("is not schema.table"), "{bad}: {err}");
+            assert!(err.contains(bad), "{bad}: {err}");
         }
     }
 }

@@ -48,7 +48,8 @@ enum Command {
         /// The target database.
         #[arg(long, env = "SLUICE_DIFF_TARGET")]
         target: String,
-        /// A table to compare, `schema.table` (repeat for more).
+        /// A table to compare, `schema.table`, or `schema.table=schema.table`
+        /// when the target holds it under another name (repeat for more).
         #[arg(long = "table", required = true)]
         tables: Vec<String>,
         /// Rows per checksummed chunk.

@@ -915,6 +915,29 @@ fn tables_split_across_captures_replicate_row_for_row_through_kills_and_stops_an
     }
     let any = servers.iter().flatten().next().unwrap();
     matches(any, "the downstream to match the upstream after the rounds");
+    // `sluice diff` agrees.
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["diff", "--quiet", "--source"])
+        .arg(up.root_url())
+        .arg("--target")
+        .arg(down.root_url())
+        .args([
+            "--chunk-rows",
+            "64",
+            "--table",
+            "shop.customers",
+            "--table",
+            "shop.orders",
+        ])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{report}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(report.contains("shop.orders"), "{report}");
     let q = any.state("replica");
     assert!(
         matches!(q["state"].as_str(), Some("normal" | "warning")),
@@ -1089,6 +1112,37 @@ fn sink_mysql_applies_key_changes_unique_swaps_ddl_and_a_large_transaction() {
     assert!(text.contains("shop.orders: equal"), "{text}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("1 of 3 tables differ"), "{err}");
+    // A table the target holds under another name is named on both sides.
+    down.exec(
+        "CREATE DATABASE copy; CREATE TABLE copy.orders_v2 LIKE shop.orders; \
+         INSERT INTO copy.orders_v2 SELECT * FROM shop.orders",
+    );
+    let renamed = |table: &str| {
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["diff", "--quiet", "--source"])
+            .arg(up.root_url())
+            .arg("--target")
+            .arg(down.root_url())
+            .args(["--table", table])
+            .output()
+            .unwrap()
+    };
+    let out = renamed("shop.orders=copy.orders_v2");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("shop.orders=copy.orders_v2: equal"), "{text}");
+    down.exec("DELETE FROM copy.orders_v2 ORDER BY id LIMIT 1");
+    let out = renamed("shop.orders=copy.orders_v2");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("shop.orders=copy.orders_v2: 1 rows differ"),
+        "{text}"
+    );
+    let out = renamed("shop.orders=copy");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`copy` is not schema.table"), "{err}");
 }
 
 /// `sluice run` to the end of the binlog with `[validator] mode = "full"`:
