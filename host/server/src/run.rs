@@ -398,8 +398,14 @@ pub async fn diff(options: &sluice_diff::DiffOptions) -> anyhow::Result<()> {
             continue;
         }
         println!(
-            "{}: {} rows differ ({} of {} chunks)",
-            t.table, t.rows_differing, t.chunks_differing, t.chunks
+            "{}: {} ({} of {} chunks)",
+            t.table,
+            match t.rows_differing {
+                1 => "1 row differs".to_string(),
+                n => format!("{n} rows differ"),
+            },
+            t.chunks_differing,
+            t.chunks
         );
         for d in &t.differences {
             match d {

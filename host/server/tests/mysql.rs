@@ -1136,7 +1136,7 @@ fn sink_mysql_applies_key_changes_unique_swaps_ddl_and_a_large_transaction() {
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(!out.status.success(), "{text}");
     assert!(
-        text.contains("shop.orders=copy.orders_v2: 1 rows differ"),
+        text.contains("shop.orders=copy.orders_v2: 1 row differs (1 of 1 chunks)"),
         "{text}"
     );
     let out = renamed("shop.orders=copy");
