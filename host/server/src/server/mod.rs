@@ -152,7 +152,9 @@ pub struct ServeArgs {
     /// The capture's lease, in seconds (2 to 600; TiCDC's capture session
     /// TTL): a killed server's registration and ownership end this long after
     /// its last renewal, and a server that cannot renew it for four fifths of
-    /// it stops by itself.
+    /// it stops by itself. A transaction its sinks leave idle downstream for
+    /// four fifths of it (the process was paused) is rolled back by MariaDB
+    /// and PostgreSQL.
     #[arg(long, default_value_t = sluice_owner::election::DEFAULT_LEASE_TTL.as_secs())]
     pub lease_ttl_s: u64,
 }
