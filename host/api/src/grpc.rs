@@ -1026,7 +1026,8 @@ impl ClusterService for Api {
             "rows" => sluice_owner::relocate::Spread::Rows,
             other => {
                 return Err(Status::invalid_argument(format!(
-                    "rebalance by {other:?}: by `changefeeds` or `rows`"
+                    "rebalance by {:?}: by `changefeeds` or `rows`",
+                    sluice_core::bounded_text(other, 64)
                 )));
             }
         };

@@ -23,7 +23,7 @@ pub struct PluginFiles {
 }
 
 /// The bound of a capture's cache of plugin files, unless set.
-pub const DEFAULT_CACHE_BYTES: u64 = 2 << 30;
+pub const DEFAULT_CACHE_BYTES: u64 = sluice_runtime::DEFAULT_CACHE_MAX_BYTES;
 
 /// What the meta store keeps about the cluster's plugin store.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -64,7 +64,9 @@ impl PluginFiles {
                 // A crash mid-copy leaves a temporary file (never a half file
                 // under a plugin's name), which goes; one capture owns this
                 // directory.
-                sluice_runtime::trim_cache_dir(cache, ".wasm", DEFAULT_CACHE_BYTES).map_err(io)?;
+                // The bound is applied once it is known (`with_cache_bound`):
+                // only those temporary files go now.
+                sluice_runtime::trim_cache_dir(cache, ".wasm", u64::MAX).map_err(io)?;
                 Some(cache.to_path_buf())
             }
         };

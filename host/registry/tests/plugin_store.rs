@@ -183,3 +183,42 @@ async fn the_cluster_agrees_on_one_plugin_store() {
         "{err}"
     );
 }
+
+/// The local cache of an object store's plugin files keeps what its bound
+/// allows, a bound above the default included; past it the least recently
+/// read go.
+#[tokio::test]
+async fn the_local_cache_of_plugin_files_is_bounded_as_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("plugin-cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    // Two files of 1.5 GiB each (sparse: they take no disk), the first
+    // read longer ago, and a copy a crash interrupted.
+    for (name, age_s) in [("old.wasm", 60), ("new.wasm", 10)] {
+        let f = std::fs::File::create(cache.join(name)).unwrap();
+        f.set_len(3 << 29).unwrap();
+        f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(age_s))
+            .unwrap();
+    }
+    std::fs::write(cache.join("x.wasm.tmp1-0"), b"torn").unwrap();
+    let uri =
+        StorageUri::parse("s3://bucket/plugins?endpoint=http://127.0.0.1:1&region=x").unwrap();
+    let names = || {
+        let mut n: Vec<String> = std::fs::read_dir(&cache)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        n.sort();
+        n
+    };
+    let files = PluginFiles::open(&uri, &cache).await.unwrap();
+    assert_eq!(
+        names(),
+        ["new.wasm", "old.wasm"],
+        "only the torn copy goes at open"
+    );
+    let files = files.with_cache_bound(4 << 30);
+    assert_eq!(names(), ["new.wasm", "old.wasm"], "3 GiB fit a 4 GiB bound");
+    drop(files.with_cache_bound(2 << 30));
+    assert_eq!(names(), ["new.wasm"]);
+}

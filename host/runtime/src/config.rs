@@ -4,6 +4,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The bound of a plugin cache on disk, unless set: 2 GiB.
+pub const DEFAULT_CACHE_MAX_BYTES: u64 = 2 << 30;
+
 /// Engine-wide settings.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -35,7 +38,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
             cache_dir: None,
-            cache_max_bytes: 2 << 30,
+            cache_max_bytes: DEFAULT_CACHE_MAX_BYTES,
             max_instances: 128,
             max_memory_bytes: 1 << 30,
             epoch_tick: Duration::from_millis(5),

@@ -30,7 +30,9 @@ mod thread;
 
 pub use cache::{mark_used, trim_cache_dir};
 pub use component::{CONTRACT_VERSION, PluginComponent, PluginKind};
-pub use config::{Capabilities, PluginLimits, PluginSettings, RuntimeConfig, reaches};
+pub use config::{
+    Capabilities, DEFAULT_CACHE_MAX_BYTES, PluginLimits, PluginSettings, RuntimeConfig, reaches,
+};
 pub use error::{LoadError, RuntimeError};
 pub use filter::WasmFilter;
 pub use runtime::PluginRuntime;
