@@ -134,6 +134,9 @@ pub(crate) struct Fence {
     /// Every event at or below this was handed to the log.
     appended_through: CommitTs,
     task: Option<JoinHandle<()>>,
+    /// Closed when the fence goes: the writer writes nothing more, not even
+    /// a flush it had under way (the next run may have opened the log).
+    retired: sluice_core::WriteFence,
 }
 
 /// The source's side of the redo log: every event the source reads is copied
@@ -192,6 +195,7 @@ impl RedoTee {
 
 impl Drop for Fence {
     fn drop(&mut self) {
+        self.retired.close();
         if let Some(task) = self.task.take() {
             task.abort();
         }
@@ -210,6 +214,9 @@ impl Fence {
         cache_events: usize,
         cache_bytes: usize,
     ) -> Self {
+        let mut log = log;
+        let retired = sluice_core::WriteFence::open();
+        log.writer.retire_with(retired.clone());
         let budget_bytes = log.config.memory_bytes.max(1);
         let budget = Arc::new(Semaphore::new(budget_bytes));
         let meta = log.writer.meta();
@@ -241,6 +248,7 @@ impl Fence {
             waiting: VecDeque::new(),
             appended_through: checkpoint,
             task: Some(task),
+            retired,
         }
     }
 
@@ -644,6 +652,7 @@ mod tests {
             waiting: VecDeque::new(),
             appended_through: CommitTs::ZERO,
             task: None,
+            retired: sluice_core::WriteFence::open(),
         };
         (fence, status_tx, rx)
     }

@@ -306,6 +306,10 @@ impl Sealed {
     pub async fn write(&mut self) -> Result<Flushed, LogError> {
         let local = self.storage.local_dir().map(Path::to_path_buf);
         let is_local = local.is_some();
+        // Checked before each file and the meta, as `Storage::put` does: a
+        // writer whose lease may have ended, or whose run ended while this
+        // flush was under way, writes nothing more.
+        let storage = self.storage.clone();
         let mut files = std::mem::take(&mut self.files);
         let (meta, compression) = (self.meta, self.compression);
         let mut recycled = self.recycled.take();
@@ -316,6 +320,7 @@ impl Sealed {
                 for (name, bytes, written) in files.iter_mut().filter(|f| !f.2) {
                     let ready = ready(bytes, compression, &mut recycled, is_local);
                     if let Some(dir) = &local {
+                        storage.check_fence("write", &name.name())?;
                         crate::storage::put_durably_with(
                             dir,
                             &name.name(),
@@ -328,6 +333,7 @@ impl Sealed {
                     }
                 }
                 if let (Some(dir), Some(meta)) = (&local, meta) {
+                    storage.check_fence("write", META_FILE)?;
                     let bytes = meta.encode();
                     crate::storage::put_durably(dir, META_FILE, &bytes)?;
                     flushed.bytes += bytes.len() as u64;
@@ -512,6 +518,12 @@ impl LogWriter {
     /// The storage.
     pub fn storage(&self) -> &Storage {
         &self.storage
+    }
+
+    /// Writes nothing more once `retired` closes, a flush under way included
+    /// (see [`Storage::retired_by`]).
+    pub fn retire_with(&mut self, retired: sluice_core::WriteFence) {
+        self.storage.retired_by(retired);
     }
 
     /// Bytes appended since the last flush (a failed write's included).

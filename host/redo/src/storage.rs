@@ -54,6 +54,8 @@ pub struct Storage {
     shown: String,
     /// Writes and deletes are refused once it closes ([`Storage::fenced`]).
     fence: WriteFence,
+    /// And once this one closes ([`Storage::retired_by`]).
+    retired: Option<WriteFence>,
 }
 
 impl std::fmt::Debug for Storage {
@@ -129,6 +131,7 @@ impl Storage {
                     backend: Backend::Local(dir),
                     shown,
                     fence: WriteFence::open(),
+                    retired: None,
                 })
             }
             StorageUri::S3(loc) => {
@@ -143,6 +146,7 @@ impl Storage {
                     },
                     shown,
                     fence: WriteFence::open(),
+                    retired: None,
                 })
             }
         }
@@ -156,8 +160,19 @@ impl Storage {
         self
     }
 
-    fn check_fence(&self, doing: &str, name: &str) -> Result<(), StorageError> {
-        self.fence.check().map_err(|closed| StorageError {
+    /// Writes and deletes are refused once `retired` closes too (the run
+    /// that writes the log ended: a write it had started must not land
+    /// after the next run opened the log).
+    pub fn retired_by(&mut self, retired: WriteFence) {
+        self.retired = Some(retired);
+    }
+
+    pub(crate) fn check_fence(&self, doing: &str, name: &str) -> Result<(), StorageError> {
+        let open = self
+            .fence
+            .check()
+            .and_then(|()| self.retired.as_ref().map_or(Ok(()), WriteFence::check));
+        open.map_err(|closed| StorageError {
             what: format!("cannot {doing} {name} in {}", self.shown),
             source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, closed.to_string()),
         })

@@ -1073,3 +1073,44 @@ fn a_fenced_storage_refuses_writes_and_deletes_once_the_fence_closes() {
         assert!(!storage.exists("b").await.unwrap());
     });
 }
+
+/// A log in a directory writes its flushes on the blocking pool, past
+/// `Storage::put`: the fences hold there too. Once the capture's lease may
+/// have ended, or once the run that writes the log retired it, a flush
+/// writes no file and no meta, and the log stays as the last flush left it.
+#[test]
+fn a_log_in_a_directory_writes_nothing_once_its_fence_or_its_run_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = StorageUri::Local(dir.path().to_path_buf());
+    runtime().block_on(async {
+        for closes in ["lease", "run"] {
+            let lease = sluice_core::WriteFence::open();
+            let retired = sluice_core::WriteFence::open();
+            let storage = Storage::open(&uri, closes)
+                .await
+                .unwrap()
+                .fenced(lease.clone());
+            let mut writer = LogWriter::open(storage.clone()).await.unwrap();
+            writer.retire_with(retired.clone());
+            writer.append_transaction(&insert_at(10, 1)).unwrap();
+            writer.flush(0).await.unwrap();
+            let before = LogReader::open(storage.clone()).await.unwrap();
+            let files = before.listing().files.len();
+            assert_eq!(before.listing().meta.unwrap().resolved_ts, 10);
+            match closes {
+                "lease" => lease.close(),
+                _ => retired.close(),
+            }
+            writer.append_transaction(&insert_at(20, 1)).unwrap();
+            let err = writer.flush(0).await.unwrap_err();
+            assert!(err.to_string().contains("cannot write"), "{closes}: {err}");
+            let after = LogReader::open(storage).await.unwrap();
+            assert_eq!(
+                after.listing().files.len(),
+                files,
+                "{closes}: a file landed"
+            );
+            assert_eq!(after.listing().meta.unwrap().resolved_ts, 10, "{closes}");
+        }
+    });
+}
