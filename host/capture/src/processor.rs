@@ -507,18 +507,23 @@ async fn run(
     // Generated time starts after the changefeed's start ts (fixed at create,
     // so a resume regenerates the same workload).
     // With `[consistent]`: the changefeed's redo log, under this server's
-    // redo root (`<tenant>/<changefeed>`).
-    let redo = match open_redo(
-        &info.config.consistent,
-        &ctx.redo_root.child(id.tenant()),
-        id.name(),
-        &ctx.fence,
-    )
-    .await
-    {
-        Ok(redo) => redo,
-        Err(e) => return failed(ErrorKind::Retryable, format!("{e:#}")),
+    // redo root (`<tenant>/<changefeed>`). A receiving side writes none: the
+    // reader logs every table's events and ships only what its log has.
+    let redo = match side {
+        crate::Side::Receives => None,
+        _ => match open_redo(
+            &info.config.consistent,
+            &ctx.redo_root.child(id.tenant()),
+            id.name(),
+            &ctx.fence,
+        )
+        .await
+        {
+            Ok(redo) => redo,
+            Err(e) => return failed(ErrorKind::Retryable, format!("{e:#}")),
+        },
     };
+    let logs = redo.is_some();
     let built = ChangefeedBuilder::new(&info.config, filters, sink)
         .redo(redo)
         .start_ts(info.start_ts)
@@ -541,7 +546,7 @@ async fn run(
     // ends the run (its reader may be gone already).
     tokio::pin!(shutdown);
     let input = tokio::select! {
-        input = shipped::input(ctx, &info.id, epoch, shipment, source, window) => input,
+        input = shipped::input(ctx, &info.id, (epoch, shipment), source, window, logs) => input,
         () = &mut shutdown => return Outcome::Stopped,
     };
     let input = match input {

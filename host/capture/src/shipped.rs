@@ -4,13 +4,16 @@
 //! ships (this capture receives). A run of a whole changefeed reads as
 //! before.
 
-use sluice_core::{Checkpoint, ResumeError, Source, SourceEvent, SourceStats, TransactionRun};
+use sluice_core::{
+    Checkpoint, DdlEvent, ResumeError, Source, SourceEvent, SourceStats, TableSchema,
+    TransactionRun,
+};
 use sluice_owner::ChangefeedId;
-use sluice_processor::Progress;
+use sluice_processor::{LogEverything, Progress, TablesHere};
 use sluice_protocol::{Epoch, ShipRole, Shipment};
 use sluice_ship::{
-    FlushReporter, MAX_WINDOW, MIN_WINDOW, ShipError, ShipKey, ShipRequest, ShippedSource, Split,
-    SplitError,
+    FlushReporter, MAX_WINDOW, MIN_WINDOW, Routes, ShipError, ShipKey, ShipRequest, ShippedSource,
+    Split, SplitError,
 };
 use sluice_source::{AnySource, SourceError};
 use tokio::sync::watch;
@@ -124,16 +127,31 @@ pub struct RunInput {
     pub reporter: Option<FlushReporter>,
 }
 
+/// Which of a split changefeed's tables and DDLs are the reading capture's.
+struct Here(std::sync::Arc<Routes>);
+
+impl TablesHere for Here {
+    fn runs(&self, schema: &TableSchema) -> bool {
+        self.0.runs_here(&schema.qualified_name())
+    }
+
+    fn applies(&self, ddl: &DdlEvent) -> bool {
+        self.0.applies_here(ddl)
+    }
+}
+
 /// The source of `id`'s run at `epoch` on this capture, as `shipment` says
 /// (none: every table from `source`); `window` is the bytes a receiver
-/// holds in flight.
+/// holds in flight. A reading capture that writes a redo log (`logs`)
+/// hands its pipeline every table's events, for the log, and ships only
+/// what the log has (ADR 0013).
 pub async fn input(
     ctx: &Ctx,
     id: &ChangefeedId,
-    epoch: Epoch,
-    shipment: Option<&Shipment>,
+    (epoch, shipment): (Epoch, Option<&Shipment>),
     source: UpTo<AnySource>,
     window: u64,
+    logs: bool,
 ) -> Result<RunInput, ShipError> {
     let key = |capture: &str| ShipKey {
         tenant: id.tenant().to_string(),
@@ -150,17 +168,34 @@ pub async fn input(
     };
     match &shipment.role {
         ShipRole::Reads { receivers } => {
+            let (logged, log_durable) = watch::channel(0);
             let mut destinations = Vec::with_capacity(receivers.len());
             for r in receivers {
-                let outbox = ctx.shipping.open(key(&r.capture), shipment.token.clone())?;
+                let (key, token) = (key(&r.capture), shipment.token.clone());
+                let outbox = if logs {
+                    ctx.shipping
+                        .open_after_log(key, token, log_durable.clone())?
+                } else {
+                    ctx.shipping.open(key, token)?
+                };
                 destinations.push((outbox, r.tables.clone()));
             }
             let (passed, applied) = watch::channel(0);
-            let split = Split::new(source, destinations).with_applied(applied);
+            let mut split = Split::new(source, destinations).with_applied(applied);
+            let log = if logs {
+                split = split.logging_every_table();
+                Some(LogEverything {
+                    here: std::sync::Arc::new(Here(split.routes())),
+                    logged,
+                })
+            } else {
+                None
+            };
             let elsewhere = sluice_processor::Elsewhere {
                 durable: split.durable_watches(),
                 across: split.across(),
                 passed,
+                log,
             };
             Ok(RunInput {
                 source: RunSource::Reads(split),

@@ -1723,19 +1723,6 @@ mod tests {
 
         // Bad requests change nothing.
         let store_ref = store.as_ref();
-        // A changefeed writing a redo log keeps its tables together.
-        let mut consistent = info.clone();
-        consistent.config.consistent.level = sluice_config::ConsistentLevel::Eventual;
-        store
-            .put(&info_key, consistent.encode(), None)
-            .await
-            .unwrap();
-        let refused = request_table_move(store_ref, &id, "shop.orders", "c-2").await;
-        assert!(
-            matches!(&refused, Err(MoveError::BadTable(m)) if m.contains("redo log")),
-            "{refused:?}"
-        );
-        store.put(&info_key, info.encode(), None).await.unwrap();
         assert!(matches!(
             request_table_move(store_ref, &id, "shop.orders", "c-9").await,
             Err(MoveError::NoCapture(_))

@@ -131,13 +131,6 @@ impl MetaRecords {
                 });
                 ops.push(Op::put(&info_key, bytes.clone()));
             }
-            // A changefeed that writes a redo log runs its tables together
-            // (`tables::check_splittable`): a placement recorded before goes.
-            if info.is_some_and(|w| w.info.config.consistent.enabled()) {
-                ops.push(Op::delete(
-                    keys::table_placement(id.tenant(), id.name()).map_err(key_error)?,
-                ));
-            }
             if let Some(status) = status {
                 ops.push(Op::put(&status_key, status.encode()));
             }
@@ -209,7 +202,7 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn turning_redo_on_drops_the_table_placement_in_the_same_write() {
+    async fn an_update_keeps_the_table_placement_with_redo_or_without() {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn MetaStore> = Arc::new(
             EmbeddedMetaStore::open(dir.path().join("meta.redb"))
@@ -242,12 +235,14 @@ mod tests {
             .await
             .unwrap();
         assert!(store.get(&placement).await.unwrap().is_some());
+        // Turning redo on keeps it too: the reading capture logs every
+        // table's events and ships only what its log has (ADR 0013).
         info.config.consistent.level = sluice_config::ConsistentLevel::Eventual;
         records
             .save(&id, write(&info, revision), None)
             .await
             .unwrap();
-        assert!(store.get(&placement).await.unwrap().is_none());
+        assert!(store.get(&placement).await.unwrap().is_some());
         let stored = store
             .get(&keys::changefeed_info("t", "c").unwrap())
             .await

@@ -71,38 +71,18 @@ pub fn validate_table(table: &str) -> Result<(), MoveError> {
     Ok(())
 }
 
-/// Whether the tables of a changefeed with `config` may run on several
-/// captures: not with a redo log (`[consistent]`). Its global redo ts is the
-/// lowest over every table's redo writer; the one capture that runs the whole
-/// changefeed holds them all, so the log is one log and sink output never
-/// passes it. Split, each side would write a log of its own tables (under one
-/// name, in a shared store) that no side's fence would wait for.
-pub fn check_splittable(
-    id: &ChangefeedId,
-    config: &sluice_config::ChangefeedConfig,
-) -> Result<(), MoveError> {
-    if config.consistent.enabled() {
-        return Err(MoveError::BadTable(format!(
-            "changefeed {id} writes a redo log ([consistent] level = \"eventual\"): its tables \
-             run together on one capture, which keeps the log and its redo ts; move the whole \
-             changefeed with `changefeed move` instead"
-        )));
-    }
-    Ok(())
-}
-
-/// Checks that `id`'s tables may be split ([`check_splittable`]) as its
-/// stored description says; the compare a placement write makes so that it
-/// lands only while that description is the one checked.
-async fn splittable(store: &dyn MetaStore, id: &ChangefeedId) -> Result<Compare, MoveError> {
+/// Checks that `id` is stored; the compare a placement write makes so that
+/// it lands only while that description is the one read (a changefeed with
+/// a redo log splits like any other: its reading capture logs every table's
+/// events and ships only what its log has, ADR 0013).
+async fn described(store: &dyn MetaStore, id: &ChangefeedId) -> Result<Compare, MoveError> {
     let key = keys::changefeed_info(id.tenant(), id.name())?;
     let kv = store
         .get(&key)
         .await?
         .ok_or_else(|| MoveError::NotRunning(id.clone()))?;
-    let info = crate::ChangefeedInfo::decode(&kv.value)
+    crate::ChangefeedInfo::decode(&kv.value)
         .map_err(|e| MoveError::BadTable(format!("changefeed {id} does not decode: {e}")))?;
-    check_splittable(id, &info.config)?;
     Ok(Compare::mod_revision(&key, kv.mod_revision))
 }
 
@@ -178,7 +158,7 @@ pub async fn request_table_move(
     validate_table(table)?;
     let key = keys::table_placement(id.tenant(), id.name())?;
     loop {
-        let info = splittable(store, id).await?;
+        let info = described(store, id).await?;
         let placement = Placement::read(store).await?;
         if placement.draining.contains(to) {
             return Err(MoveError::Draining(to.to_string()));
@@ -303,7 +283,7 @@ pub async fn rebalance_tables(
 ) -> Result<Vec<TableMove>, MoveError> {
     let key = keys::table_placement(id.tenant(), id.name())?;
     loop {
-        let info = splittable(store, id).await?;
+        let info = described(store, id).await?;
         let placement = Placement::read(store).await?;
         let reader = placement
             .capture_of(id)

@@ -4,10 +4,20 @@
 //! they saved, and a DDL across captures is applied here only once they made
 //! everything below it durable (a barrier); the source is told of every DDL
 //! passed, so that what follows goes on to the other captures.
+//!
+//! With a redo log ([`LogEverything`]), the source hands this pipeline every
+//! table's events: the fence holds them all until the log has them, the
+//! pipeline drops the other captures' tables as it takes them from the
+//! fence, and the log's durable resolved ts goes to the source's outboxes,
+//! which ship nothing above it. So the one log has every table of the
+//! changefeed, its resolved ts is the redo ts of every capture, and no sink
+//! on any capture passes it.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_core::CommitTs;
+use sluice_core::{CommitTs, DdlEvent, SourceEvent, TableSchema, TransactionRun};
 use tokio::sync::watch;
 
 use crate::error::PipelineError;
@@ -29,6 +39,30 @@ pub(crate) struct TablesElsewhere {
     /// The DDL across captures waiting for them, since when they last made
     /// progress, and how far they had got then (the sum of their flushed ts).
     waiting: Option<(u64, tokio::time::Instant, u128)>,
+    /// With a redo log: which events are this capture's.
+    here: Option<Arc<dyn TablesHere>>,
+    /// (table id, schema version) → whether this capture runs it.
+    here_by_id: HashMap<(u32, u32), bool>,
+    /// With a redo log: where its durable resolved ts goes.
+    logged: Option<watch::Sender<u64>>,
+}
+
+/// Which of a split changefeed's tables and DDLs are this capture's.
+pub trait TablesHere: Send + Sync {
+    /// Whether this capture runs the table.
+    fn runs(&self, schema: &TableSchema) -> bool;
+    /// Whether this capture applies the DDL.
+    fn applies(&self, ddl: &DdlEvent) -> bool;
+}
+
+/// A reading capture with a redo log: the source hands the pipeline every
+/// table's events (see the module docs).
+pub struct LogEverything {
+    /// Which events are this capture's.
+    pub here: Arc<dyn TablesHere>,
+    /// Told the log's durable resolved ts, as it moves: the other captures
+    /// get nothing above it.
+    pub logged: watch::Sender<u64>,
 }
 
 /// Why a DDL could not wait for the other captures.
@@ -46,15 +80,76 @@ pub struct Elsewhere {
     /// Told the commit ts of every DDL the pipeline applied (or found
     /// downstream already).
     pub passed: watch::Sender<u64>,
+    /// With a redo log: every table's events come here.
+    pub log: Option<LogEverything>,
 }
 
 impl TablesElsewhere {
     pub(crate) fn new(e: Elsewhere) -> Self {
+        let (here, logged) = e.log.map(|l| (l.here, l.logged)).unzip();
         Self {
             durable: e.durable,
             across: Some(e.across),
             passed: Some(e.passed),
             waiting: None,
+            here,
+            here_by_id: HashMap::new(),
+            logged,
+        }
+    }
+
+    /// Where the redo log's durable resolved ts goes, when every table's
+    /// events come here (taken once, by the run).
+    pub(crate) fn take_logged(&mut self) -> Option<watch::Sender<u64>> {
+        self.logged.take()
+    }
+
+    /// Whether every table's events come here (for the redo log).
+    pub(crate) fn logs_every_table(&self) -> bool {
+        self.here.is_some()
+    }
+
+    fn runs_here(&mut self, schema: &TableSchema) -> bool {
+        let Some(here) = &self.here else {
+            return true;
+        };
+        *self
+            .here_by_id
+            .entry((schema.table_id, schema.version))
+            .or_insert_with(|| here.runs(schema))
+    }
+
+    /// `run` without the other captures' tables.
+    pub(crate) fn keep_parts_here(&mut self, run: &mut TransactionRun) {
+        if self.here.is_none() {
+            return;
+        }
+        for part in &run.parts {
+            self.runs_here(part.changes.schema());
+        }
+        let by_id = &self.here_by_id;
+        drop(run.take_parts(|s| by_id.get(&(s.table_id, s.version)) != Some(&false)));
+    }
+
+    /// `event` as this capture runs it: a transaction without the other
+    /// captures' tables; nothing for a DDL another capture applies.
+    pub(crate) fn keep_here(&mut self, event: SourceEvent) -> Option<SourceEvent> {
+        if self.here.is_none() {
+            return Some(event);
+        }
+        match event {
+            SourceEvent::Transaction(mut txn) => {
+                let mut tables = std::mem::take(&mut txn.tables);
+                tables.retain(|t| self.runs_here(t.schema()));
+                txn.tables = tables;
+                Some(SourceEvent::Transaction(txn))
+            }
+            SourceEvent::Ddl(ddl) => self
+                .here
+                .as_ref()
+                .is_some_and(|h| h.applies(&ddl))
+                .then_some(SourceEvent::Ddl(ddl)),
+            other => Some(other),
         }
     }
 
@@ -193,6 +288,7 @@ mod tests {
             durable: vec![durable],
             across,
             passed,
+            log: None,
         });
         (e, flushed, across_tx)
     }

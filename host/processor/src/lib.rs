@@ -43,7 +43,7 @@ mod tests;
 mod writer;
 
 pub use config::PipelineConfig;
-pub use elsewhere::Elsewhere;
+pub use elsewhere::{Elsewhere, LogEverything, TablesHere};
 pub use error::PipelineError;
 pub use persist::{ProgressStore, ProgressStoreError, StoreFuture};
 pub use pipeline::{AckListener, Pipeline, Progress, Report};

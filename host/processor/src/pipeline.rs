@@ -371,6 +371,22 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
     where
         S: Source + 'static,
     {
+        let result = self.run_to_end(source, shutdown).await;
+        // A run that failed stops its redo writer now, a flush under way
+        // included, rather than when the pipeline is dropped: the next run
+        // may open the log as soon as this one's end is reported.
+        drop(self.fence.take());
+        result
+    }
+
+    async fn run_to_end<S>(
+        &mut self,
+        source: S,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<Report, PipelineError>
+    where
+        S: Source + 'static,
+    {
         let started = Instant::now();
         self.source_stats = source.stats();
         // The reader runs in the caller's span (the changefeed's). It is aborted
@@ -389,7 +405,19 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
                 );
                 let status = fence.subscribe();
                 self.fence = Some(fence);
+                if let Some(logged) = self.elsewhere.take_logged() {
+                    // The outboxes of the other captures' tables ship only
+                    // what the log has; the task ends with the writer.
+                    tokio::spawn(forward_durable(status.clone(), logged));
+                }
                 Some(status)
+            }
+            None if self.elsewhere.logs_every_table() => {
+                return Err(PipelineError::Redo(
+                    "the source hands this pipeline every table's events for a redo log, \
+                     but it writes none"
+                        .into(),
+                ));
             }
             None => None,
         };
@@ -578,8 +606,15 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         let result = match item {
             Item::Event(Ok(SourceEvent::End)) => return Some(Ok(())),
             Item::Event(Err(e)) => return Some(Err(e)),
-            Item::Event(Ok(event)) => self.on_event(event, permit, cache).await,
-            Item::Run(run) => self.on_run(run.into_inner(), permit, cache).await,
+            Item::Event(Ok(event)) => match self.elsewhere.keep_here(event) {
+                Some(event) => self.on_event(event, permit, cache).await,
+                None => Ok(()),
+            },
+            Item::Run(run) => {
+                let mut run = run.into_inner();
+                self.elsewhere.keep_parts_here(&mut run);
+                self.on_run(run, permit, cache).await
+            }
         };
         result.err().map(Err)
     }
@@ -1052,5 +1087,21 @@ async fn redo_advanced(
     match status {
         Some(s) => s.changed().await,
         None => std::future::pending().await,
+    }
+}
+
+/// Tells `logged` the redo log's durable resolved ts each time it moves,
+/// until the writer is gone.
+async fn forward_durable(mut status: watch::Receiver<RedoStatus>, logged: watch::Sender<u64>) {
+    loop {
+        let durable = status.borrow_and_update().resolved_ts.get();
+        logged.send_if_modified(|at| {
+            let later = durable > *at;
+            *at = (*at).max(durable);
+            later
+        });
+        if status.changed().await.is_err() {
+            return;
+        }
     }
 }

@@ -660,6 +660,7 @@ async fn the_checkpoint_waits_for_the_tables_run_elsewhere() {
             durable: vec![elsewhere, behind],
             across: watch::channel(0).1,
             passed: watch::channel(0).0,
+            log: None,
         });
     let generator = DatagenSource::new(source).expect("valid datagen config");
     let report = pipeline
@@ -2109,6 +2110,7 @@ async fn a_ddl_waits_until_the_captures_running_other_tables_made_what_is_below_
         // The source says the DDL is across captures.
         across: watch::channel(ddl_ts.get()).1,
         passed: passed_tx,
+        log: None,
     });
     let other_capture = async {
         // Nothing is applied while the other capture is behind the DDL.

@@ -634,12 +634,19 @@ fn tables_split_across_captures_replicate_row_for_row_through_kills_and_stops_an
     etcd.wait_listening();
     let dir = tempfile::tempdir().unwrap();
     let store = format!("file://{}", dir.path().join("shared-plugins").display());
+    // The changefeed writes a redo log, in a store every server shares: one
+    // log, whichever capture reads, split or whole; a receiver's sink gets
+    // only what that log has.
+    let redo_root = dir.path().join("shared-redo");
+    let redo_store = format!("file://{}", redo_root.display());
     let lease = LEASE_S.to_string();
     let args = [
         "--etcd",
         etcd.endpoint.as_str(),
         "--plugin-store",
         store.as_str(),
+        "--redo-storage",
+        redo_store.as_str(),
         "--lease-ttl-s",
         lease.as_str(),
     ];
@@ -702,6 +709,11 @@ fn tables_split_across_captures_replicate_row_for_row_through_kills_and_stops_an
             &down.url("writer", "Writer-Pw2"),
             "target",
         );
+        let logged = format!(
+            "{}\n[consistent]\nlevel = \"eventual\"\nflush-interval = 100\n",
+            std::fs::read_to_string(&file).unwrap()
+        );
+        std::fs::write(&file, logged).unwrap();
         a.create("replica", &file);
     }
     let mut wseed = 5;
@@ -915,6 +927,14 @@ fn tables_split_across_captures_replicate_row_for_row_through_kills_and_stops_an
     }
     let any = servers.iter().flatten().next().unwrap();
     matches(any, "the downstream to match the upstream after the rounds");
+    // No sink passed the one log's resolved ts, whichever capture ran it.
+    let (done, _) = checkpoint(any).expect("a checkpoint");
+    let logged =
+        redo_resolved(&format!("{redo_store}/default/replica")).expect("the redo log has a meta");
+    assert!(
+        logged.get() >= done,
+        "the redo log is resolved to {logged}, the changefeed's checkpoint is {done}"
+    );
     // `sluice diff` agrees.
     let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["diff", "--quiet", "--source"])

@@ -96,6 +96,8 @@ enum FrameRef<'a> {
 pub struct Encoder {
     sent_schemas: HashSet<(u32, u32)>,
     out: Vec<u8>,
+    /// The highest ts of anything written so far.
+    through: u64,
 }
 
 impl Encoder {
@@ -120,6 +122,7 @@ impl Encoder {
     /// The parts `parts` of a run of `transactions`: only the transactions
     /// they touch are named.
     pub fn run(&mut self, transactions: &[RunTransaction], parts: &[&RunPart]) {
+        self.reached(transactions.last().map_or(0, |t| t.commit_ts.get()));
         // About what the frame takes: grown once, not by doubling copies.
         self.out
             .reserve(parts.iter().map(|p| p.changes.wire_bytes()).sum::<usize>() + 1024);
@@ -170,6 +173,7 @@ impl Encoder {
     /// The tables `tables` of transaction `txn` (a part of a large one
     /// included, whether or not it has rows).
     pub fn transaction(&mut self, txn: &Transaction, tables: &[&TableChanges]) {
+        self.reached(txn.commit_ts.get());
         for t in tables {
             self.schema(t.schema());
         }
@@ -203,11 +207,13 @@ impl Encoder {
 
     /// A schema change.
     pub fn ddl(&mut self, ddl: &DdlEvent) {
+        self.reached(ddl.commit_ts.get());
         self.frame(&FrameRef::Ddl(ddl));
     }
 
     /// A resolved ts.
     pub fn resolved(&mut self, ts: u64) {
+        self.reached(ts);
         self.frame(&FrameRef::Resolved(ts));
     }
 
@@ -224,6 +230,16 @@ impl Encoder {
     /// The frames written since the last take.
     pub fn take(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.out)
+    }
+
+    /// The highest ts of the events written so far (a run's last
+    /// transaction's, though the parts written may end below it).
+    pub fn through(&self) -> u64 {
+        self.through
+    }
+
+    fn reached(&mut self, ts: u64) {
+        self.through = self.through.max(ts);
     }
 }
 

@@ -44,7 +44,7 @@ pub use outbox::{MAX_WINDOW, MIN_WINDOW, OutboxHandle, ShipKey, Shipping};
 pub use peers::Peers;
 pub use receiver::{FlushReporter, ShipRequest, ShippedSource};
 pub use service::ShipService;
-pub use split::{Split, SplitError};
+pub use split::{Routes, Split, SplitError};
 
 #[cfg(test)]
 mod tests;

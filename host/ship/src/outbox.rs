@@ -3,6 +3,11 @@
 //! is by bytes: the sender waits while a window's worth is sent and not yet
 //! taken by the receiver, so a slow receiver holds the source back (and with
 //! it the event cache's bounds) instead of growing a queue.
+//!
+//! With a redo log (`[consistent]`), an outbox opened with
+//! [`Shipping::open_after_log`] holds each frame until the log is durable
+//! through it: a receiver's sink never sees an event the log may lose, as
+//! the reading capture's own sink does not (its redo fence).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -71,6 +76,30 @@ impl Shipping {
 
     /// A new outbox for `key`, whose receiver must present `token`.
     pub fn open(&self, key: ShipKey, token: String) -> Result<OutboxHandle, ShipError> {
+        self.open_with(key, token, None)
+    }
+
+    /// A new outbox for `key`, whose receiver must present `token`; each
+    /// frame goes to the receiver only once `logged` (the redo log's durable
+    /// resolved ts) reaches the ts the frame was sent with. Frames held count
+    /// in the window, so the bound holds while they wait. Once `logged`
+    /// closes, frames above its last value are never sent: the stream ends
+    /// with an error.
+    pub fn open_after_log(
+        &self,
+        key: ShipKey,
+        token: String,
+        logged: watch::Receiver<u64>,
+    ) -> Result<OutboxHandle, ShipError> {
+        self.open_with(key, token, Some(logged))
+    }
+
+    fn open_with(
+        &self,
+        key: ShipKey,
+        token: String,
+        logged: Option<watch::Receiver<u64>>,
+    ) -> Result<OutboxHandle, ShipError> {
         if token.len() < 16 {
             return Err(ShipError::Refused(format!(
                 "the shipment {key} needs a secret of at least 16 characters"
@@ -91,6 +120,7 @@ impl Shipping {
             durable: Mutex::new(Some(watch::channel((0, 0)).0)),
             tx: Mutex::new(Some(tx)),
             rx: Mutex::new(Some(rx)),
+            logged,
         });
         outboxes.insert(key, outbox.clone());
         Ok(OutboxHandle {
@@ -116,7 +146,7 @@ impl Shipping {
         key: &ShipKey,
         token: &str,
         window: u64,
-    ) -> Result<(Arc<Outbox>, mpsc::UnboundedReceiver<Bytes>), ShipError> {
+    ) -> Result<(Arc<Outbox>, mpsc::UnboundedReceiver<Frames>), ShipError> {
         if !(MIN_WINDOW..=MAX_WINDOW).contains(&window) {
             return Err(ShipError::Refused(format!(
                 "a window of {window} bytes; it must be {MIN_WINDOW} to {MAX_WINDOW}"
@@ -173,8 +203,16 @@ pub(crate) struct Outbox {
     /// What the receiver reported: (flushed, saved) ts.
     /// Dropped once the receiver is gone (its watchers see that).
     durable: Mutex<Option<watch::Sender<(u64, u64)>>>,
-    tx: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
-    rx: Mutex<Option<mpsc::UnboundedReceiver<Bytes>>>,
+    tx: Mutex<Option<mpsc::UnboundedSender<Frames>>>,
+    rx: Mutex<Option<mpsc::UnboundedReceiver<Frames>>>,
+    /// The redo log's durable resolved ts, when frames wait for it.
+    logged: Option<watch::Receiver<u64>>,
+}
+
+/// Frames sent together, and the highest ts they carry.
+pub(crate) struct Frames {
+    pub(crate) through: u64,
+    pub(crate) bytes: Bytes,
 }
 
 impl Outbox {
@@ -242,6 +280,12 @@ impl Outbox {
     pub fn key(&self) -> &ShipKey {
         &self.key
     }
+
+    /// What frames wait for before they go, if anything (see
+    /// [`Shipping::open_after_log`]).
+    pub(crate) fn logged(&self) -> Option<watch::Receiver<u64>> {
+        self.logged.clone()
+    }
 }
 
 /// The sending side of one run's outbox to one capture; the outbox closes (its receiver sees
@@ -257,10 +301,11 @@ impl OutboxHandle {
         &self.outbox.key
     }
 
-    /// Sends `frames`, once fewer than a window of bytes are in flight. Fails
-    /// when the receiver went away, or did not come within the registry's
-    /// patience.
-    pub async fn send(&self, frames: Vec<u8>) -> Result<(), ShipError> {
+    /// Sends `frames`, whose events are at or below `through`, once fewer
+    /// than a window of bytes are in flight (an outbox opened after a log
+    /// holds them until the log has `through`). Fails when the receiver went
+    /// away, or did not come within the registry's patience.
+    pub async fn send(&self, frames: Vec<u8>, through: u64) -> Result<(), ShipError> {
         let len = frames.len() as u64;
         let deadline = Instant::now() + self.shipping.patience;
         let mut frames = Some(frames);
@@ -277,8 +322,11 @@ impl OutboxHandle {
                     state.sent += len;
                     let tx = self.outbox.tx.lock().unwrap_or_else(|e| e.into_inner());
                     let sent = tx.as_ref().is_some_and(|tx| {
-                        tx.send(Bytes::from(frames.take().unwrap_or_default()))
-                            .is_ok()
+                        tx.send(Frames {
+                            through,
+                            bytes: Bytes::from(frames.take().unwrap_or_default()),
+                        })
+                        .is_ok()
                     });
                     if !sent {
                         let e = ShipError::Lost(format!(

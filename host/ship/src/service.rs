@@ -10,7 +10,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::ShipError;
-use crate::outbox::{ShipKey, Shipping};
+use crate::outbox::{Frames, ShipKey, Shipping};
 use crate::proto::table_shipping_server::{TableShipping, TableShippingServer};
 use crate::proto::{Pull, Shipment, pull};
 
@@ -77,6 +77,7 @@ impl TableShipping for ShipService {
             capture: open.capture,
         };
         let (outbox, rx) = self.shipping.attach(&key, &open.token, open.window)?;
+        let logged = outbox.logged();
         drop(opening);
         tracing::debug!(shipment = %key, window = open.window, "A receiver attached to its shipment.");
         tokio::spawn(async move {
@@ -115,7 +116,37 @@ impl TableShipping for ShipService {
                 return;
             }
         });
-        let shipments = UnboundedReceiverStream::new(rx).map(|frames| Ok(Shipment { frames }));
-        Ok(Response::new(Box::pin(shipments)))
+        let shipments = match logged {
+            None => UnboundedReceiverStream::new(rx)
+                .map(|f| Ok(Shipment { frames: f.bytes }))
+                .boxed(),
+            Some(logged) => after_log(rx, logged).boxed(),
+        };
+        Ok(Response::new(shipments))
     }
+}
+
+/// The frames of `rx`, each once `logged` (the redo log's durable resolved
+/// ts) reaches the highest ts it carries; once `logged` closes below a
+/// frame, an error and the end: what the log may not have never goes.
+fn after_log(
+    rx: tokio::sync::mpsc::UnboundedReceiver<Frames>,
+    logged: tokio::sync::watch::Receiver<u64>,
+) -> impl Stream<Item = Result<Shipment, Status>> + Send + 'static {
+    futures_util::stream::unfold(Some((rx, logged)), |state| async move {
+        let (mut rx, mut logged) = state?;
+        let frames = rx.recv().await?;
+        let reached = logged.wait_for(|&at| at >= frames.through).await.is_ok();
+        if reached {
+            Some((
+                Ok(Shipment {
+                    frames: frames.bytes,
+                }),
+                Some((rx, logged)),
+            ))
+        } else {
+            let why = "the reading capture's run ended before its redo log had these events";
+            Some((Err(Status::aborted(why)), None))
+        }
+    })
 }

@@ -12,12 +12,18 @@
 //! receiver made durable everything below it
 //! (`Pipeline::with_tables_elsewhere`), and tells this source when it did
 //! ([`Split::with_applied`]); only then do the receivers get what follows it.
+//!
+//! With a redo log ([`Split::logging_every_table`]), every event goes on to
+//! this capture's pipeline whole, so that its log has every table's, and the
+//! pipeline runs only this capture's tables ([`Routes`] says which); the
+//! outboxes hold what they are sent until the log has it
+//! ([`crate::Shipping::open_after_log`]).
 
 use std::collections::HashMap;
 
 use sluice_core::{
-    Checkpoint, DdlEvent, ResumeError, Source, SourceEvent, SourceStats, TableChanges, TableSchema,
-    TransactionRun,
+    Checkpoint, DdlEvent, ResumeError, RunPart, RunTransaction, Source, SourceEvent, SourceStats,
+    TableChanges, TableSchema, TransactionRun,
 };
 
 use crate::error::ShipError;
@@ -42,17 +48,68 @@ struct Destination {
     /// A large transaction's parts are being shipped: its later parts go too,
     /// with rows or not, so that the receiver sees its end.
     in_large: bool,
-    /// The databases its tables are in (a statement about a database goes
-    /// to every capture with a table in it).
-    databases: std::collections::HashSet<String>,
+}
+
+/// Which capture runs each of a split changefeed's tables: one of the
+/// receivers (by their index), or this one.
+#[derive(Debug, Default)]
+pub struct Routes {
+    /// `schema.table` → the receiver that runs it.
+    by_name: HashMap<String, usize>,
+    /// Per receiver, the databases its tables are in (a statement about a
+    /// database goes to every capture with a table in it).
+    databases: Vec<std::collections::HashSet<String>>,
+}
+
+impl Routes {
+    /// Whether this capture runs the table `schema.table`.
+    pub fn runs_here(&self, qualified_name: &str) -> bool {
+        !self.by_name.contains_key(qualified_name)
+    }
+
+    /// Whether this capture applies `ddl`: all but a statement about one
+    /// receiver's tables only, which that receiver applies.
+    pub fn applies_here(&self, ddl: &DdlEvent) -> bool {
+        !matches!(self.ddl_destinations(ddl), (remote, false) if remote.len() == 1)
+    }
+
+    /// Where a DDL's tables run: every receiver running a table it names
+    /// (or, for a statement about a database, a table in it), and whether
+    /// this capture runs one (it names a table run here, or none).
+    fn ddl_destinations(&self, ddl: &DdlEvent) -> (Vec<usize>, bool) {
+        let mut names: Vec<String> = ddl
+            .tables
+            .iter()
+            .map(|(schema, table)| format!("{schema}.{table}"))
+            .collect();
+        if !ddl.table_name.is_empty() {
+            names.push(format!("{}.{}", ddl.schema_name, ddl.table_name));
+        }
+        if names.is_empty() {
+            // About a database: every capture with a table in it, and this one.
+            let remote = (0..self.databases.len())
+                .filter(|&i| self.databases[i].contains(&ddl.schema_name))
+                .collect();
+            return (remote, true);
+        }
+        let mut remote = Vec::new();
+        let mut local = false;
+        for name in &names {
+            match self.by_name.get(name) {
+                Some(&i) if !remote.contains(&i) => remote.push(i),
+                Some(_) => {}
+                None => local = true,
+            }
+        }
+        (remote, local)
+    }
 }
 
 /// A source whose tables are split between this capture and others.
 pub struct Split<S> {
     inner: S,
     destinations: Vec<Destination>,
-    /// `schema.table` → the destination that runs it.
-    by_name: HashMap<String, usize>,
+    routes: std::sync::Arc<Routes>,
     /// (table id, schema version) → where its rows go (`None`: here).
     by_id: HashMap<(u32, u32), Option<usize>>,
     /// The commit ts of the last DDL the pipeline applied (or passed).
@@ -62,41 +119,60 @@ pub struct Split<S> {
     /// A DDL across captures was kept here: nothing more is shipped until the
     /// pipeline applied it.
     barrier: Option<u64>,
+    /// Every event goes on whole (see the module docs).
+    whole: bool,
 }
 
 impl<S: Source> Split<S> {
     /// `inner`'s events, the tables each outbox names (`schema.table`)
     /// shipped to it, the rest kept.
     pub fn new(inner: S, destinations: Vec<(OutboxHandle, Vec<String>)>) -> Self {
-        let mut by_name = HashMap::new();
+        let mut routes = Routes::default();
         let destinations = destinations
             .into_iter()
             .enumerate()
             .map(|(i, (outbox, tables))| {
-                let databases = tables
-                    .iter()
-                    .filter_map(|t| t.split_once('.').map(|(db, _)| db.to_string()))
-                    .collect();
+                routes.databases.push(
+                    tables
+                        .iter()
+                        .filter_map(|t| t.split_once('.').map(|(db, _)| db.to_string()))
+                        .collect(),
+                );
                 for t in tables {
-                    by_name.insert(t, i);
+                    routes.by_name.insert(t, i);
                 }
                 Destination {
                     outbox,
                     encoder: Encoder::new(),
                     in_large: false,
-                    databases,
                 }
             })
             .collect();
         Self {
             inner,
             destinations,
-            by_name,
+            routes: std::sync::Arc::new(routes),
             by_id: HashMap::new(),
             applied: None,
             across: tokio::sync::watch::channel(0).0,
             barrier: None,
+            whole: false,
         }
+    }
+
+    /// Every event goes on to this capture's pipeline whole, the receivers'
+    /// tables too, for its redo log to have them; the pipeline runs only
+    /// this capture's tables ([`Split::routes`]). The outboxes should be
+    /// opened with [`crate::Shipping::open_after_log`], so that a receiver
+    /// gets only what the log has.
+    pub fn logging_every_table(mut self) -> Self {
+        self.whole = true;
+        self
+    }
+
+    /// Which capture runs each table.
+    pub fn routes(&self) -> std::sync::Arc<Routes> {
+        self.routes.clone()
     }
 
     /// The commit ts of the last DDL across captures kept here, to watch:
@@ -139,49 +215,37 @@ impl<S: Source> Split<S> {
     }
 
     fn destination(&mut self, schema: &TableSchema) -> Option<usize> {
-        let by_name = &self.by_name;
+        let by_name = &self.routes.by_name;
         *self
             .by_id
             .entry((schema.table_id, schema.version))
             .or_insert_with(|| by_name.get(&schema.qualified_name()).copied())
     }
 
-    /// Where a DDL's tables run: every destination running a table it names
-    /// (or, for a statement about a database, a table in it), and whether
-    /// this capture runs one (it names a table run here, or none).
-    fn ddl_destinations(&self, ddl: &DdlEvent) -> (Vec<usize>, bool) {
-        let mut names: Vec<String> = ddl
-            .tables
-            .iter()
-            .map(|(schema, table)| format!("{schema}.{table}"))
-            .collect();
-        if !ddl.table_name.is_empty() {
-            names.push(format!("{}.{}", ddl.schema_name, ddl.table_name));
-        }
-        if names.is_empty() {
-            // About a database: every capture with a table in it, and this one.
-            let remote = (0..self.destinations.len())
-                .filter(|&i| self.destinations[i].databases.contains(&ddl.schema_name))
+    /// Writes each receiver's parts of `parts` (of a run of `transactions`)
+    /// into its encoder; the parts of this capture's tables are skipped.
+    fn encode_parts(&mut self, transactions: &[RunTransaction], parts: &[RunPart]) {
+        let by_id = &self.by_id;
+        for (i, d) in self.destinations.iter_mut().enumerate() {
+            let mine: Vec<_> = parts
+                .iter()
+                .filter(|p| {
+                    let s = p.changes.schema();
+                    by_id.get(&(s.table_id, s.version)) == Some(&Some(i))
+                })
                 .collect();
-            return (remote, true);
-        }
-        let mut remote = Vec::new();
-        let mut local = false;
-        for name in &names {
-            match self.by_name.get(name) {
-                Some(&i) if !remote.contains(&i) => remote.push(i),
-                Some(_) => {}
-                None => local = true,
+            if !mine.is_empty() {
+                d.encoder.run(transactions, &mine);
             }
         }
-        (remote, local)
     }
 
     /// Sends what the encoders hold.
     async fn send(&mut self) -> Result<(), ShipError> {
         for d in &mut self.destinations {
             if !d.encoder.is_empty() {
-                d.outbox.send(d.encoder.take()).await?;
+                let through = d.encoder.through();
+                d.outbox.send(d.encoder.take(), through).await?;
             }
         }
         Ok(())
@@ -217,9 +281,13 @@ impl<S: Source> Source for Split<S> {
                         }
                     }
                     drop(shipped);
-                    for (t, route) in tables.into_iter().zip(routes) {
-                        if route.is_none() {
-                            kept.push(t);
+                    if self.whole {
+                        kept = tables;
+                    } else {
+                        for (t, route) in tables.into_iter().zip(routes) {
+                            if route.is_none() {
+                                kept.push(t);
+                            }
                         }
                     }
                     txn.tables = kept;
@@ -227,11 +295,15 @@ impl<S: Source> Source for Split<S> {
                     return Ok(SourceEvent::Transaction(txn));
                 }
                 SourceEvent::Ddl(ddl) => {
-                    let (remote, local) = self.ddl_destinations(&ddl);
+                    let (remote, local) = self.routes.ddl_destinations(&ddl);
                     if let ([one], false) = (&remote[..], local) {
-                        // One receiver's tables only: it applies it.
+                        // One receiver's tables only: it applies it (logged
+                        // here first, with every table's events).
                         self.destinations[*one].encoder.ddl(&ddl);
                         self.send().await?;
+                        if self.whole {
+                            return Ok(SourceEvent::Ddl(ddl));
+                        }
                         continue;
                     }
                     // Applied here. Every receiver is told that what is below
@@ -287,21 +359,16 @@ impl<S: Source> Source for Split<S> {
         for part in &run.parts {
             self.destination(part.changes.schema());
         }
+        if self.whole {
+            // Shipped by reference: the run goes on whole, for the log.
+            self.encode_parts(&run.transactions, &run.parts);
+            self.send().await?;
+            return Ok(Some(run));
+        }
         let by_id = &self.by_id;
         let taken = run.take_parts(|s| by_id.get(&(s.table_id, s.version)) == Some(&None));
         if !taken.is_empty() {
-            for (i, d) in self.destinations.iter_mut().enumerate() {
-                let mine: Vec<_> = taken
-                    .iter()
-                    .filter(|p| {
-                        by_id.get(&(p.changes.schema().table_id, p.changes.schema().version))
-                            == Some(&Some(i))
-                    })
-                    .collect();
-                if !mine.is_empty() {
-                    d.encoder.run(&run.transactions, &mine);
-                }
-            }
+            self.encode_parts(&run.transactions, &taken);
             self.send().await?;
         }
         Ok(Some(run))

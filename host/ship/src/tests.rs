@@ -253,7 +253,7 @@ async fn a_receiver_that_does_not_read_holds_the_sender_at_its_window() {
     let frame = 10_000usize;
     let sender = tokio::spawn(async move {
         for _ in 0..1_000 {
-            if outbox.send(vec![0; frame]).await.is_err() {
+            if outbox.send(vec![0; frame], 0).await.is_err() {
                 break;
             }
         }
@@ -280,11 +280,11 @@ async fn a_receiver_that_does_not_read_holds_the_sender_at_its_window() {
 #[tokio::test]
 async fn a_receiver_that_goes_away_fails_the_sender() {
     let (_shipping, outbox, shipped) = attached().await;
-    outbox.send(vec![1; 100]).await.expect("first");
+    outbox.send(vec![1; 100], 0).await.expect("first");
     drop(shipped);
     let mut failed = None;
     for _ in 0..100 {
-        match outbox.send(vec![1; 100]).await {
+        match outbox.send(vec![1; 100], 0).await {
             Ok(()) => tokio::time::sleep(Duration::from_millis(20)).await,
             Err(e) => {
                 failed = Some(e);
@@ -350,7 +350,7 @@ async fn a_wrong_secret_another_run_or_a_bad_window_is_refused() {
 async fn a_receiver_that_never_comes_fails_the_sender_after_the_patience() {
     let shipping = Shipping::new(Duration::from_millis(200));
     let outbox = shipping.open(key("b"), TOKEN.into()).expect("open");
-    let e = outbox.send(vec![0; 10]).await.expect_err("nobody came");
+    let e = outbox.send(vec![0; 10], 0).await.expect_err("nobody came");
     assert!(
         matches!(&e, ShipError::Lost(m) if m.contains("did not come")),
         "{e}"
@@ -517,4 +517,49 @@ async fn a_large_transactions_parts_and_flags_reach_the_receiver_as_read_and_a_d
     );
     drop(split);
     assert!(shipping.is_empty());
+}
+
+#[tokio::test]
+async fn an_outbox_opened_after_a_log_ships_only_what_the_log_has() {
+    let shipping = Shipping::default();
+    let channel = serve(shipping.clone()).await;
+    let (logged, durable) = tokio::sync::watch::channel(5u64);
+    let outbox = shipping
+        .open_after_log(key("b"), TOKEN.into(), durable)
+        .expect("open");
+    let mut shipped = ShippedSource::connect(channel, request("b", TOKEN, MIN_WINDOW))
+        .await
+        .expect("connect");
+    let mut encoder = Encoder::new();
+    for ts in [10, 20] {
+        encoder.resolved(ts);
+        let through = encoder.through();
+        assert_eq!(through, ts);
+        outbox.send(encoder.take(), through).await.expect("sent");
+    }
+    // Sent, and held: the log is durable through 5 only.
+    assert!(outbox.in_flight().0 > 0);
+    let held = tokio::time::timeout(Duration::from_millis(300), shipped.next_event()).await;
+    assert!(held.is_err(), "a frame above the log went: {held:?}");
+    // The log has 10 (not 20): the first goes, the second waits.
+    logged.send_replace(12);
+    let first = tokio::time::timeout(Duration::from_secs(5), shipped.next_event())
+        .await
+        .expect("released")
+        .expect("an event");
+    assert!(
+        matches!(first, SourceEvent::Resolved(ts) if ts.get() == 10),
+        "{first:?}"
+    );
+    let held = tokio::time::timeout(Duration::from_millis(300), shipped.next_event()).await;
+    assert!(held.is_err(), "a frame above the log went: {held:?}");
+    // The run's log ends below 20: that frame never goes, the stream fails.
+    drop(logged);
+    let ended = tokio::time::timeout(Duration::from_secs(5), shipped.next_event())
+        .await
+        .expect("ended");
+    assert!(
+        matches!(&ended, Err(ShipError::Lost(m)) if m.contains("redo log")),
+        "{ended:?}"
+    );
 }

@@ -131,6 +131,18 @@ fn sink() -> PluginId {
 /// Stores the info of changefeed `name` at `epoch`, reading `rows` rows (0: no
 /// end) at `rate` rows/s (0: unpaced); returns the revision it landed at.
 async fn store_info(f: &Fixture, name: &str, epoch: u64, rows: u64, rate: u64) -> Revision {
+    store_info_with(f, name, epoch, rows, rate, false).await
+}
+
+/// [`store_info`], with a redo log (`[consistent]`) if `consistent`.
+async fn store_info_with(
+    f: &Fixture,
+    name: &str,
+    epoch: u64,
+    rows: u64,
+    rate: u64,
+    consistent: bool,
+) -> Revision {
     let mut info = ChangefeedInfo::new(
         ChangefeedId::new("default", name).unwrap(),
         sluice_config::ChangefeedConfig {
@@ -144,7 +156,14 @@ async fn store_info(f: &Fixture, name: &str, epoch: u64, rows: u64, rate: u64) -
             sink: PluginRef::new(sink()),
             pipeline: sluice_config::PipelineConfig::default(),
             validator: Default::default(),
-            consistent: Default::default(),
+            consistent: sluice_config::ConsistentConfig {
+                level: if consistent {
+                    sluice_config::ConsistentLevel::Eventual
+                } else {
+                    sluice_config::ConsistentLevel::None
+                },
+                ..Default::default()
+            },
         },
         CommitTs::new(START),
     );
@@ -321,12 +340,17 @@ async fn a_restarted_agent_picks_up_its_assignments() {
     agent.stop(false).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_changefeed_split_across_two_captures_runs_each_table_on_one() {
+/// Runs changefeed `name` (`rows` datagen rows, a redo log if `consistent`)
+/// split: capture c-1 reads the source and serves its shipments, c-2 runs
+/// `shop.orders` from them. Returns both sides' final positions and the
+/// rows of `shop.orders` in the workload.
+async fn run_split(
+    f: &Fixture,
+    name: &str,
+    rows: u64,
+    consistent: bool,
+) -> (TaskPosition, TaskPosition, u64) {
     use sluice_core::Source;
-    let f = fixture().await;
-    // Capture c-1 reads the source and serves its shipments; c-2 runs
-    // `shop.orders` from them.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
     tokio::spawn(
@@ -336,8 +360,7 @@ async fn a_changefeed_split_across_two_captures_runs_each_table_on_one() {
     );
     let second = f.capture_named("c-2");
     let (reader, receiver) = (Agent::start(f.capture.clone()), Agent::start(second));
-    let rows = 3000;
-    let revision = store_info(&f, "split", 1, rows, 0).await;
+    let revision = store_info_with(f, name, 1, rows, 0, consistent).await;
     let shipped = "shop.orders".to_string();
     let token = "a-test-secret-of-the-shipment".to_string();
     let assignment = |tables, role| Assignment {
@@ -369,17 +392,16 @@ async fn a_changefeed_split_across_two_captures_runs_each_table_on_one() {
         },
     );
     for (capture, a) in [("c-2", &receives), ("c-1", &reads)] {
-        let key = keys::assignment(capture, "default", "split").unwrap();
+        let key = keys::assignment(capture, "default", name).unwrap();
         f.store
             .put(&key, keys::encode(a).unwrap(), None)
             .await
             .unwrap();
     }
-    let on_reader = wait_for_on(&f, "c-1", "split", |p| p.state.is_terminal()).await;
-    let on_receiver = wait_for_on(&f, "c-2", "split", |p| p.state.is_terminal()).await;
+    let on_reader = wait_for_on(f, "c-1", name, |p| p.state.is_terminal()).await;
+    let on_receiver = wait_for_on(f, "c-2", name, |p| p.state.is_terminal()).await;
     assert_eq!(on_reader.state, TaskState::Finished, "{on_reader:?}");
     assert_eq!(on_receiver.state, TaskState::Finished, "{on_receiver:?}");
-    // What each sink got: exactly its tables' rows, every row once.
     let mut generator = sluice_source::DatagenSource::new(sluice_config::DatagenConfig {
         total_rows: rows,
         ..Default::default()
@@ -401,6 +423,17 @@ async fn a_changefeed_split_across_two_captures_runs_each_table_on_one() {
         }
     }
     assert!(orders > 0 && orders < rows);
+    reader.stop(false).await;
+    receiver.stop(false).await;
+    (on_reader, on_receiver, orders)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changefeed_split_across_two_captures_runs_each_table_on_one() {
+    let f = fixture().await;
+    let rows = 3000;
+    let (on_reader, on_receiver, orders) = run_split(&f, "split", rows, false).await;
+    // What each sink got: exactly its tables' rows, every row once.
     assert_eq!(on_receiver.counters.rows_written, orders);
     assert_eq!(on_reader.counters.rows_written, rows - orders);
     // The reader's checkpoint (saved with its source position) never passes
@@ -413,6 +446,45 @@ async fn a_changefeed_split_across_two_captures_runs_each_table_on_one() {
     );
     assert!(on_receiver.checkpoint_ts > START);
     assert!(f.shipping.is_empty(), "the shipment closed with the run");
-    reader.stop(false).await;
-    receiver.stop(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changefeed_with_a_redo_log_split_across_two_captures_logs_every_table_once() {
+    let f = fixture().await;
+    let rows = 3000;
+    let (on_reader, on_receiver, orders) = run_split(&f, "logged", rows, true).await;
+    // Each sink got exactly its tables' rows, as without a log.
+    assert_eq!(on_receiver.counters.rows_written, orders);
+    assert_eq!(on_reader.counters.rows_written, rows - orders);
+    // The reader's one log has every table's rows, each once; the receiver
+    // wrote none of its own.
+    let uri =
+        sluice_redo::StorageUri::Local(f.dir.path().join("c-1").join("redo")).child("default");
+    let storage = sluice_redo::Storage::open(&uri, "logged").await.unwrap();
+    let log = sluice_redo::LogReader::open(storage).await.unwrap();
+    let meta = log.listing().meta.unwrap();
+    let mut logged: std::collections::BTreeMap<u32, u64> = Default::default();
+    for file in log.files_for(sluice_redo::LogKind::Rows, sluice_redo::Meta::default()) {
+        for record in log.read(file, meta.resolved_ts).await.unwrap().records {
+            if let sluice_redo::Record::Rows { tables, .. } = record {
+                for t in tables {
+                    *logged.entry(t.table_id).or_default() += t.txn.len() as u64;
+                }
+            }
+        }
+    }
+    assert_eq!(logged.values().sum::<u64>(), rows, "{logged:?}");
+    assert!(
+        logged.values().any(|&n| n == orders),
+        "the shipped table's rows are in the log: {logged:?}, {orders} shipped"
+    );
+    assert!(
+        !f.dir.path().join("c-2").join("redo").exists(),
+        "the receiving capture wrote a log"
+    );
+    // No sink passed the log's resolved ts: every checkpoint is at or below it.
+    assert!(on_receiver.checkpoint_ts > START);
+    assert!(on_receiver.checkpoint_ts <= meta.resolved_ts, "{meta:?}");
+    assert!(on_reader.checkpoint_ts <= meta.resolved_ts, "{meta:?}");
+    assert!(f.shipping.is_empty(), "the shipment closed with the run");
 }
