@@ -396,7 +396,10 @@ impl<K: Sink + 'static, F: Filter + 'static> Pipeline<K, F> {
         // is read (so the log runs ahead of a slow sink), and the fence
         // holds it until the log has it.
         let mut redo_status = match self.redo.take() {
-            Some(log) => {
+            Some(mut log) => {
+                // What the log holds above this run's start is read again
+                // and logged again (see `LogWriter::rewind_to`).
+                log.rewind_to(self.start.ts.get()).await?;
                 let fence = Fence::start(
                     log,
                     CommitTs::from(self.start.ts),

@@ -83,6 +83,14 @@ impl RedoLog {
     pub fn new(writer: LogWriter, config: RedoConfig) -> Self {
         Self { writer, config }
     }
+
+    /// A run that starts at `checkpoint` logs again what the log holds
+    /// above it ([`LogWriter::rewind_to`]).
+    pub(crate) async fn rewind_to(&mut self, checkpoint: u64) -> Result<(), PipelineError> {
+        self.writer.rewind_to(checkpoint).await.map_err(|e| {
+            PipelineError::Redo(format!("the redo log cannot go back to {checkpoint}: {e}"))
+        })
+    }
 }
 
 /// What the redo writer has made durable, and how it went.

@@ -468,6 +468,41 @@ impl LogWriter {
         })
     }
 
+    /// Goes on from `checkpoint` (the run's start) when the log was resolved
+    /// past it: what the log holds above it is read again, and logged again.
+    /// A source need not give an event read again the commit ts it had the
+    /// first time (a MySQL source gives resolved ts from heartbeats by the
+    /// clock, and later transactions a ts above them; read again from a
+    /// position, they get a ts from their binlog time), so skipping what is
+    /// at or below the old resolved ts would drop some and log others twice.
+    /// The meta goes back to `checkpoint` first (written now, so that the log
+    /// never claims what it does not hold in order), the files written from
+    /// now on open with a resumed marker at `checkpoint`, and a replay counts
+    /// the records before it only up to there.
+    ///
+    /// Either way, the next flush writes a file of each log (rows and DDL)
+    /// opening with the marker, even with nothing else in it: a DDL the last
+    /// run logged above the marker is superseded as its rows are, not left
+    /// to be applied a second time in another place.
+    pub async fn rewind_to(&mut self, checkpoint: u64) -> Result<(), LogError> {
+        let Some(resumed) = self.resumed else {
+            return Ok(());
+        };
+        if checkpoint < resumed {
+            let meta = Meta {
+                resolved_ts: checkpoint,
+                checkpoint_ts: self.meta.checkpoint_ts.min(checkpoint),
+            };
+            self.storage.put(META_FILE, Arc::new(meta.encode())).await?;
+            self.meta = meta;
+            self.appended_through = checkpoint;
+            self.resumed = Some(checkpoint);
+        }
+        self.start(LogKind::Rows)?;
+        self.start(LogKind::Ddl)?;
+        Ok(())
+    }
+
     /// Whether an event at `ts` is durable already (read again after a
     /// restart).
     fn durable(&self, ts: u64) -> bool {

@@ -1114,3 +1114,66 @@ fn a_log_in_a_directory_writes_nothing_once_its_fence_or_its_run_closes() {
         }
     });
 }
+
+/// A run that starts below the log's resolved ts rewinds it: the meta goes
+/// back to the run's start at once, what the last run logged above it (rows
+/// and a DDL) is superseded, and what this run reads again is logged again
+/// under the commit ts it gives it now (a MySQL source need not give a
+/// transaction read again its old ts), never dropped as durable already
+/// and never applied twice.
+#[test]
+fn a_run_that_starts_below_the_resolved_ts_logs_again_what_it_reads_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = StorageUri::Local(dir.path().to_path_buf());
+    let ddl = |ts: u64| DdlEvent {
+        commit_ts: CommitTs::new(ts),
+        query: format!("ALTER TABLE t1 COMMENT '{ts}'"),
+        ..DdlEvent::default()
+    };
+    runtime().block_on(async {
+        let storage = Storage::open(&uri, "cf").await.unwrap();
+        let mut w = LogWriter::open(storage.clone()).await.unwrap();
+        for ts in [10, 20, 30] {
+            w.append_transaction(&insert_at(ts, 1)).unwrap();
+        }
+        w.append_ddl(&ddl(35)).unwrap();
+        // A heartbeat's resolved ts past what was read.
+        w.resolved(60);
+        w.flush(20).await.unwrap();
+        drop(w);
+
+        // The next run starts at the checkpoint, 20: the transaction at 30
+        // comes again as 24, the DDL as 25, a new one at 27.
+        let mut w = LogWriter::open(storage.clone()).await.unwrap();
+        w.rewind_to(20).await.unwrap();
+        let listing = LogReader::open(storage.clone()).await.unwrap();
+        assert_eq!(
+            listing.listing().meta.unwrap(),
+            Meta {
+                checkpoint_ts: 20,
+                resolved_ts: 20
+            },
+            "the meta goes back before anything is logged again"
+        );
+        w.append_transaction(&insert_at(24, 1)).unwrap();
+        w.append_ddl(&ddl(25)).unwrap();
+        w.append_transaction(&insert_at(27, 1)).unwrap();
+        w.flush(20).await.unwrap();
+        assert_eq!(w.meta().resolved_ts, 27);
+
+        let mut replay = crate::Replay::open(storage.clone(), true).await.unwrap();
+        let mut seen = Vec::new();
+        while let Some(event) = replay.next().await.unwrap() {
+            match event {
+                crate::ReplayEvent::Rows { batch, .. } => seen.extend(
+                    batch
+                        .tables
+                        .iter()
+                        .flat_map(|t| t.commit_ts.iter().map(|ts| ts.to_string())),
+                ),
+                crate::ReplayEvent::Ddl(d) => seen.push(format!("ddl {}", d.commit_ts)),
+            }
+        }
+        assert_eq!(seen, ["10", "20", "24", "ddl 25", "27"]);
+    });
+}
