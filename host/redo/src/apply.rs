@@ -57,6 +57,12 @@ pub struct Replay {
     ready: VecDeque<ReplayEvent>,
     schemas: Schemas,
     skipped: Vec<Skipped>,
+    /// Every schema the replay gave out, by (table id, version).
+    given: std::collections::HashMap<(u32, u32), Arc<TableSchema>>,
+    /// Schemas given out under an id of the replay's own (see
+    /// [`Replay::distinct`]), and the next such id (counting down).
+    renamed: Vec<Arc<TableSchema>>,
+    next_id: u32,
 }
 
 /// For each file (in order), the lowest resumed ts of the markers in the
@@ -156,6 +162,9 @@ impl Replay {
             ready: VecDeque::new(),
             schemas: Schemas::default(),
             skipped,
+            given: std::collections::HashMap::new(),
+            renamed: Vec::new(),
+            next_id: u32::MAX,
         })
     }
 
@@ -263,6 +272,38 @@ impl Replay {
         Ok(())
     }
 
+    /// `schema` under an id that no other schema of this replay is given:
+    /// the writers of different runs may give different tables one (table
+    /// id, version) (a source numbers tables as it meets them), and a sink
+    /// knows a schema by it, once told. A schema that clashes with one given
+    /// before gets an id of the replay's own, counting down from the top
+    /// (far from any a source gives).
+    fn distinct(&mut self, schema: &Arc<TableSchema>) -> Arc<TableSchema> {
+        let key = (schema.table_id, schema.version);
+        match self.given.get(&key) {
+            None => {
+                self.given.insert(key, schema.clone());
+                return schema.clone();
+            }
+            Some(given) if **given == **schema => return given.clone(),
+            Some(_) => {}
+        }
+        let mut probe = (**schema).clone();
+        for renamed in &self.renamed {
+            probe.table_id = renamed.table_id;
+            if **renamed == probe {
+                return renamed.clone();
+            }
+        }
+        probe.table_id = self.next_id;
+        self.next_id -= 1;
+        let renamed = Arc::new(probe);
+        self.renamed.push(renamed.clone());
+        self.given
+            .insert((renamed.table_id, renamed.version), renamed.clone());
+        renamed
+    }
+
     /// The rows of `parts` with commit ts in (`from`, `upto`] (below `upto`
     /// when a DDL stands there) as one event.
     fn push_rows(
@@ -276,7 +317,7 @@ impl Replay {
         let (mut schemas, mut batch, mut max) = (Vec::new(), Batch::default(), 0);
         for (schema, table) in parts {
             let all = table.commit_ts.iter().all(|&ts| keep(ts));
-            let table = if all {
+            let mut table = if all {
                 table.clone()
             } else {
                 table.select(schema, |row| keep(table.commit_ts[row.index]))
@@ -284,6 +325,8 @@ impl Replay {
             if table.is_empty() {
                 continue;
             }
+            let schema = &self.distinct(schema);
+            table.table_id = schema.table_id;
             if table.len() > MAX_EVENT_ROWS {
                 // A large transaction goes in slices a sink can take (its
                 // memory quota bounds one write).

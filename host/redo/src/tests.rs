@@ -1177,3 +1177,69 @@ fn a_run_that_starts_below_the_resolved_ts_logs_again_what_it_reads_again() {
         assert_eq!(seen, ["10", "20", "24", "ddl 25", "27"]);
     });
 }
+
+/// The writers of two runs gave two tables one (table id, version): a sink
+/// knows a schema by them, so the replay gives the second its own id, and
+/// each row comes with its own table's schema.
+#[test]
+fn a_replay_gives_two_tables_that_two_runs_numbered_alike_two_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = StorageUri::Local(dir.path().to_path_buf());
+    let renamed = |table: &str, id: u32| {
+        let mut s = (*schema(id, 1)).clone();
+        s.table_name = table.into();
+        Arc::new(s)
+    };
+    let insert = |ts: u64, schema: &Arc<TableSchema>| {
+        let mut t = Transaction::new(CommitTs::new(ts));
+        t.table(schema).push_values(
+            Op::Insert,
+            None,
+            Some(&[
+                Value::Int(ts as i64),
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+            ]),
+        );
+        t
+    };
+    runtime().block_on(async {
+        let storage = Storage::open(&uri, "cf").await.unwrap();
+        // The first run numbers orders 1; the second, which meets customers
+        // first, numbers customers 1 and orders 2.
+        let mut w = LogWriter::open(storage.clone()).await.unwrap();
+        w.append_transaction(&insert(10, &renamed("orders", 1)))
+            .unwrap();
+        w.flush(0).await.unwrap();
+        drop(w);
+        let mut w = LogWriter::open(storage.clone()).await.unwrap();
+        w.rewind_to(10).await.unwrap();
+        w.append_transaction(&insert(20, &renamed("customers", 1)))
+            .unwrap();
+        w.append_transaction(&insert(30, &renamed("orders", 2)))
+            .unwrap();
+        w.flush(10).await.unwrap();
+
+        let mut replay = crate::Replay::open(storage, true).await.unwrap();
+        let mut seen = Vec::new();
+        while let Some(event) = replay.next().await.unwrap() {
+            let crate::ReplayEvent::Rows { schemas, batch, .. } = event else {
+                continue;
+            };
+            for t in &batch.tables {
+                let s = schemas.iter().find(|s| s.table_id == t.table_id).unwrap();
+                assert_eq!(s.version, t.schema_version);
+                seen.push((t.commit_ts[0], s.table_name.clone(), s.table_id));
+            }
+        }
+        let names: Vec<_> = seen.iter().map(|(ts, n, _)| (*ts, n.as_str())).collect();
+        assert_eq!(names, [(10, "orders"), (20, "customers"), (30, "orders")]);
+        let ids: std::collections::HashSet<(u32, &str)> =
+            seen.iter().map(|(_, n, id)| (*id, n.as_str())).collect();
+        assert_eq!(ids.len(), 3, "{seen:?}");
+        let by_id: std::collections::HashSet<u32> = seen.iter().map(|s| s.2).collect();
+        assert_eq!(by_id.len(), 3, "one id per schema given: {seen:?}");
+    });
+}

@@ -710,7 +710,8 @@ fn tables_split_across_captures_replicate_row_for_row_through_kills_and_stops_an
             "target",
         );
         let logged = format!(
-            "{}\n[consistent]\nlevel = \"eventual\"\nflush-interval = 100\n",
+            "{}\n[consistent]\nlevel = \"eventual\"\nflush-interval = 100\n\
+             # The log alone rebuilds a fresh downstream.\nretention = \"all\"\n",
             std::fs::read_to_string(&file).unwrap()
         );
         std::fs::write(&file, logged).unwrap();
@@ -1023,6 +1024,42 @@ fn tables_split_across_captures_replicate_row_for_row_through_kills_and_stops_an
         &["shop.customers", "shop.orders"],
     );
     assert!(equal, "{said}");
+    // The site is lost: the one redo log, written by the reader of every
+    // epoch (split runs too: a reader logs the shipped tables), rebuilds a
+    // fresh downstream to the upstream's state.
+    let fresh = PrivateMariaDb::start();
+    fresh.exec(SCHEMA);
+    fresh.exec(
+        "CREATE USER 'writer'@'%' IDENTIFIED BY 'Writer-Pw2'; GRANT ALL ON shop.* TO 'writer'@'%'; GRANT ALL ON sluice.* TO 'writer'@'%'",
+    );
+    let recover = replicate(
+        dir.path(),
+        "recover",
+        &up.url("repl", "Hidden-Pw1"),
+        &fresh.url("writer", "Writer-Pw2"),
+        "target",
+    );
+    let plugins = sluice_tests::workspace_root().join("target/plugins");
+    let (ok, out, err) = redo_cmd(&[
+        "apply",
+        "--storage",
+        &redo_log,
+        "--sink-config",
+        recover.to_str().unwrap(),
+        "--sink",
+        "sink-mysql",
+        "--plugin-dir",
+        plugins.to_str().unwrap(),
+        "--from-start",
+        "--quiet",
+    ]);
+    assert!(ok, "{out}{err}");
+    let (equal, said) = common::sluice_diff(
+        &up.root_url(),
+        &fresh.root_url(),
+        &["shop.customers", "shop.orders"],
+    );
+    assert!(equal, "the downstream rebuilt from the redo log: {said}");
 }
 
 #[test]
