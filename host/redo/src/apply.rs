@@ -59,6 +59,10 @@ pub struct Replay {
     skipped: Vec<Skipped>,
     /// Every schema the replay gave out, by (table id, version).
     given: std::collections::HashMap<(u32, u32), Arc<TableSchema>>,
+    /// Each schema read (by its address; the schema is kept so that the
+    /// address is not reused) and the one given out for it: a schema is
+    /// compared once, not at every record.
+    as_given: std::collections::HashMap<usize, (Arc<TableSchema>, Arc<TableSchema>)>,
     /// Schemas given out under an id of the replay's own (see
     /// [`Replay::distinct`]), and the next such id (counting down).
     renamed: Vec<Arc<TableSchema>>,
@@ -163,6 +167,7 @@ impl Replay {
             schemas: Schemas::default(),
             skipped,
             given: std::collections::HashMap::new(),
+            as_given: std::collections::HashMap::new(),
             renamed: Vec::new(),
             next_id: u32::MAX,
         })
@@ -279,6 +284,17 @@ impl Replay {
     /// before gets an id of the replay's own, counting down from the top
     /// (far from any a source gives).
     fn distinct(&mut self, schema: &Arc<TableSchema>) -> Arc<TableSchema> {
+        let at = Arc::as_ptr(schema) as usize;
+        if let Some((_, given)) = self.as_given.get(&at) {
+            return given.clone();
+        }
+        let given = self.give(schema);
+        self.as_given.insert(at, (schema.clone(), given.clone()));
+        given
+    }
+
+    /// [`Replay::distinct`] for a schema not seen before.
+    fn give(&mut self, schema: &Arc<TableSchema>) -> Arc<TableSchema> {
         let key = (schema.table_id, schema.version);
         match self.given.get(&key) {
             None => {

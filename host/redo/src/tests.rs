@@ -100,8 +100,14 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// A transaction at `ts` of one insert into `table` (id `ts`, the rest NULL).
 fn insert_at(ts: u64, table: u32) -> Transaction {
+    insert_into(ts, &schema(table, 1))
+}
+
+/// A transaction at `ts` of one insert into `schema`'s table (id `ts`, the
+/// rest NULL).
+fn insert_into(ts: u64, schema: &Arc<TableSchema>) -> Transaction {
     let mut t = Transaction::new(CommitTs::new(ts));
-    t.table(&schema(table, 1)).push_values(
+    t.table(schema).push_values(
         Op::Insert,
         None,
         Some(&[
@@ -113,6 +119,15 @@ fn insert_at(ts: u64, table: u32) -> Transaction {
         ]),
     );
     t
+}
+
+/// A DDL at `ts`.
+fn ddl(ts: u64) -> DdlEvent {
+    DdlEvent {
+        commit_ts: CommitTs::new(ts),
+        query: format!("ALTER TABLE t1 COMMENT '{ts}'"),
+        ..DdlEvent::default()
+    }
 }
 
 /// `txns` as the batches a sink would get, one per table per transaction.
@@ -552,11 +567,6 @@ fn a_replay_gives_checkpoint_to_resolved_in_order_with_ddls_in_place_and_nothing
         let mut t = insert_at(ts, table);
         t.more = more;
         t
-    };
-    let ddl = |ts: u64| DdlEvent {
-        commit_ts: CommitTs::new(ts),
-        query: format!("ALTER TABLE t1 COMMENT '{ts}'"),
-        ..DdlEvent::default()
     };
     runtime().block_on(async {
         let storage = Storage::open(&uri, "cf").await.unwrap();
@@ -1125,11 +1135,6 @@ fn a_log_in_a_directory_writes_nothing_once_its_fence_or_its_run_closes() {
 fn a_run_that_starts_below_the_resolved_ts_logs_again_what_it_reads_again() {
     let dir = tempfile::tempdir().unwrap();
     let uri = StorageUri::Local(dir.path().to_path_buf());
-    let ddl = |ts: u64| DdlEvent {
-        commit_ts: CommitTs::new(ts),
-        query: format!("ALTER TABLE t1 COMMENT '{ts}'"),
-        ..DdlEvent::default()
-    };
     runtime().block_on(async {
         let storage = Storage::open(&uri, "cf").await.unwrap();
         let mut w = LogWriter::open(storage.clone()).await.unwrap();
@@ -1190,35 +1195,20 @@ fn a_replay_gives_two_tables_that_two_runs_numbered_alike_two_ids() {
         s.table_name = table.into();
         Arc::new(s)
     };
-    let insert = |ts: u64, schema: &Arc<TableSchema>| {
-        let mut t = Transaction::new(CommitTs::new(ts));
-        t.table(schema).push_values(
-            Op::Insert,
-            None,
-            Some(&[
-                Value::Int(ts as i64),
-                Value::Null,
-                Value::Null,
-                Value::Null,
-                Value::Null,
-            ]),
-        );
-        t
-    };
     runtime().block_on(async {
         let storage = Storage::open(&uri, "cf").await.unwrap();
         // The first run numbers orders 1; the second, which meets customers
         // first, numbers customers 1 and orders 2.
         let mut w = LogWriter::open(storage.clone()).await.unwrap();
-        w.append_transaction(&insert(10, &renamed("orders", 1)))
+        w.append_transaction(&insert_into(10, &renamed("orders", 1)))
             .unwrap();
         w.flush(0).await.unwrap();
         drop(w);
         let mut w = LogWriter::open(storage.clone()).await.unwrap();
         w.rewind_to(10).await.unwrap();
-        w.append_transaction(&insert(20, &renamed("customers", 1)))
+        w.append_transaction(&insert_into(20, &renamed("customers", 1)))
             .unwrap();
-        w.append_transaction(&insert(30, &renamed("orders", 2)))
+        w.append_transaction(&insert_into(30, &renamed("orders", 2)))
             .unwrap();
         w.flush(10).await.unwrap();
 

@@ -525,12 +525,18 @@ fn two_mariadbs() -> (PrivateMariaDb, PrivateMariaDb) {
     let up = PrivateMariaDb::start();
     up.exec(SCHEMA);
     up.exec("CREATE USER 'repl'@'%' IDENTIFIED BY 'Hidden-Pw1'; GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'repl'@'%'");
+    (up, a_downstream())
+}
+
+/// A MariaDB with the schema (empty) that user `writer` may write (`shop`
+/// and `sluice`).
+fn a_downstream() -> PrivateMariaDb {
     let down = PrivateMariaDb::start();
     down.exec(SCHEMA);
     down.exec(
         "CREATE USER 'writer'@'%' IDENTIFIED BY 'Writer-Pw2'; GRANT ALL ON shop.* TO 'writer'@'%'; GRANT ALL ON sluice.* TO 'writer'@'%'",
     );
-    (up, down)
+    down
 }
 
 /// An upstream and a downstream MariaDB with the same schema, and a server
@@ -1027,11 +1033,7 @@ fn tables_split_across_captures_replicate_row_for_row_through_kills_and_stops_an
     // The site is lost: the one redo log, written by the reader of every
     // epoch (split runs too: a reader logs the shipped tables), rebuilds a
     // fresh downstream to the upstream's state.
-    let fresh = PrivateMariaDb::start();
-    fresh.exec(SCHEMA);
-    fresh.exec(
-        "CREATE USER 'writer'@'%' IDENTIFIED BY 'Writer-Pw2'; GRANT ALL ON shop.* TO 'writer'@'%'; GRANT ALL ON sluice.* TO 'writer'@'%'",
-    );
+    let fresh = a_downstream();
     let recover = replicate(
         dir.path(),
         "recover",
@@ -1457,10 +1459,7 @@ fn after_the_site_is_lost_redo_apply_gives_a_fresh_mariadb_the_upstream_state_ro
     up.exec(SCHEMA);
     up.exec("CREATE USER 'repl'@'%' IDENTIFIED BY 'Hidden-Pw1'; GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'repl'@'%'");
     let start = up.exec("SELECT @@gtid_binlog_pos").trim().to_string();
-    let grant = "CREATE USER 'writer'@'%' IDENTIFIED BY 'Writer-Pw2'; GRANT ALL ON shop.* TO 'writer'@'%'; GRANT ALL ON sluice.* TO 'writer'@'%'";
-    let mut down = PrivateMariaDb::start();
-    down.exec(SCHEMA);
-    down.exec(grant);
+    let mut down = a_downstream();
     let redo = dir.path().join("redo");
     let live = dr_feed(
         dir.path(),
@@ -1527,9 +1526,7 @@ fn after_the_site_is_lost_redo_apply_gives_a_fresh_mariadb_the_upstream_state_ro
     assert_eq!(want[2].len(), 999_900);
 
     // A fresh downstream with the tables as they were at the start.
-    let fresh = PrivateMariaDb::start();
-    fresh.exec(SCHEMA);
-    fresh.exec(grant);
+    let fresh = a_downstream();
     let recover = dr_feed(
         dir.path(),
         "recover",
