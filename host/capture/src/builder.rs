@@ -30,11 +30,12 @@ pub struct ChangefeedBuilder<'a, P> {
 
 /// Opens changefeed `id`'s redo log in `root` (a folder named after the
 /// changefeed under it) for `[consistent]`; `None` when the changefeed has no
-/// redo log.
+/// redo log. Its files are named with `run` (the changefeed's epoch in a
+/// cluster, 0 for `sluice run`; see [`LogWriter::in_run`]).
 pub async fn open_redo(
     consistent: &sluice_config::ConsistentConfig,
     root: &StorageUri,
-    id: &str,
+    (id, run): (&str, u64),
     fence: &sluice_core::WriteFence,
 ) -> anyhow::Result<Option<LogWriter>> {
     if !consistent.enabled() {
@@ -51,6 +52,7 @@ pub async fn open_redo(
     let writer = LogWriter::open(storage)
         .await
         .map_err(|e| anyhow::anyhow!("opening the redo log in {root}: {e}"))?
+        .in_run(run)
         .with_compression(consistent.compression);
     Ok(Some(writer))
 }

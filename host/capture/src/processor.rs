@@ -514,7 +514,7 @@ async fn run(
         _ => match open_redo(
             &info.config.consistent,
             &ctx.redo_root.child(id.tenant()),
-            id.name(),
+            (id.name(), epoch.0),
             &ctx.fence,
         )
         .await

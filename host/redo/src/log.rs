@@ -1,8 +1,12 @@
 //! Writing and reading a changefeed's redo log.
 //!
 //! Each flush writes at most one new file per log (rows, DDL) and then the
-//! meta. A file is named `{rows|ddl}-{seq}-{cut}-{max}.log`: `seq` orders the
-//! files, `cut` is the ts through which every event was appended when the file
+//! meta. A file is named `{rows|ddl}-{run}-{seq}-{cut}-{max}.log`: `run` and
+//! then `seq` order the files, `run` being the writer's (the changefeed's
+//! epoch in a cluster: a writer that was paused past its lease and lands one
+//! more file after its successor opened the log lands it among its own
+//! run's, before every file of the successor's, whose resumed marker then
+//! supersedes it; names of four numbers are of run 0), `cut` is the ts through which every event was appended when the file
 //! was cut (the resolved ts the flush makes durable), `max` the highest commit
 //! ts of a record in it (a transaction that comes in parts may have parts
 //! above the cut). Because the meta is written only after the files of its
@@ -27,7 +31,9 @@ use crate::storage::{DirectWrites, Entry, Storage, StorageError};
 pub struct FileName {
     /// Which log.
     pub kind: LogKind,
-    /// Its order among the log's files.
+    /// The run of the writer that wrote it: files order by run, then seq.
+    pub run: u64,
+    /// Its order among the log's files of a run (it goes on across runs).
     pub seq: u64,
     /// Every event at or below this was appended when it was cut.
     pub cut: u64,
@@ -39,8 +45,9 @@ impl FileName {
     /// The file's name.
     pub fn name(&self) -> String {
         format!(
-            "{}-{:010}-{:020}-{:020}.log",
+            "{}-{:010}-{:010}-{:020}-{:020}.log",
             self.kind.prefix(),
+            self.run,
             self.seq,
             self.cut,
             self.max
@@ -56,13 +63,15 @@ impl FileName {
             "ddl" => LogKind::Ddl,
             _ => return None,
         };
-        let mut number = || parts.next()?.parse::<u64>().ok();
-        let (seq, cut, max) = (number()?, number()?, number()?);
-        if parts.next().is_some() {
-            return None;
-        }
+        let numbers: Vec<u64> = parts.map(|p| p.parse().ok()).collect::<Option<_>>()?;
+        let (run, seq, cut, max) = match numbers[..] {
+            [seq, cut, max] => (0, seq, cut, max),
+            [run, seq, cut, max] => (run, seq, cut, max),
+            _ => return None,
+        };
         Some(Self {
             kind,
+            run,
             seq,
             cut,
             max,
@@ -162,6 +171,11 @@ impl Listing {
     pub fn next_seq(&self) -> u64 {
         self.files.iter().map(|(f, _)| f.seq + 1).max().unwrap_or(0)
     }
+
+    /// The highest run of a file.
+    pub fn last_run(&self) -> u64 {
+        self.files.iter().map(|(f, _)| f.run).max().unwrap_or(0)
+    }
 }
 
 /// Flush results.
@@ -217,6 +231,8 @@ pub struct LogWriter {
     storage: Storage,
     rows: Pending,
     ddl: Pending,
+    /// The run its files are named with ([`Self::in_run`]).
+    run: u64,
     next_seq: u64,
     meta: Meta,
     /// Every event at or below this has been appended.
@@ -320,12 +336,15 @@ impl Sealed {
                 for (name, bytes, written) in files.iter_mut().filter(|f| !f.2) {
                     let ready = ready(bytes, compression, &mut recycled, is_local);
                     if let Some(dir) = &local {
-                        storage.check_fence("write", &name.name())?;
+                        let name = name.name();
+                        let may_land = || storage.check_fence("write", &name);
+                        may_land()?;
                         crate::storage::put_durably_with(
                             dir,
-                            &name.name(),
+                            &name,
                             ready,
                             Some(&mut direct),
+                            &may_land,
                         )?;
                         *written = true;
                         flushed.bytes += ready.len() as u64;
@@ -333,9 +352,10 @@ impl Sealed {
                     }
                 }
                 if let (Some(dir), Some(meta)) = (&local, meta) {
-                    storage.check_fence("write", META_FILE)?;
+                    let may_land = || storage.check_fence("write", META_FILE);
+                    may_land()?;
                     let bytes = meta.encode();
-                    crate::storage::put_durably(dir, META_FILE, &bytes)?;
+                    crate::storage::put_durably(dir, META_FILE, &bytes, &may_land)?;
                     flushed.bytes += bytes.len() as u64;
                 }
                 Ok::<_, StorageError>(())
@@ -453,6 +473,7 @@ impl LogWriter {
             storage,
             rows: Pending::new(LogKind::Rows),
             ddl: Pending::new(LogKind::Ddl),
+            run: listing.last_run(),
             next_seq: listing.next_seq(),
             appended_through: meta.resolved_ts,
             meta,
@@ -466,6 +487,20 @@ impl LogWriter {
             expected_rows: 0,
             direct: None,
         })
+    }
+
+    /// Names its files with run `run` (the changefeed's epoch in a cluster,
+    /// which grows with every assignment), so that they order after every
+    /// file an earlier epoch's writer landed, one landing late included. A
+    /// run below the log's last is not taken: the files go on in the last.
+    pub fn in_run(mut self, run: u64) -> Self {
+        self.run = self.run.max(run);
+        self
+    }
+
+    /// The run its files are named with.
+    pub fn run(&self) -> u64 {
+        self.run
     }
 
     /// Goes on from `checkpoint` (the run's start) when the log was resolved
@@ -715,6 +750,7 @@ impl LogWriter {
             }
             let name = FileName {
                 kind: pending.kind,
+                run: self.run,
                 seq: self.next_seq,
                 cut,
                 max: pending.max.max(cut),
@@ -792,7 +828,7 @@ impl LogWriter {
         // removed while a file before it (whose records it may discard) is
         // there.
         let mut files = listing.files;
-        files.sort_by_key(|(f, _)| f.seq);
+        files.sort_by_key(|(f, _)| (f.run, f.seq));
         for (file, _) in files {
             // `max` is never below `cut`.
             if file.max > checkpoint {

@@ -200,10 +200,12 @@ impl Storage {
         self.check_fence("write", name)?;
         match &self.backend {
             Backend::Local(dir) => {
-                let (dir, name) = (dir.clone(), name.to_string());
-                tokio::task::spawn_blocking(move || put_durably(&dir, &name, &bytes))
-                    .await
-                    .map_err(cancelled)?
+                let (dir, name, storage) = (dir.clone(), name.to_string(), self.clone());
+                tokio::task::spawn_blocking(move || {
+                    put_durably(&dir, &name, &bytes, &|| storage.check_fence("write", &name))
+                })
+                .await
+                .map_err(cancelled)?
             }
             Backend::Object { store, prefix } => {
                 let path = prefix.clone().join(name);
@@ -372,8 +374,17 @@ pub(crate) fn cancelled(e: tokio::task::JoinError) -> StorageError {
 }
 
 /// `<name>.tmp` written and synced, renamed to `name`, the directory synced.
-pub(crate) fn put_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StorageError> {
-    put_durably_with(dir, name, bytes, None)
+/// `may_land` is asked again just before the rename (a fence: writing and
+/// syncing take long enough for a lease to end meanwhile, and the rename is
+/// what makes the file the log's); when it refuses, the file is not renamed
+/// and its temporary is removed.
+pub(crate) fn put_durably(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    may_land: &dyn Fn() -> Result<(), StorageError>,
+) -> Result<(), StorageError> {
+    put_durably_with(dir, name, bytes, None, may_land)
 }
 
 /// [`put_durably`], a large file written past the page cache when the
@@ -383,6 +394,7 @@ pub(crate) fn put_durably_with(
     name: &str,
     bytes: &[u8],
     direct: Option<&mut DirectWrites>,
+    may_land: &dyn Fn() -> Result<(), StorageError>,
 ) -> Result<(), StorageError> {
     use std::io::Write;
     let tmp = dir.join(format!("{name}.tmp"));
@@ -400,6 +412,10 @@ pub(crate) fn put_durably_with(
             .map_err(io(format!("cannot write {}", tmp.display())))?;
         file.sync_data()
             .map_err(io(format!("cannot sync {}", tmp.display())))?;
+    }
+    if let Err(refused) = may_land() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(refused);
     }
     std::fs::rename(&tmp, &path).map_err(io(format!("cannot rename {}", tmp.display())))?;
     sync_dir(dir)

@@ -385,17 +385,28 @@ fn a_flipped_bit_in_every_header_byte_is_caught() {
 fn file_names_round_trip_and_other_names_are_not_log_files() {
     let f = FileName {
         kind: crate::LogKind::Rows,
+        run: 3,
         seq: 42,
         cut: 7,
         max: 9,
     };
     assert_eq!(FileName::parse(&f.name()), Some(f));
+    // A name of four numbers (before runs were named) is of run 0.
+    assert_eq!(
+        FileName::parse("ddl-0000000042-00000000000000000007-00000000000000000009.log"),
+        Some(FileName {
+            kind: crate::LogKind::Ddl,
+            run: 0,
+            ..f
+        })
+    );
     for other in [
         "meta",
         "rows-1-2.log",
         "rows-a-2-3.log",
         "x-1-2-3.log",
-        "rows-1-2-3-4.log",
+        "rows-1-2-3-4-5.log",
+        "rows-1-2-3-.log",
     ] {
         assert_eq!(FileName::parse(other), None, "{other}");
     }
@@ -930,7 +941,7 @@ fn files_written_past_the_page_cache_read_back_byte_for_byte_at_every_size_bound
             at[..len].copy_from_slice(&bytes);
             for (from, aligned) in [(&bytes[..], false), (&at[..len], true)] {
                 let copied = direct.copied();
-                put_durably_with(dir.path(), "f.log", from, Some(&mut direct)).unwrap();
+                put_durably_with(dir.path(), "f.log", from, Some(&mut direct), &|| Ok(())).unwrap();
                 let read = std::fs::read(dir.path().join("f.log")).unwrap();
                 assert_eq!(read.len(), len, "{}: size {len}", dir.path().display());
                 assert!(read == bytes, "{}: size {len}", dir.path().display());
@@ -1232,4 +1243,91 @@ fn a_replay_gives_two_tables_that_two_runs_numbered_alike_two_ids() {
         let by_id: std::collections::HashSet<u32> = seen.iter().map(|s| s.2).collect();
         assert_eq!(by_id.len(), 3, "one id per schema given: {seen:?}");
     });
+}
+
+/// A writer paused past its lease lands one more file after the next
+/// epoch's writer opened the log, under the seq that writer took too: the
+/// file orders among its own run's, before the next run's resumed marker,
+/// which supersedes what it holds above the new run's start.
+#[test]
+fn a_file_an_earlier_run_lands_late_is_superseded_by_the_next_runs_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = StorageUri::Local(dir.path().to_path_buf());
+    let log = dir.path().join("cf");
+    let aside = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let storage = Storage::open(&uri, "cf").await.unwrap();
+        let mut a = LogWriter::open(storage.clone()).await.unwrap().in_run(1);
+        a.append_transaction(&insert_at(10, 1)).unwrap();
+        a.flush(0).await.unwrap();
+        let meta = std::fs::read(log.join(crate::meta::META_FILE)).unwrap();
+        // Its next flush is written, then taken back as if its rename had
+        // not happened yet: its file and meta are not there when the next
+        // run opens the log.
+        a.append_transaction(&insert_at(30, 1)).unwrap();
+        a.append_transaction(&insert_at(40, 1)).unwrap();
+        a.flush(0).await.unwrap();
+        let before: Vec<String> = std::fs::read_dir(&log)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        let late = before
+            .iter()
+            .find(|n| FileName::parse(n).is_some_and(|f| f.seq == 1))
+            .unwrap()
+            .clone();
+        std::fs::rename(log.join(&late), aside.path().join(&late)).unwrap();
+        std::fs::write(log.join(crate::meta::META_FILE), &meta).unwrap();
+        drop(a);
+
+        let mut b = LogWriter::open(storage.clone()).await.unwrap().in_run(2);
+        assert_eq!(b.run(), 2);
+        b.rewind_to(10).await.unwrap();
+        b.append_transaction(&insert_at(25, 1)).unwrap();
+        b.append_transaction(&insert_at(35, 1)).unwrap();
+        b.flush(10).await.unwrap();
+        // The paused writer's rename lands now.
+        std::fs::rename(aside.path().join(&late), log.join(&late)).unwrap();
+
+        let reader = LogReader::open(storage.clone()).await.unwrap();
+        let seqs: Vec<(u64, u64)> = reader
+            .listing()
+            .files
+            .iter()
+            .filter(|(f, _)| f.kind == LogKind::Rows)
+            .map(|(f, _)| (f.run, f.seq))
+            .collect();
+        assert_eq!(seqs, [(1, 0), (1, 1), (2, 1)], "both took seq 1");
+        let mut replay = crate::Replay::open(storage.clone(), true).await.unwrap();
+        let mut seen = Vec::new();
+        while let Some(event) = replay.next().await.unwrap() {
+            if let crate::ReplayEvent::Rows { batch, .. } = event {
+                seen.extend(batch.tables.iter().flat_map(|t| t.commit_ts.clone()));
+            }
+        }
+        assert_eq!(seen, [10, 25, 35]);
+
+        // A writer told of an earlier run than the log's goes on in the
+        // log's.
+        let c = LogWriter::open(storage.clone()).await.unwrap().in_run(1);
+        assert_eq!(c.run(), 2);
+    });
+}
+
+/// The fence is asked again just before the rename that makes a file the
+/// log's: refused, the file is not there and neither is its temporary.
+#[test]
+fn a_file_whose_fence_closes_while_it_is_written_never_lands() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = || {
+        Err(crate::storage::StorageError {
+            what: "closed".into(),
+            source: std::io::Error::other("closed"),
+        })
+    };
+    let err = crate::storage::put_durably(dir.path(), "f.log", b"bytes", &refused).unwrap_err();
+    assert_eq!(err.what, "closed");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    crate::storage::put_durably(dir.path(), "f.log", b"bytes", &|| Ok(())).unwrap();
+    assert_eq!(std::fs::read(dir.path().join("f.log")).unwrap(), b"bytes");
 }

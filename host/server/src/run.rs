@@ -97,7 +97,7 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
         let log = sluice_capture::open_redo(
             &file.feed.consistent,
             &root,
-            &file.id,
+            (&file.id, 0),
             &sluice_core::WriteFence::open(),
         )
         .await?;
