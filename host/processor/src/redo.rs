@@ -217,12 +217,11 @@ impl Fence {
     /// waits for it (the fence holds them, so waiting for the interval would
     /// stop the source).
     pub(crate) fn start(
-        log: RedoLog,
+        mut log: RedoLog,
         checkpoint: CommitTs,
         cache_events: usize,
         cache_bytes: usize,
     ) -> Self {
-        let mut log = log;
         let retired = sluice_core::WriteFence::open();
         log.writer.retire_with(retired.clone());
         let budget_bytes = log.config.memory_bytes.max(1);

@@ -1,15 +1,15 @@
 //! Writing and reading a changefeed's redo log.
 //!
 //! Each flush writes at most one new file per log (rows, DDL) and then the
-//! meta. A file is named `{rows|ddl}-{run}-{seq}-{cut}-{max}.log`: `run` and
-//! then `seq` order the files, `run` being the writer's (the changefeed's
-//! epoch in a cluster: a writer that was paused past its lease and lands one
-//! more file after its successor opened the log lands it among its own
-//! run's, before every file of the successor's, whose resumed marker then
-//! supersedes it; names of four numbers are of run 0), `cut` is the ts through which every event was appended when the file
-//! was cut (the resolved ts the flush makes durable), `max` the highest commit
-//! ts of a record in it (a transaction that comes in parts may have parts
-//! above the cut). Because the meta is written only after the files of its
+//! meta. A file is named `{rows|ddl}-{run}-{seq}-{cut}-{max}.log`. Files
+//! order by `run`, then `seq`; `run` is the writer's (the changefeed's epoch
+//! in a cluster), so a file that a writer paused past its lease lands after
+//! its successor opened the log orders before every file of the
+//! successor's, whose resumed marker supersedes it (names of four numbers
+//! are of run 0). `cut` is the ts through which every event was appended
+//! when the file was cut (the resolved ts the flush makes durable), `max` the
+//! highest commit ts of a record in it (a transaction that comes in parts
+//! may have parts above the cut). Because the meta is written only after the files of its
 //! flush are durable, a file whose cut is above the meta's resolved ts holds
 //! only events above it: nothing `redo apply` needs, so damage in it is
 //! skipped (and said); damage in any other file stops the reader.

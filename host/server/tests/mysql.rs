@@ -491,8 +491,19 @@ fn extreme_and_mutated_source_settings_are_refused_with_the_key_named() {
     );
 }
 
-/// MariaDB → binlog source → sink-mysql → a second MariaDB.
-fn replicate(dir: &Path, name: &str, source: &str, target: &str, database: &str) -> PathBuf {
+/// MariaDB → binlog source → sink-mysql → a second MariaDB (as the users
+/// `repl` and `writer` the test servers are made with).
+fn replicate(
+    dir: &Path,
+    name: &str,
+    up: &PrivateMariaDb,
+    down: &PrivateMariaDb,
+    database: &str,
+) -> PathBuf {
+    let (source, target) = (
+        up.url("repl", "Hidden-Pw1"),
+        down.url("writer", "Writer-Pw2"),
+    );
     common::write_file(
         dir,
         name,
@@ -546,13 +557,7 @@ fn two_mariadbs_and_a_replica() -> (tempfile::TempDir, PrivateMariaDb, PrivateMa
     let (up, down) = two_mariadbs();
     let server = Server::start(&dir.path().join("server"), &[]);
     server.upload("sink-mysql", "sink");
-    let file = replicate(
-        dir.path(),
-        "replica",
-        &up.url("repl", "Hidden-Pw1"),
-        &down.url("writer", "Writer-Pw2"),
-        "target",
-    );
+    let file = replicate(dir.path(), "replica", &up, &down, "target");
     server.create("replica", &file);
     (dir, up, down, server)
 }
@@ -563,13 +568,7 @@ fn mariadb_to_mariadb_through_sink_mysql_matches_row_for_row_after_kills() {
     let (dir, up, down, server) = two_mariadbs_and_a_replica();
     let data = dir.path().join("server");
     // A database the changefeed does not grant: a clear error, nothing written.
-    let ungranted = replicate(
-        dir.path(),
-        "ungranted",
-        &up.url("repl", "Hidden-Pw1"),
-        &down.url("writer", "Writer-Pw2"),
-        "elsewhere",
-    );
+    let ungranted = replicate(dir.path(), "ungranted", &up, &down, "elsewhere");
     server.create("ungranted", &ungranted);
 
     let mut seed = 11;
@@ -708,13 +707,7 @@ fn tables_split_across_captures_replicate_row_for_row_through_kills_and_stops_an
     {
         let a = servers[0].as_ref().unwrap();
         a.upload("sink-mysql", "sink");
-        let file = replicate(
-            dir.path(),
-            "replica",
-            &up.url("repl", "Hidden-Pw1"),
-            &down.url("writer", "Writer-Pw2"),
-            "target",
-        );
+        let file = replicate(dir.path(), "replica", &up, &down, "target");
         let logged = format!(
             "{}\n[consistent]\nlevel = \"eventual\"\nflush-interval = 100\n\
              # The log alone rebuilds a fresh downstream.\nretention = \"all\"\n",
@@ -1034,13 +1027,7 @@ fn tables_split_across_captures_replicate_row_for_row_through_kills_and_stops_an
     // epoch (split runs too: a reader logs the shipped tables), rebuilds a
     // fresh downstream to the upstream's state.
     let fresh = a_downstream();
-    let recover = replicate(
-        dir.path(),
-        "recover",
-        &up.url("repl", "Hidden-Pw1"),
-        &fresh.url("writer", "Writer-Pw2"),
-        "target",
-    );
+    let recover = replicate(dir.path(), "recover", &up, &fresh, "target");
     let plugins = sluice_tests::workspace_root().join("target/plugins");
     let (ok, out, err) = redo_cmd(&[
         "apply",
