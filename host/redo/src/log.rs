@@ -167,9 +167,13 @@ impl Listing {
         Ok(out)
     }
 
-    /// The next seq to write.
-    pub fn next_seq(&self) -> u64 {
-        self.files.iter().map(|(f, _)| f.seq + 1).max().unwrap_or(0)
+    /// The next seq to write; `None` when a file's seq is the last there
+    /// is (no writer numbers that far: the name was made by hand).
+    pub fn next_seq(&self) -> Option<u64> {
+        self.files
+            .iter()
+            .map(|(f, _)| f.seq.checked_add(1))
+            .try_fold(0, |next, seq| Some(next.max(seq?)))
     }
 
     /// The highest run of a file.
@@ -469,12 +473,19 @@ impl LogWriter {
         let resumed = (listing.meta.is_some() || !listing.files.is_empty())
             .then(|| listing.meta.unwrap_or_default().resolved_ts);
         let meta = listing.meta.unwrap_or_default();
+        let next_seq = listing.next_seq().ok_or_else(|| LogError::Inconsistent {
+            file: storage.location().to_string(),
+            reason: format!(
+                "a file has seq {}, and no file can follow it (a name Sluice did not write?)",
+                u64::MAX
+            ),
+        })?;
         Ok(Self {
             storage,
             rows: Pending::new(LogKind::Rows),
             ddl: Pending::new(LogKind::Ddl),
             run: listing.last_run(),
-            next_seq: listing.next_seq(),
+            next_seq,
             appended_through: meta.resolved_ts,
             meta,
             resumed,
@@ -755,6 +766,8 @@ impl LogWriter {
                 cut,
                 max: pending.max.max(cut),
             };
+            // Below u64::MAX: `open` refuses a log numbered that far, and
+            // a writer writes far fewer files.
             self.next_seq += 1;
             if pending.kind == LogKind::Rows {
                 self.largest_rows = self.largest_rows.max(pending.bytes.len());

@@ -1331,3 +1331,46 @@ fn a_file_whose_fence_closes_while_it_is_written_never_lands() {
     crate::storage::put_durably(dir.path(), "f.log", b"bytes", &|| Ok(())).unwrap();
     assert_eq!(std::fs::read(dir.path().join("f.log")).unwrap(), b"bytes");
 }
+
+/// Names made by hand at the ends of their numbers: a run at the top is
+/// gone on in (nothing is added to it), a seq at the top refuses the log
+/// with the reason, and neither panics.
+#[test]
+fn files_named_at_the_ends_of_their_numbers_neither_overflow_nor_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = StorageUri::Local(dir.path().to_path_buf());
+    let log = dir.path().join("cf");
+    runtime().block_on(async {
+        let storage = Storage::open(&uri, "cf").await.unwrap();
+        let top_run = FileName {
+            kind: LogKind::Ddl,
+            run: u64::MAX,
+            seq: 3,
+            cut: 0,
+            max: 0,
+        };
+        std::fs::create_dir_all(&log).unwrap();
+        std::fs::write(log.join(top_run.name()), b"").unwrap();
+        let mut w = LogWriter::open(storage.clone()).await.unwrap().in_run(7);
+        assert_eq!(w.run(), u64::MAX);
+        w.append_transaction(&insert_at(10, 1)).unwrap();
+        w.flush(0).await.unwrap();
+        let reader = LogReader::open(storage.clone()).await.unwrap();
+        let rows: Vec<(u64, u64)> = reader
+            .listing()
+            .files
+            .iter()
+            .filter(|(f, _)| f.kind == LogKind::Rows)
+            .map(|(f, _)| (f.run, f.seq))
+            .collect();
+        assert_eq!(rows, [(u64::MAX, 4)]);
+
+        let top_seq = FileName {
+            seq: u64::MAX,
+            ..top_run
+        };
+        std::fs::write(log.join(top_seq.name()), b"").unwrap();
+        let err = LogWriter::open(storage.clone()).await.err().unwrap();
+        assert!(err.to_string().contains("no file can follow it"), "{err}");
+    });
+}
