@@ -251,3 +251,49 @@ async fn every_filter_is_deterministic_and_keeps_the_replay_flag() {
         }
     }
 }
+
+/// The library `sluice plugin test` runs passes every first-party plugin.
+#[tokio::test]
+async fn the_compliance_library_passes_every_first_party_plugin() {
+    let rt = runtime();
+    let options = sluice_compliance::Options {
+        rows: 2_000,
+        batch_rows: 300,
+        ..Default::default()
+    };
+    for case in sink_cases() {
+        let dir = tempfile::tempdir().unwrap();
+        let component = rt
+            .load_file(PluginKind::Sink, &plugin_path(case.name))
+            .unwrap();
+        let mut settings = PluginSettings::new(case.name, case.config.to_string());
+        if case.data_dir {
+            settings.capabilities.data_dir = Some(dir.path().to_path_buf());
+        }
+        let report = sluice_compliance::check_sink(&component, &settings, &options).await;
+        assert!(report.passed(), "{}: {:#?}", case.name, report.checks);
+        assert_eq!(report.checks.len(), 7, "{}", case.name);
+        assert!(report.rows >= 2_000, "{}", case.name);
+    }
+    for (name, config) in filter_cases() {
+        let component = rt
+            .load_file(PluginKind::Filter, &plugin_path(name))
+            .unwrap();
+        let settings = PluginSettings::new(name, config.to_string());
+        let report = sluice_compliance::check_filter(&component, &settings, &options).await;
+        assert!(report.passed(), "{name}: {:#?}", report.checks);
+        assert_eq!(report.checks.len(), 4, "{name}");
+    }
+    // A sink that writes without its data dir fails the batch check, with the reason.
+    let component = rt
+        .load_file(PluginKind::Sink, &plugin_path("sink-file"))
+        .unwrap();
+    let settings = PluginSettings::new("sink-file", "{}");
+    let report = sluice_compliance::check_sink(&component, &settings, &options).await;
+    assert!(!report.passed());
+    let failed = report.checks.iter().find(|c| c.outcome.is_err()).unwrap();
+    assert!(
+        failed.outcome.as_ref().unwrap_err().contains("/data"),
+        "{failed:?}"
+    );
+}

@@ -3,6 +3,8 @@
 //! - `build-plugins`: build every plugin and test guest for `wasm32-wasip2` and copy
 //!   them to `target/plugins/` and `target/test-plugins/`.
 //! - `quickstart`: build the plugins and run `examples/quickstart.toml`.
+//! - `release`: build the release `sluice` binary and the plugins, without the
+//!   tests (`target/release/sluice`, `target/plugins/`).
 //! - `test`: install what is missing (the wasm32-wasip2 target; `protoc`, `etcd`
 //!   and MariaDB from Debian's packages; `s3s-fs`, an S3-compatible server, from
 //!   crates.io), build the plugins, run the whole test suite.
@@ -55,8 +57,9 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 /// Plugins shipped to users.
-const PLUGINS: [&str; 6] = [
+const PLUGINS: [&str; 7] = [
     "sink-file",
+    "sink-webhook",
     "sink-mysql",
     "sink-postgres",
     "sink-blackhole",
@@ -99,6 +102,15 @@ fn main() -> Result<()> {
             ])
         }
         Some("test") => test(&root, &args[1..]),
+        Some("release") => {
+            build_plugins(&root)?;
+            cargo(&["build", "--release", "--locked", "-p", "sluice-server"])?;
+            eprintln!(
+                "sluice is at {}; the plugins are in target/plugins/",
+                target_dir(&root).join("release/sluice").display()
+            );
+            Ok(())
+        }
         Some("ci") => {
             cargo(&["fmt", "--all", "--", "--check"])?;
             ensure_wasm_target()?;
@@ -149,7 +161,7 @@ fn main() -> Result<()> {
         Some("schema-evolution") => schema_evolution(&root, &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <build-plugins | quickstart | test | ci | bench | bench-server | bench-isolation | bench-tenancy [noisy|density] | bench-cluster | bench-e2e | bench-binlog | bench-swap | bench-replication | bench-redo | schema-evolution>"
+                "usage: cargo xtask <build-plugins | quickstart | release | test | ci | bench | bench-server | bench-isolation | bench-tenancy [noisy|density] | bench-cluster | bench-e2e | bench-binlog | bench-swap | bench-replication | bench-redo | schema-evolution>"
             );
             bail!("unknown or missing command")
         }

@@ -161,9 +161,49 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// Words that mark a key's value as a secret (`bearer-token`, `password`,
+/// `x-api-key`, `authorization`, ...), compared in lower case.
+const SECRET_KEY_WORDS: [&str; 7] = [
+    "token",
+    "password",
+    "secret",
+    "api-key",
+    "apikey",
+    "authorization",
+    "credential",
+];
+
 /// `text` (a changefeed file, a log line) with the password of every
-/// `scheme://user:password@host` in it replaced by `***`.
+/// `scheme://user:password@host` in it replaced by `***`, and the value of every
+/// TOML line `key = value` whose key names a secret (a token, a password, an API
+/// key; plugins' options such as sink-webhook's `bearer-token` and `headers`).
 pub fn redact_secrets(text: &str) -> String {
+    let urls = redact_url_passwords(text);
+    let mut out = String::with_capacity(urls.len());
+    for line in urls.split_inclusive('\n') {
+        match line.split_once('=') {
+            Some((key, value))
+                if !key.contains(['[', '"', '\'', '{'])
+                    && SECRET_KEY_WORDS.iter().any(|w| {
+                        // A key that names a secret, or an inline table holding one.
+                        key.to_ascii_lowercase().contains(w)
+                            || (value.trim_start().starts_with('{')
+                                && value.to_ascii_lowercase().contains(w))
+                    }) =>
+            {
+                out.push_str(key);
+                out.push_str("= \"***\"");
+                if value.ends_with('\n') {
+                    out.push('\n');
+                }
+            }
+            _ => out.push_str(line),
+        }
+    }
+    out
+}
+
+fn redact_url_passwords(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find("://") {
@@ -371,6 +411,11 @@ mod tests {
         assert!(
             red.contains("http://host/x") && red.contains("mysql://u@h"),
             "{red}"
+        );
+        let text = "[sink.config]\nurl = \"http://h/\"\nbearer-token = \"HUSH1\"\n[sink.config.headers]\nX-Api-Key = 'HUSH2'\nx-tenant = \"a\"\nh = { Authorization = \"HUSH3\" }\n";
+        assert_eq!(
+            redact_secrets(text),
+            "[sink.config]\nurl = \"http://h/\"\nbearer-token = \"***\"\n[sink.config.headers]\nX-Api-Key = \"***\"\nx-tenant = \"a\"\nh = \"***\"\n"
         );
     }
 

@@ -165,3 +165,76 @@ fn every_example_parses_in_its_mode() {
     }
     assert!(seen >= 4, "only {seen} examples");
 }
+
+/// Every `sluice:plugin/NAME@VERSION` the docs, the README, the SDK and its
+/// templates name is a world or interface of `wit/plugin.wit`, at the package's
+/// version (a doc naming a renamed interface or an old version fails here).
+#[test]
+fn documented_interface_names_match_the_wit() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let wit = std::fs::read_to_string(root.join("wit/plugin.wit")).unwrap();
+    let version = wit
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("package sluice:plugin@"))
+        .map(|v| v.trim_end_matches(';').to_string())
+        .expect("the WIT names its package");
+    let names: BTreeSet<String> = wit
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            l.strip_prefix("interface ")
+                .or_else(|| l.strip_prefix("world "))
+                .and_then(|rest| rest.split_whitespace().next())
+                .map(str::to_string)
+        })
+        .collect();
+    assert!(
+        names.contains("sink-api") && names.contains("sink"),
+        "{names:?}"
+    );
+    let mut files = vec![root.join("README.md")];
+    for dir in ["docs", "sdk/rust/src", "sdk/templates/rust"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+            files.push(entry.path());
+        }
+    }
+    let mut checked = 0;
+    for file in files.iter().filter(|f| f.is_file()) {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (at, _) in text.match_indices("sluice:plugin") {
+            let rest = &text[at + "sluice:plugin".len()..];
+            let word = |s: &str| -> String {
+                s.chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
+                    .collect::<String>()
+                    .trim_end_matches('.')
+                    .to_string()
+            };
+            let (name, rest) = match rest.strip_prefix('/') {
+                Some(r) => {
+                    let name = word(r);
+                    (Some(name.clone()), &r[name.len()..])
+                }
+                None => (None, rest),
+            };
+            if let Some(name) = &name {
+                assert!(
+                    names.contains(name),
+                    "{}: `sluice:plugin/{name}` is not a world or interface of wit/plugin.wit",
+                    file.display()
+                );
+            }
+            if let Some(v) = rest.strip_prefix('@') {
+                assert_eq!(
+                    word(v),
+                    version,
+                    "{}: names version {} of sluice:plugin, the WIT is {version}",
+                    file.display(),
+                    word(v)
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 20, "only {checked} names found");
+}

@@ -1,5 +1,6 @@
 //! `sluice`: the Sluice command line.
 
+mod plugin;
 mod redo;
 mod run;
 mod server;
@@ -68,6 +69,13 @@ enum Command {
         #[command(subcommand)]
         command: redo::RedoCommand,
     },
+    /// Make, build and test plugins: `plugin new`, `plugin build`, `plugin test`.
+    Plugin {
+        #[command(subcommand)]
+        command: plugin::PluginCommand,
+    },
+    /// Print this binary's version and the plugin contract it hosts.
+    Version,
     /// Check that a file is a valid sink or filter component.
     CheckPlugin {
         /// The component (.wasm).
@@ -135,6 +143,15 @@ fn main() -> ExitCode {
             }
             Command::Server(args) => server::serve(args).await,
             Command::Redo { command } => redo::redo(command).await,
+            Command::Plugin { command } => plugin::plugin(command).await,
+            Command::Version => {
+                println!(
+                    "sluice {}\nplugin contract: sluice:plugin@{} (wit/plugin.wit)",
+                    env!("CARGO_PKG_VERSION"),
+                    sluice_runtime::CONTRACT_VERSION
+                );
+                Ok(())
+            }
             Command::Cli(args) => sluice_api::client::run(args).await,
         }
     });

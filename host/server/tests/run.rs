@@ -337,13 +337,7 @@ fn sigkill_at_random_moments_loses_no_row_and_flags_every_duplicate() {
     let lines = lines_in(&dir.path().join("out/changes"));
     let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for l in &lines {
-        let key = serde_json::json!({
-            "table": l["table"],
-            "type": l["type"],
-            "commitTs": l["_sluice"]["commitTs"],
-            "data": l["data"][0],
-        })
-        .to_string();
+        let key = row_key(l);
         let n = seen.entry(key.clone()).or_default();
         *n += 1;
         if *n > 1 {
@@ -376,6 +370,18 @@ fn sigkill_at_random_moments_loses_no_row_and_flags_every_duplicate() {
         lines.len()
     );
     assert!(lines.len() > TOTAL as usize && replayed >= lines.len() - TOTAL as usize);
+}
+
+/// A canal-json line's row change as `expected_rows` gives it (without the
+/// replay flag and the write time, which differ between deliveries).
+fn row_key(l: &Json) -> String {
+    serde_json::json!({
+        "table": l["table"],
+        "type": l["type"],
+        "commitTs": l["_sluice"]["commitTs"],
+        "data": l["data"][0],
+    })
+    .to_string()
 }
 
 fn out_text(bytes: &[u8]) -> String {
@@ -510,4 +516,142 @@ fn a_redo_log_replayed_into_a_fresh_sink_gives_what_the_live_sink_got_and_damage
     std::fs::write(&meta_path, &m).unwrap();
     let (ok, _, stderr) = apply(&dir.path().join("flipped"), &["--from-start"]);
     assert!(!ok && stderr.contains("meta"), "{stderr}");
+}
+
+/// A webhook receiver on a private port: answers 503 or 429 to some requests
+/// (taking nothing), stalls past the sink's timeout on others (after taking
+/// their events) and takes the rest. Returns its address and the events taken.
+fn flaky_receiver() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<Json>>>,
+) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let taken: Arc<Mutex<Vec<Json>>> = Arc::default();
+    let requests = Arc::new(AtomicU64::new(0));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let events = taken.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let handler = move |body: axum::body::Bytes| {
+                let events = events.clone();
+                let n = requests.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    // A fixed pattern over the first 60 requests, so a failure
+                    // reproduces; every later request is taken. Three failures in
+                    // a row (40 to 42) outlast the sink's own two retries, so the
+                    // host replays from the checkpoint.
+                    let mode = match n {
+                        40..=42 => 3,
+                        0..60 => n % 10,
+                        _ => 0,
+                    };
+                    if mode == 3 {
+                        return http::StatusCode::SERVICE_UNAVAILABLE;
+                    }
+                    if mode == 6 {
+                        return http::StatusCode::TOO_MANY_REQUESTS;
+                    }
+                    let body: Json = serde_json::from_slice(&body).expect("a JSON body");
+                    assert_eq!(body["changefeed"], "run/webhook");
+                    events
+                        .lock()
+                        .unwrap()
+                        .extend(body["events"].as_array().unwrap().iter().cloned());
+                    if mode == 8 {
+                        // Taken, but answered after the sink gave up waiting.
+                        tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+                    }
+                    http::StatusCode::OK
+                }
+            };
+            let app = axum::Router::new().route("/hook", axum::routing::post(handler));
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    (addr, taken)
+}
+
+#[test]
+fn a_webhook_receiver_that_fails_and_stalls_gets_every_row_and_duplicates_only_flagged() {
+    const TOTAL: u64 = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, taken) = flaky_receiver();
+    let config = quickstart_in(dir.path(), |t| {
+        t["changefeed"]
+            .as_table_mut()
+            .unwrap()
+            .insert("id".into(), "webhook".into());
+        let sink: toml::Table = toml::from_str(&format!(
+            r#"
+plugin = "sink-webhook"
+[config]
+url = "http://{addr}/hook"
+enable-sluice-extension = true
+batch-rows = 400
+timeout-ms = 1000
+retries = 2
+bearer-token = "never-shown-token"
+[capabilities]
+http = ["{addr}"]
+"#
+        ))
+        .unwrap();
+        t.insert("sink".into(), sink.into());
+    });
+    let out = sluice(&["run", "--quiet", "--config", config.to_str().unwrap()]);
+    let stdout = out_text(&out.stdout);
+    let stderr = out_text(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(!stderr.contains("never-shown-token") && !stdout.contains("never-shown-token"));
+    // Both paths ran: the sink's own resends, and the host's replay once three
+    // failures in a row outlasted them.
+    assert!(stderr.contains("sending again (2 of 2)"), "{stderr}");
+    assert!(stderr.contains("replaying from the checkpoint"), "{stderr}");
+    let events = taken.lock().unwrap().clone();
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut by_id: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    for e in &events {
+        let l = &e["data"];
+        assert_eq!(e["commitTs"], l["_sluice"]["commitTs"]);
+        // The host's flag is in the data; the event's also covers the
+        // sink's own resends.
+        if l["_sluice"]["replay"] == true {
+            assert_eq!(e["replay"], true);
+        }
+        let key = row_key(l);
+        // One idempotency key per row change, the same each time it comes.
+        let id = e["id"].as_str().unwrap().to_string();
+        assert_eq!(by_id.entry(id).or_insert_with(|| key.clone()), &key);
+        let n = seen.entry(key.clone()).or_default();
+        *n += 1;
+        if *n > 1 {
+            assert_eq!(
+                e["replay"], true,
+                "a duplicate is not flagged replay: {key}"
+            );
+        }
+    }
+    let expected: std::collections::HashSet<String> =
+        expected_rows(TOTAL).iter().map(|e| e.to_string()).collect();
+    for e in &expected {
+        assert!(seen.contains_key(e), "row lost: {e}");
+    }
+    assert_eq!(seen.len(), TOTAL as usize, "rows that were never generated");
+    assert_eq!(by_id.len(), TOTAL as usize);
+    let replayed = events.iter().filter(|e| e["replay"] == true).count();
+    eprintln!(
+        "{} events for {TOTAL} rows, {replayed} flagged replay",
+        events.len()
+    );
+    // The stalls did make the host deliver rows again.
+    assert!(events.len() > TOTAL as usize && replayed >= events.len() - TOTAL as usize);
 }

@@ -1690,3 +1690,111 @@ fn malformed_upload_streams_are_refused_with_what_to_fix() {
     assert_eq!(server.json(&["plugin", "list"]), serde_json::json!([]));
     server.stop();
 }
+
+/// A new author's path: `sluice plugin new`, `plugin build`, `plugin test`, then
+/// upload the component and run it in a server.
+#[test]
+fn a_sink_made_with_plugin_new_builds_passes_plugin_test_and_runs_in_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(
+            || sluice_tests::workspace_root().join("target"),
+            PathBuf::from,
+        )
+        .join("plugin-new-e2e");
+    let sluice = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(args)
+            // Its own target dir beside the workspace's, kept between runs; with
+            // the workspace's lock file (below) the build takes the versions
+            // already fetched.
+            .env("CARGO_TARGET_DIR", &target)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let root = dir.path().to_str().unwrap();
+    let (ok, text) = sluice(&[
+        "plugin",
+        "new",
+        "--kind",
+        "sink",
+        "--dir",
+        root,
+        "row-counter",
+    ]);
+    assert!(ok, "{text}");
+    let project = dir.path().join("row-counter");
+    for file in [
+        "Cargo.toml",
+        ".cargo/config.toml",
+        "src/lib.rs",
+        ".gitignore",
+    ] {
+        assert!(project.join(file).is_file(), "{file} missing: {text}");
+    }
+    let (ok, text) = sluice(&["plugin", "new", "--dir", root, "row-counter"]);
+    assert!(!ok && text.contains("exists already"), "{text}");
+    let (ok, text) = sluice(&["plugin", "new", "--dir", root, "9lives"]);
+    assert!(!ok && text.contains("is not a plugin name"), "{text}");
+    std::fs::copy(
+        sluice_tests::workspace_root().join("Cargo.lock"),
+        project.join("Cargo.lock"),
+    )
+    .unwrap();
+
+    let (ok, text) = sluice(&["plugin", "build", project.to_str().unwrap()]);
+    assert!(ok, "{text}");
+    assert!(text.contains("implements the sink world"), "{text}");
+    let wasm = project.join("row-counter.wasm");
+    let size = std::fs::metadata(&wasm).unwrap().len();
+    // The size profile and a small stack: a few hundred KB, not megabytes.
+    assert!(size < 600 << 10, "{size} bytes");
+
+    let (ok, text) = sluice(&["plugin", "test", wasm.to_str().unwrap(), "--rows", "3000"]);
+    assert!(ok, "{text}");
+    assert!(text.contains("all 7 checks passed"), "{text}");
+    assert!(
+        text.contains("3000 rows") || text.contains("rows in"),
+        "{text}"
+    );
+    // A filter is not a sink: the check names the world.
+    let (ok, text) = sluice(&["plugin", "test", wasm.to_str().unwrap(), "--kind", "filter"]);
+    assert!(!ok && text.contains("filter"), "{text}");
+
+    let server = Server::start(&dir.path().join("server"), &[]);
+    let up = server.json(&[
+        "plugin",
+        "upload",
+        wasm.to_str().unwrap(),
+        "--id",
+        "row-counter@0.1.0",
+        "--kind",
+        "sink",
+    ]);
+    assert_eq!(up["id"], "row-counter@0.1.0");
+    let feed = dir.path().join("counted.toml");
+    std::fs::write(
+        &feed,
+        "[source]\ntype = \"datagen\"\ntotal-rows = 3000\nrate = 0\n\n[sink]\nplugin = \"row-counter@0.1.0\"\n",
+    )
+    .unwrap();
+    server.create("counted", &feed);
+    server.wait_for("counted to finish", Duration::from_secs(60), || {
+        server.state("counted")["state"] == "finished"
+    });
+    let (code, metrics) = server.http_get("/metrics");
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains(
+            "sluice_plugin_counter_total{tenant=\"default\",changefeed=\"counted\",role=\"sink\",plugin=\"row-counter@0.1.0\",name=\"rows\"} 3000"
+        ),
+        "{metrics}"
+    );
+    server.stop();
+}

@@ -4,9 +4,9 @@
 //! acknowledges.
 
 mod config;
-mod encode;
+#[cfg(test)]
+mod encode_tests;
 mod files;
-mod mysql_type;
 mod sink;
 
 pub use config::{BinaryEncoding, Config, Format};

@@ -1,8 +1,8 @@
 use sluice_sdk::{BatchView, DdlEvent, Error, Sink, host};
 
-use crate::encode::Encoder;
 use crate::files::{RotatingFiles, data_root};
 use crate::{Config, Format};
+use sluice_formats::Encoder;
 
 /// Writes each row change as one line into rotating files; `flush` syncs them.
 #[derive(Debug)]

@@ -8,7 +8,9 @@
 //!
 //! Batches are column-oriented on the wire; read them through [`BatchView`],
 //! [`TableView`], [`Row`], [`Image`] and [`Value`], which borrow from the batch and
-//! never copy. Test the logic natively with [`testing::SinkHarness`].
+//! never copy. Test the logic natively with [`testing::SinkHarness`]. A sink reaches
+//! the network through [`http`] and [`tcp`] (and databases through [`sql`]), each with
+//! a test double for native tests.
 //!
 //! ```
 //! use sluice_sdk::{BatchView, Error, Sink, Value};
@@ -77,8 +79,10 @@ extern crate self as sluice_sdk;
 mod bindings;
 mod build;
 pub mod host;
+pub mod http;
 mod plugin;
 pub mod sql;
+pub mod tcp;
 pub mod testing;
 mod text;
 mod types;

@@ -6,9 +6,8 @@ use std::io::Write as _;
 
 use sluice_sdk::{DdlEvent, Image, Op, Row, TableSchema, Value, host};
 
-use crate::Format;
-use crate::config::{BinaryEncoding, EncodeOptions};
 use crate::mysql_type::{Base, MySqlType};
+use crate::{BinaryEncoding, EncodeOptions, Format};
 
 /// Debezium's `source.version` that TiCDC's messages claim, and so do ours.
 const DEBEZIUM_VERSION: &str = "2.4.0.Final";
@@ -777,5 +776,23 @@ fn push_fmt(out: &mut Vec<u8>, args: std::fmt::Arguments<'_>) {
 }
 
 #[cfg(test)]
-#[path = "encode_tests.rs"]
-mod tests;
+mod tests {
+    #[test]
+    fn base64_and_hex_match_rfc_4648() {
+        let cases: [(&[u8], &str, &str); 5] = [
+            (b"", "", ""),
+            (b"f", "Zg==", "66"),
+            (b"fo", "Zm8=", "666f"),
+            (b"foo", "Zm9v", "666f6f"),
+            (b"foob\xff", "Zm9vYv8=", "666f6f62ff"),
+        ];
+        for (bytes, b64, hx) in cases {
+            let mut out = String::new();
+            super::base64(&mut out, bytes);
+            assert_eq!(out, b64);
+            out.clear();
+            super::hex(&mut out, bytes);
+            assert_eq!(out, hx);
+        }
+    }
+}
