@@ -1796,5 +1796,115 @@ fn a_sink_made_with_plugin_new_builds_passes_plugin_test_and_runs_in_a_server() 
         ),
         "{metrics}"
     );
+
+    // The webhook sink of docs/writing-a-sink.md, Part 1, as written there: made
+    // with `plugin new`, its code pasted in, built, uploaded and run against a
+    // receiver.
+    let (ok, text) = sluice(&["plugin", "new", "--dir", root, "hook"]);
+    assert!(ok, "{text}");
+    let hook = dir.path().join("hook");
+    let doc =
+        std::fs::read_to_string(sluice_tests::workspace_root().join("docs/writing-a-sink.md"))
+            .unwrap();
+    let part1 = &doc[doc.find("# Part 1").unwrap()..doc.find("# Part 2").unwrap()];
+    let code: Vec<&str> = part1
+        .split("```rust\n")
+        .skip(1)
+        .map(|b| &b[..b.find("```").unwrap()])
+        .collect();
+    assert_eq!(code.len(), 2, "the sink and its test");
+    let own = code[0]
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.trim().starts_with("//"))
+        .count();
+    assert!(own <= 40, "the doc's sink is {own} lines");
+    std::fs::write(hook.join("src/lib.rs"), code.join("\n")).unwrap();
+    std::fs::copy(
+        sluice_tests::workspace_root().join("Cargo.lock"),
+        hook.join("Cargo.lock"),
+    )
+    .unwrap();
+    // Its native test, as the doc runs it.
+    let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .arg("test")
+        .current_dir(&hook)
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("posts_one_line_per_row_and_a_503_is_retried ... ok"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (ok, text) = sluice(&["plugin", "build", hook.to_str().unwrap()]);
+    assert!(ok, "{text}");
+    let (addr, bodies) = line_receiver();
+    server.json(&[
+        "plugin",
+        "upload",
+        hook.join("hook.wasm").to_str().unwrap(),
+        "--id",
+        "hook@0.1.0",
+        "--kind",
+        "sink",
+    ]);
+    let feed = dir.path().join("hooked.toml");
+    std::fs::write(
+        &feed,
+        format!(
+            "[source]\ntype = \"datagen\"\ntotal-rows = 3000\nrate = 0\n\n[sink]\nplugin = \"hook@0.1.0\"\n[sink.config]\nurl = \"http://{addr}/cdc\"\n[sink.capabilities]\nhttp = [\"{addr}\"]\n"
+        ),
+    )
+    .unwrap();
+    server.create("hooked", &feed);
+    server.wait_for("hooked to finish", Duration::from_secs(60), || {
+        server.state("hooked")["state"] == "finished"
+    });
+    // One line per row change (a text value may hold a line break of its own).
+    let rows = bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|b| b.lines().map(str::to_string).collect::<Vec<_>>())
+        .filter(|l| {
+            let mut words = l.split(' ');
+            ["Insert", "Update", "Delete"].contains(&words.next().unwrap_or(""))
+                && ["users", "orders", "events"].contains(&words.next().unwrap_or(""))
+                && words.next().is_some_and(|ts| ts.parse::<u64>().is_ok())
+        })
+        .count();
+    assert_eq!(rows, 3000);
     server.stop();
+}
+
+/// An HTTP receiver on a private port that answers 204 to every POST and keeps
+/// the bodies.
+fn line_receiver() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    let bodies: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let kept = bodies.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let app = axum::Router::new().route(
+                "/cdc",
+                axum::routing::post(move |body: String| {
+                    kept.lock().unwrap().push(body);
+                    async { http::StatusCode::NO_CONTENT }
+                }),
+            );
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    (addr, bodies)
 }
