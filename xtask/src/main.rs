@@ -7,7 +7,8 @@
 //!   tests (`target/release/sluice`, `target/plugins/`).
 //! - `test`: install what is missing (the wasm32-wasip2 target; `protoc`, `etcd`
 //!   and MariaDB from Debian's packages; `s3s-fs`, an S3-compatible server, from
-//!   crates.io), build the plugins, run the whole test suite.
+//!   crates.io; Node.js and the JS SDK's npm packages), build the plugins, run
+//!   the whole test suite.
 //! - `ci`: `cargo fmt --check`, clippy and rustdoc with warnings denied, then
 //!   `test`.
 //! - `bench`: build the plugins and run the boundary benchmark (release build).
@@ -350,9 +351,28 @@ fn ensure_s3_server() -> Result<()> {
 fn test(root: &Path, extra: &[String]) -> Result<()> {
     build_plugins(root)?;
     ensure_s3_server()?;
+    ensure_js_sdk(root)?;
     let mut args = vec!["test", "--workspace"];
     args.extend(extra.iter().map(String::as_str));
     cargo(&args)
+}
+
+/// Node.js (Debian's package) and the JS SDK's packages (`npm ci` in sdk/js,
+/// from its lock file), for the JavaScript example's test.
+fn ensure_js_sdk(root: &Path) -> Result<()> {
+    ensure_tools(&[("command -v node", "nodejs"), ("command -v npm", "npm")])?;
+    let sdk = root.join("sdk/js");
+    if sdk
+        .join("node_modules/@bytecodealliance/componentize-js")
+        .is_dir()
+        && sdk.join("node_modules/esbuild").is_dir()
+    {
+        return Ok(());
+    }
+    run(Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund"])
+        .current_dir(&sdk))
+    .context("installing sdk/js's packages (npm ci) failed")
 }
 
 /// `cargo xtask bench-e2e`: see the module docs.

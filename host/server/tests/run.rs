@@ -655,3 +655,91 @@ http = ["{addr}"]
     // The stalls did make the host deliver rows again.
     assert!(events.len() > TOTAL as usize && replayed >= events.len() - TOTAL as usize);
 }
+
+/// The JavaScript example sink (`examples/sink-js`), built with the JS SDK's
+/// build script, passes `sluice plugin test` and reads every value of a
+/// `sluice run` exactly: its counts of rows, non-NULL values and text
+/// characters equal what the generator made.
+#[test]
+fn the_javascript_example_sink_reads_every_value_the_generator_made() {
+    const TOTAL: u64 = 20_000;
+    let root = workspace_root();
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("sink-js.wasm");
+    let out = Command::new("node")
+        .arg(root.join("sdk/js/bin/build.mjs"))
+        .arg(root.join("examples/sink-js/sink.js"))
+        .args(["--kind", "sink", "--out"])
+        .arg(&wasm)
+        .output()
+        .expect("node runs (`cargo xtask test` installs Node.js and sdk/js's packages)");
+    assert!(
+        out.status.success(),
+        "the JS build failed (run `npm ci` in sdk/js): {}",
+        out_text(&out.stderr)
+    );
+    let test = sluice(&["plugin", "test", wasm.to_str().unwrap(), "--rows", "3000"]);
+    assert!(
+        out_text(&test.stdout).contains("all 7 checks passed"),
+        "{}{}",
+        out_text(&test.stdout),
+        out_text(&test.stderr)
+    );
+
+    let config = quickstart_in(dir.path(), |t| {
+        t.remove("filters");
+        t["source"]
+            .as_table_mut()
+            .unwrap()
+            .insert("total-rows".into(), (TOTAL as i64).into());
+        let sink: toml::Table =
+            toml::from_str(&format!("plugin = {:?}\n", wasm.to_str().unwrap())).unwrap();
+        t.insert("sink".into(), sink.into());
+    });
+    let out = sluice(&["run", "--quiet", "--config", config.to_str().unwrap()]);
+    let stdout = out_text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", out_text(&out.stderr));
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("sink "))
+        .unwrap_or_else(|| panic!("no sink line in {stdout}"));
+    let counter = |name: &str| -> u64 {
+        line.split([' ', ','])
+            .find_map(|w| w.strip_prefix(&format!("{name}=")))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {line}"))
+    };
+    // What the generator made, counted as the sink counts it: JavaScript
+    // strings (text, decimal, JSON) by UTF-16 units.
+    let (mut values, mut chars) = (0u64, 0u64);
+    let mut g = DatagenSource::new(DatagenConfig {
+        seed: 42,
+        total_rows: TOTAL,
+        rate: 0,
+        ..Default::default()
+    })
+    .unwrap();
+    while let Some(txn) = g.next_transaction() {
+        for (table, row) in txn.rows() {
+            for image in [row.before(), row.after()].into_iter().flatten() {
+                for (col, v) in table.columns.iter().zip(&image) {
+                    use sluice_core::ColumnType as C;
+                    match v {
+                        sluice_core::Value::Null => continue,
+                        sluice_core::Value::Bytes(b)
+                            if matches!(col.ty, C::Text | C::Decimal | C::Json) =>
+                        {
+                            chars += String::from_utf8_lossy(b).encode_utf16().count() as u64;
+                        }
+                        _ => {}
+                    }
+                    values += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(counter("rows"), TOTAL, "{line}");
+    assert_eq!(counter("values"), values, "{line}");
+    assert_eq!(counter("chars"), chars, "{line}");
+    assert!(line.contains("stopped 0"), "{line}");
+}
