@@ -45,6 +45,11 @@
 //!   (say, a build of an older commit) runs the same files in turn, and the ratio
 //!   of the two is printed. A first, uncounted round fills the precompiled
 //!   plugin cache; each run removes only the saved positions.
+//! - `bench-sdk [--rows N] [--runs N]`: `sluice run` (release build) from the
+//!   data generator (rate 0, default 1 M rows) into the JavaScript example sink
+//!   (`examples/sink-js`, built with sdk/js) and into sink-blackhole (Rust,
+//!   reading every value), alternated: rows/s medians, their ratio, and each
+//!   sink's peak instance memory and instance stops.
 //! - `schema-evolution [--steps N] [--seed S] [--replay FILE] [FILTER]`: build
 //!   the plugins and run the random schema-evolution test
 //!   (`host/server/tests/schema_evolution.rs`) for longer than CI does: N
@@ -155,6 +160,7 @@ fn main() -> Result<()> {
             cargo(&["bench", "-p", "sluice-server", "--bench", "cluster"])
         }
         Some("bench-e2e") => bench_e2e(&root, &args[1..]),
+        Some("bench-sdk") => bench_sdk(&root, &args[1..]),
         Some("bench-binlog") => bench_binlog(&root),
         Some("bench-swap") => bench_swap(&root),
         Some("bench-replication") => bench_replication(&root),
@@ -162,7 +168,7 @@ fn main() -> Result<()> {
         Some("schema-evolution") => schema_evolution(&root, &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <build-plugins | quickstart | release | test | ci | bench | bench-server | bench-isolation | bench-tenancy [noisy|density] | bench-cluster | bench-e2e | bench-binlog | bench-swap | bench-replication | bench-redo | schema-evolution>"
+                "usage: cargo xtask <build-plugins | quickstart | release | test | ci | bench | bench-server | bench-isolation | bench-tenancy [noisy|density] | bench-cluster | bench-e2e | bench-sdk | bench-binlog | bench-swap | bench-replication | bench-redo | schema-evolution>"
             );
             bail!("unknown or missing command")
         }
@@ -373,6 +379,100 @@ fn ensure_js_sdk(root: &Path) -> Result<()> {
         .args(["ci", "--no-audit", "--no-fund"])
         .current_dir(&sdk))
     .context("installing sdk/js's packages (npm ci) failed")
+}
+
+/// `cargo xtask bench-sdk`: see the module docs.
+fn bench_sdk(root: &Path, args: &[String]) -> Result<()> {
+    let mut rows = 1_000_000u64;
+    let mut runs = 3usize;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--rows" => rows = it.next().context("--rows N")?.parse()?,
+            "--runs" => runs = it.next().context("--runs N")?.parse()?,
+            other => bail!("bench-sdk: unknown argument {other}"),
+        }
+    }
+    build_plugins(root)?;
+    ensure_js_sdk(root)?;
+    cargo(&["build", "--release", "-p", "sluice-server"])?;
+    let sluice = target_dir(root).join("release/sluice");
+    let work = root.join("target/bench-sdk");
+    std::fs::create_dir_all(&work)?;
+    let js = work.join("sink-js.wasm");
+    run(Command::new("node")
+        .arg(root.join("sdk/js/bin/build.mjs"))
+        .arg(root.join("examples/sink-js/sink.js"))
+        .args(["--kind", "sink", "--out"])
+        .arg(&js))?;
+    let sinks = [
+        ("sink-js (JavaScript)", js.display().to_string()),
+        (
+            "sink-blackhole (Rust)",
+            root.join("target/plugins/sink-blackhole.wasm")
+                .display()
+                .to_string(),
+        ),
+    ];
+    let mut files = Vec::new();
+    for (i, (_, plugin)) in sinks.iter().enumerate() {
+        let file = work.join(format!("sink-{i}.toml"));
+        std::fs::write(
+            &file,
+            format!(
+                "data-dir = {:?}\n\n[changefeed]\nid = \"bench-sdk\"\n\n[source]\ntype = \"datagen\"\nseed = 42\ntotal-rows = {rows}\nrate = 0\n\n[sink]\nplugin = {plugin:?}\n",
+                work.join("state").display().to_string()
+            ),
+        )?;
+        files.push(file);
+    }
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); sinks.len()];
+    let mut lines: Vec<String> = vec![String::new(); sinks.len()];
+    // Alternated rounds; the first fills the precompiled plugin cache and is
+    // not counted.
+    for round in 0..=runs {
+        for (i, file) in files.iter().enumerate() {
+            let _ = std::fs::remove_file(work.join("state/meta.redb"));
+            let started = std::time::Instant::now();
+            let out = Command::new(&sluice)
+                .args(["run", "--quiet", "--config"])
+                .arg(file)
+                .env_remove("RUST_BACKTRACE")
+                .output()
+                .with_context(|| format!("cannot start {}", sluice.display()))?;
+            let secs = started.elapsed().as_secs_f64();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            if !out.status.success() {
+                bail!(
+                    "{} failed: {stdout}{}",
+                    sinks[i].0,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            if round > 0 {
+                times[i].push(secs);
+                if let Some(l) = stdout.lines().find(|l| l.starts_with("sink ")) {
+                    lines[i] = l.to_string();
+                }
+            }
+        }
+    }
+    println!("{rows} rows, datagen (rate 0) -> sink, {runs} alternated runs each");
+    let mut rates = Vec::new();
+    for (i, (name, _)) in sinks.iter().enumerate() {
+        let median = median(&mut times[i]);
+        rates.push(rows as f64 / median);
+        println!(
+            "{name:<22} median {median:>7.2} s {:>10.0} rows/s   {}",
+            rows as f64 / median,
+            lines[i].split(": ").nth(1).unwrap_or("")
+        );
+    }
+    println!(
+        "JavaScript / Rust: {:.3} (whole process, source and pipeline included)",
+        rates[0] / rates[1]
+    );
+    Ok(())
 }
 
 /// `cargo xtask bench-e2e`: see the module docs.

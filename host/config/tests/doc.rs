@@ -193,7 +193,13 @@ fn documented_interface_names_match_the_wit() {
         "{names:?}"
     );
     let mut files = vec![root.join("README.md")];
-    for dir in ["docs", "sdk/rust/src", "sdk/templates/rust"] {
+    for dir in [
+        "docs",
+        "sdk/rust/src",
+        "sdk/templates/rust",
+        "sdk/js/src",
+        "sdk/js/bin",
+    ] {
         for entry in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
             files.push(entry.path());
         }
@@ -217,7 +223,8 @@ fn documented_interface_names_match_the_wit() {
                 }
                 None => (None, rest),
             };
-            if let Some(name) = &name {
+            // An empty name is a template (`sluice:plugin/${kind}@...`).
+            if let Some(name) = name.as_ref().filter(|n| !n.is_empty()) {
                 assert!(
                     names.contains(name),
                     "{}: `sluice:plugin/{name}` is not a world or interface of wit/plugin.wit",

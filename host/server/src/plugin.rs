@@ -18,14 +18,15 @@ pub enum PluginCommand {
         /// Which world the plugin implements.
         #[arg(long, value_parser = ["sink", "filter"], default_value = "sink")]
         kind: String,
-        /// The language of the project.
-        #[arg(long, value_parser = ["rust"], default_value = "rust")]
+        /// The language of the project: `rust` (a crate over sdk/rust) or `js`
+        /// (an ES module over sdk/js, built with componentize-js).
+        #[arg(long, value_parser = ["rust", "js"], default_value = "rust")]
         lang: String,
         /// Where to make the directory (default: the current one).
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// The Rust SDK (`sdk/rust` of a Sluice checkout); default: the one this
-        /// binary was built from.
+        /// The SDK (`sdk/rust` or `sdk/js` of a Sluice checkout); default: the
+        /// one of the checkout this binary was built from.
         #[arg(long)]
         sdk: Option<PathBuf>,
     },
@@ -75,10 +76,10 @@ pub async fn plugin(command: PluginCommand) -> anyhow::Result<()> {
         PluginCommand::New {
             name,
             kind,
-            lang: _,
+            lang,
             dir,
             sdk,
-        } => new(&name, &kind, dir.as_deref(), sdk.as_deref()),
+        } => new(&name, &kind, &lang, dir.as_deref(), sdk.as_deref()),
         PluginCommand::Build { dir, out } => build(&dir, out.as_deref()).map(|_| ()),
         PluginCommand::Test {
             file,
@@ -121,7 +122,13 @@ fn type_name(name: &str) -> String {
         .collect()
 }
 
-fn new(name: &str, kind: &str, dir: Option<&Path>, sdk: Option<&Path>) -> anyhow::Result<()> {
+fn new(
+    name: &str,
+    kind: &str,
+    lang: &str,
+    dir: Option<&Path>,
+    sdk: Option<&Path>,
+) -> anyhow::Result<()> {
     let valid = !name.is_empty()
         && name.len() <= 64
         && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
@@ -133,18 +140,26 @@ fn new(name: &str, kind: &str, dir: Option<&Path>, sdk: Option<&Path>) -> anyhow
             "`{name}` is not a plugin name: start with a letter, then letters, digits, `-` or `_` (at most 64)"
         );
     }
+    let sdk_dir = if lang == "js" { "sdk/js" } else { "sdk/rust" };
     let sdk = match sdk {
         Some(p) => p.to_path_buf(),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk/rust"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(sdk_dir),
     };
     let sdk = sdk.canonicalize().with_context(|| {
         format!(
-            "the Rust SDK is not at {}; pass --sdk with the path of sdk/rust in a Sluice checkout",
+            "the SDK is not at {}; pass --sdk with the path of {sdk_dir} in a Sluice checkout",
             sdk.display()
         )
     })?;
-    if !sdk.join("Cargo.toml").is_file() {
-        bail!("{} is not the Rust SDK (no Cargo.toml)", sdk.display());
+    let marker = if lang == "js" {
+        "package.json"
+    } else {
+        "Cargo.toml"
+    };
+    if !sdk.join(marker).is_file() {
+        bail!("{} is not {sdk_dir} (no {marker})", sdk.display());
     }
     let root = dir.unwrap_or(Path::new(".")).join(name);
     if root.exists() {
@@ -159,25 +174,44 @@ fn new(name: &str, kind: &str, dir: Option<&Path>, sdk: Option<&Path>) -> anyhow
             .replace("{{kind}}", kind)
             .replace("{{sdk}}", &sdk.display().to_string().replace('\\', "/"))
     };
-    let lib = match kind {
-        "sink" => include_str!("../../../sdk/templates/rust/sink.rs.in"),
-        _ => include_str!("../../../sdk/templates/rust/filter.rs.in"),
+    let files: Vec<(&str, &str)> = match (lang, kind) {
+        ("js", "sink") => vec![
+            (
+                "plugin.js",
+                include_str!("../../../sdk/templates/js/sink.js.in"),
+            ),
+            ("sluice.json", JS_PROJECT),
+        ],
+        ("js", _) => vec![
+            (
+                "plugin.js",
+                include_str!("../../../sdk/templates/js/filter.js.in"),
+            ),
+            ("sluice.json", JS_PROJECT),
+        ],
+        (_, kind) => vec![
+            (
+                "Cargo.toml",
+                include_str!("../../../sdk/templates/rust/Cargo.toml.in"),
+            ),
+            (
+                ".cargo/config.toml",
+                include_str!("../../../sdk/templates/rust/cargo-config.toml.in"),
+            ),
+            (
+                ".gitignore",
+                include_str!("../../../sdk/templates/rust/gitignore.in"),
+            ),
+            (
+                "src/lib.rs",
+                if kind == "sink" {
+                    include_str!("../../../sdk/templates/rust/sink.rs.in")
+                } else {
+                    include_str!("../../../sdk/templates/rust/filter.rs.in")
+                },
+            ),
+        ],
     };
-    let files = [
-        (
-            "Cargo.toml",
-            include_str!("../../../sdk/templates/rust/Cargo.toml.in"),
-        ),
-        (
-            ".cargo/config.toml",
-            include_str!("../../../sdk/templates/rust/cargo-config.toml.in"),
-        ),
-        (
-            ".gitignore",
-            include_str!("../../../sdk/templates/rust/gitignore.in"),
-        ),
-        ("src/lib.rs", lib),
-    ];
     for (path, text) in files {
         let path = root.join(path);
         std::fs::create_dir_all(path.parent().expect("a file in the project"))
@@ -185,15 +219,22 @@ fn new(name: &str, kind: &str, dir: Option<&Path>, sdk: Option<&Path>) -> anyhow
         std::fs::write(&path, fill(text))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
+    let test = if lang == "js" {
+        String::new()
+    } else {
+        format!("\n  test natively:  cd {} && cargo test", root.display())
+    };
     println!(
-        "made {kind} `{name}` in {}\n  test natively:  cd {} && cargo test\n  build:          sluice plugin build {}\n  check:          sluice plugin test {}/{name}.wasm",
-        root.display(),
+        "made {kind} `{name}` in {}{test}\n  build:          sluice plugin build {}\n  check:          sluice plugin test {}/{name}.wasm",
         root.display(),
         root.display(),
         root.display()
     );
     Ok(())
 }
+
+/// `sluice.json` of a JavaScript project.
+const JS_PROJECT: &str = "{\n  \"name\": \"{{name}}\",\n  \"kind\": \"{{kind}}\",\n  \"lang\": \"js\",\n  \"entry\": \"plugin.js\",\n  \"sdk\": \"{{sdk}}\"\n}\n";
 
 /// What a project's Cargo.toml says about the plugin.
 struct Project {
@@ -258,6 +299,9 @@ fn ensure_target() {
 }
 
 fn build(dir: &Path, out: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if dir.join("sluice.json").is_file() {
+        return build_js(dir, out);
+    }
     let project = read_project(dir)?;
     ensure_target();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -308,9 +352,14 @@ fn build(dir: &Path, out: Option<&Path>) -> anyhow::Result<PathBuf> {
     };
     std::fs::copy(&wasm, &dest)
         .with_context(|| format!("cannot copy {} to {}", wasm.display(), dest.display()))?;
+    check_built(&dest, project.kind)
+}
+
+/// Loads a built component and says what it is.
+fn check_built(dest: &Path, kind: Option<PluginKind>) -> anyhow::Result<PathBuf> {
     let runtime = PluginRuntime::new(RuntimeConfig::default())?;
-    let (kind, component) = load_any(&runtime, &dest, project.kind)?;
-    let size = std::fs::metadata(&dest).map(|m| m.len()).unwrap_or(0);
+    let (kind, component) = load_any(&runtime, dest, kind)?;
+    let size = std::fs::metadata(dest).map(|m| m.len()).unwrap_or(0);
     println!(
         "{}: ok, implements the {} world, {} KiB, sha256 {}",
         dest.display(),
@@ -318,7 +367,70 @@ fn build(dir: &Path, out: Option<&Path>) -> anyhow::Result<PathBuf> {
         size.div_ceil(1024),
         component.digest()
     );
-    Ok(dest)
+    Ok(dest.to_path_buf())
+}
+
+/// Builds a JavaScript project (`sluice.json`) with the JS SDK's build script.
+fn build_js(dir: &Path, out: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let path = dir.join("sluice.json");
+    let project: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?,
+    )
+    .with_context(|| format!("{} is not valid JSON", path.display()))?;
+    let field = |k: &str| {
+        project[k]
+            .as_str()
+            .map(str::to_string)
+            .with_context(|| format!("{}: `{k}` is missing", path.display()))
+    };
+    let (name, kind, entry, sdk) = (
+        field("name")?,
+        field("kind")?,
+        field("entry")?,
+        field("sdk")?,
+    );
+    let kind = match kind.as_str() {
+        "sink" => PluginKind::Sink,
+        "filter" => PluginKind::Filter,
+        other => bail!(
+            "{}: kind = {other:?}; use \"sink\" or \"filter\"",
+            path.display()
+        ),
+    };
+    let sdk = PathBuf::from(sdk);
+    if !sdk
+        .join("node_modules/@bytecodealliance/componentize-js")
+        .is_dir()
+    {
+        bail!(
+            "the JS SDK's packages are not installed; run `npm ci` in {}",
+            sdk.display()
+        );
+    }
+    let dest = match out {
+        Some(p) => p.to_path_buf(),
+        None => dir.join(format!("{name}.wasm")),
+    };
+    let status = Command::new("node")
+        .arg(sdk.join("bin/build.mjs"))
+        .arg(dir.join(&entry))
+        .args([
+            "--kind",
+            if kind == PluginKind::Sink {
+                "sink"
+            } else {
+                "filter"
+            },
+            "--out",
+        ])
+        .arg(&dest)
+        .status()
+        .context("cannot run node; install Node.js 20 or later")?;
+    if !status.success() {
+        bail!("the build failed (its messages are above)");
+    }
+    check_built(&dest, Some(kind))
 }
 
 /// Loads `path` as `kind`, or as whichever world it implements.

@@ -1767,6 +1767,33 @@ fn a_sink_made_with_plugin_new_builds_passes_plugin_test_and_runs_in_a_server() 
     let (ok, text) = sluice(&["plugin", "test", wasm.to_str().unwrap(), "--kind", "filter"]);
     assert!(!ok && text.contains("filter"), "{text}");
 
+    // The same in JavaScript: `plugin new --lang js`, built with sdk/js.
+    let (ok, text) = sluice(&[
+        "plugin",
+        "new",
+        "--lang",
+        "js",
+        "--kind",
+        "sink",
+        "--dir",
+        root,
+        "js-counter",
+    ]);
+    assert!(ok, "{text}");
+    let js = dir.path().join("js-counter");
+    let (ok, text) = sluice(&["plugin", "build", js.to_str().unwrap()]);
+    assert!(ok, "{text}");
+    assert!(text.contains("implements the sink world"), "{text}");
+    let js_wasm = js.join("js-counter.wasm");
+    let (ok, text) = sluice(&[
+        "plugin",
+        "test",
+        js_wasm.to_str().unwrap(),
+        "--rows",
+        "2000",
+    ]);
+    assert!(ok && text.contains("all 7 checks passed"), "{text}");
+
     let server = Server::start(&dir.path().join("server"), &[]);
     let up = server.json(&[
         "plugin",

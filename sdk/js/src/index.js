@@ -84,17 +84,25 @@ export const FLAG_REPLAY = 1;
 export const FLAG_SPLIT = 2;
 
 const utf8 = new TextDecoder('utf-8');
-const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
-const MIN_SAFE = -MAX_SAFE;
-
-// A bigint as a number when a double holds it exactly.
-function num(v) {
-  return v <= MAX_SAFE && v >= MIN_SAFE ? Number(v) : v;
-}
-
-function isAscii(bytes) {
-  for (let i = 0; i < bytes.length; i++) if (bytes[i] > 0x7f) return false;
-  return true;
+// 64-bit integers as numbers where a double holds them exactly (BigInts
+// otherwise): read as 32-bit halves, without BigInt arithmetic for the
+// common case.
+function int64s(list, signed) {
+  const n = list.length;
+  const out = new Array(n);
+  const words = new Int32Array(list.buffer, list.byteOffset, n * 2);
+  for (let i = 0; i < n; i++) {
+    const lo = words[2 * i] >>> 0;
+    const hi = words[2 * i + 1];
+    if (hi === 0) {
+      out[i] = lo;
+    } else if (signed ? hi >= -2097152 && hi < 2097152 : hi > 0 && hi < 2097152) {
+      out[i] = hi * 4294967296 + lo;
+    } else {
+      out[i] = list[i];
+    }
+  }
+  return out;
 }
 
 // One column of one image, decoded once: every value as JS, or null.
@@ -106,7 +114,8 @@ function decodeColumn(column, data) {
   switch (v.tag) {
     case 'int64':
     case 'uint64':
-      values = Array.from(v.val, column.ty === 'boolean' ? (x) => x !== 0n : num);
+      values = int64s(v.val, v.tag === 'int64');
+      if (column.ty === 'boolean') values = values.map((x) => x !== 0);
       break;
     case 'float64':
       values = Array.from(v.val);
@@ -117,12 +126,16 @@ function decodeColumn(column, data) {
       values = new Array(Math.max(n, 0));
       if (column.ty === 'blob') {
         for (let i = 0; i < n; i++) values[i] = bytes.subarray(offsets[i], offsets[i + 1]);
-      } else if (isAscii(bytes)) {
-        // One decode for the whole column: byte offsets are character offsets.
-        const text = utf8.decode(bytes);
-        for (let i = 0; i < n; i++) values[i] = text.slice(offsets[i], offsets[i + 1]);
       } else {
-        for (let i = 0; i < n; i++) values[i] = utf8.decode(bytes.subarray(offsets[i], offsets[i + 1]));
+        // One decode for the whole column; when it is all ASCII (as long in
+        // UTF-16 units as in bytes: the host sends valid UTF-8) byte offsets
+        // are character offsets.
+        const text = utf8.decode(bytes);
+        if (text.length === bytes.length) {
+          for (let i = 0; i < n; i++) values[i] = text.slice(offsets[i], offsets[i + 1]);
+        } else {
+          for (let i = 0; i < n; i++) values[i] = utf8.decode(bytes.subarray(offsets[i], offsets[i + 1]));
+        }
       }
       break;
     }
@@ -154,32 +167,70 @@ export class TableView {
   }
   /** Each row: `{ op, commitTs, txnId, seq, replay, flags, before, after }`;
    * images are objects from column name to value (null for NULL). */
+  /** Each row, a `Row`, in batch order. */
   *rows() {
-    const b = this.batch;
+    const ops = this.batch.ops;
+    const after = this.batch.after.length ? this._image('after') : null;
+    const before = this.batch.before.length ? this._image('before') : null;
     const names = this.schema.columns.map((c) => c.name);
-    const after = b.after.length ? this._image('after') : [];
-    const before = b.before.length ? this._image('before') : [];
     let a = 0;
     let o = 0;
-    for (let i = 0; i < b.ops.length; i++) {
-      const op = OPS[b.ops[i]];
-      const image = (cols, at) => {
-        const row = {};
-        for (let c = 0; c < names.length; c++) row[names[c]] = cols[c][at];
-        return row;
-      };
-      const row = {
-        op,
-        commitTs: b.commitTs[i],
-        txnId: b.txnId[i],
-        seq: b.rowSeq[i],
-        flags: b.rowFlags[i],
-        replay: (b.rowFlags[i] & FLAG_REPLAY) !== 0,
-        before: op === 'insert' ? null : image(before, o++),
-        after: op === 'delete' ? null : image(after, a++),
-      };
-      yield row;
+    for (let i = 0; i < ops.length; i++) {
+      const code = ops[i];
+      yield new Row(this.batch, names, i, code, code === 0 ? -1 : o++, code === 2 ? -1 : a++, before, after);
     }
+  }
+}
+
+function imageOf(names, cols, at) {
+  const row = {};
+  for (let c = 0; c < names.length; c++) row[names[c]] = cols[c][at];
+  return row;
+}
+
+/** One row change. Images are objects from column name to value (null for
+ * NULL), made when first read. */
+export class Row {
+  constructor(batch, names, index, code, beforeAt, afterAt, before, after) {
+    this._b = batch;
+    this._names = names;
+    this.index = index;
+    this._code = code;
+    this._beforeAt = beforeAt;
+    this._afterAt = afterAt;
+    this._before = before;
+    this._after = after;
+    this._beforeImage = undefined;
+    this._afterImage = undefined;
+  }
+  /** `'insert'`, `'update'` or `'delete'`. */
+  get op() { return OPS[this._code]; }
+  /** The transaction's commit ts (a BigInt). */
+  get commitTs() { return this._b.commitTs[this.index]; }
+  /** The transaction's identity (a BigInt), the same each time it is delivered. */
+  get txnId() { return this._b.txnId[this.index]; }
+  /** The row's place among its transaction's changes. */
+  get seq() { return this._b.rowSeq[this.index]; }
+  /** The row's flags (`FLAG_REPLAY`, `FLAG_SPLIT`, ...). */
+  get flags() { return this._b.rowFlags[this.index]; }
+  /** Delivered again after a restart, retry or swap. */
+  get replay() { return (this._b.rowFlags[this.index] & FLAG_REPLAY) !== 0; }
+  /** The image before the change (updates and deletes), else null. */
+  get before() {
+    if (this._beforeAt < 0) return null;
+    if (this._beforeImage === undefined) this._beforeImage = imageOf(this._names, this._before, this._beforeAt);
+    return this._beforeImage;
+  }
+  /** The image after the change (inserts and updates), else null. */
+  get after() {
+    if (this._afterAt < 0) return null;
+    if (this._afterImage === undefined) this._afterImage = imageOf(this._names, this._after, this._afterAt);
+    return this._afterImage;
+  }
+  /** Value of column `c` (by index) of the after image, or of the before
+   * image for a delete: no object is made. */
+  value(c) {
+    return this._afterAt >= 0 ? this._after[c][this._afterAt] : this._before[c][this._beforeAt];
   }
 }
 
