@@ -678,6 +678,18 @@ fn the_javascript_example_sink_reads_every_value_the_generator_made() {
         "the JS build failed (run `npm ci` in sdk/js): {}",
         out_text(&out.stderr)
     );
+    // The SDK's own tests of its row reader, in Node (bin/test.mjs).
+    let unit = Command::new("node")
+        .arg(root.join("sdk/js/bin/test.mjs"))
+        .arg(root.join("sdk/js/test/reader.test.js"))
+        .output()
+        .unwrap();
+    let text = out_text(&unit.stdout);
+    assert!(
+        unit.status.success() && text.contains("# pass 3") && text.contains("# fail 0"),
+        "{text}{}",
+        out_text(&unit.stderr)
+    );
     let test = sluice(&["plugin", "test", wasm.to_str().unwrap(), "--rows", "3000"]);
     assert!(
         out_text(&test.stdout).contains("all 7 checks passed"),
