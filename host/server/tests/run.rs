@@ -530,54 +530,41 @@ fn flaky_receiver() -> (
 
     let taken: Arc<Mutex<Vec<Json>>> = Arc::default();
     let requests = Arc::new(AtomicU64::new(0));
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let addr = listener.local_addr().unwrap();
     let events = taken.clone();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let handler = move |body: axum::body::Bytes| {
-                let events = events.clone();
-                let n = requests.fetch_add(1, Ordering::SeqCst);
-                async move {
-                    // A fixed pattern over the first 60 requests, so a failure
-                    // reproduces; every later request is taken. Three failures in
-                    // a row (40 to 42) outlast the sink's own two retries, so the
-                    // host replays from the checkpoint.
-                    let mode = match n {
-                        40..=42 => 3,
-                        0..60 => n % 10,
-                        _ => 0,
-                    };
-                    if mode == 3 {
-                        return http::StatusCode::SERVICE_UNAVAILABLE;
-                    }
-                    if mode == 6 {
-                        return http::StatusCode::TOO_MANY_REQUESTS;
-                    }
-                    let body: Json = serde_json::from_slice(&body).expect("a JSON body");
-                    assert_eq!(body["changefeed"], "run/webhook");
-                    events
-                        .lock()
-                        .unwrap()
-                        .extend(body["events"].as_array().unwrap().iter().cloned());
-                    if mode == 8 {
-                        // Taken, but answered after the sink gave up waiting.
-                        tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
-                    }
-                    http::StatusCode::OK
-                }
+    let handler = move |body: axum::body::Bytes| {
+        let events = events.clone();
+        let n = requests.fetch_add(1, Ordering::SeqCst);
+        async move {
+            // A fixed pattern over the first 60 requests, so a failure
+            // reproduces; every later request is taken. Three failures in
+            // a row (40 to 42) outlast the sink's own two retries, so the
+            // host replays from the checkpoint.
+            let mode = match n {
+                40..=42 => 3,
+                0..60 => n % 10,
+                _ => 0,
             };
-            let app = axum::Router::new().route("/hook", axum::routing::post(handler));
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    (addr, taken)
+            if mode == 3 {
+                return http::StatusCode::SERVICE_UNAVAILABLE;
+            }
+            if mode == 6 {
+                return http::StatusCode::TOO_MANY_REQUESTS;
+            }
+            let body: Json = serde_json::from_slice(&body).expect("a JSON body");
+            assert_eq!(body["changefeed"], "run/webhook");
+            events
+                .lock()
+                .unwrap()
+                .extend(body["events"].as_array().unwrap().iter().cloned());
+            if mode == 8 {
+                // Taken, but answered after the sink gave up waiting.
+                tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+            }
+            http::StatusCode::OK
+        }
+    };
+    let app = axum::Router::new().route("/hook", axum::routing::post(handler));
+    (common::serve_http(app), taken)
 }
 
 #[test]

@@ -1912,26 +1912,13 @@ fn line_receiver() -> (
     std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 ) {
     let bodies: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let addr = listener.local_addr().unwrap();
     let kept = bodies.clone();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let app = axum::Router::new().route(
-                "/cdc",
-                axum::routing::post(move |body: String| {
-                    kept.lock().unwrap().push(body);
-                    async { http::StatusCode::NO_CONTENT }
-                }),
-            );
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    (addr, bodies)
+    let app = axum::Router::new().route(
+        "/cdc",
+        axum::routing::post(move |body: String| {
+            kept.lock().unwrap().push(body);
+            async { http::StatusCode::NO_CONTENT }
+        }),
+    );
+    (common::serve_http(app), bodies)
 }

@@ -299,19 +299,14 @@ impl SinkWebhook {
             return Ok(());
         }
         self.body.extend_from_slice(b"]}");
-        let mut body = std::mem::replace(&mut self.body, self.head.clone());
+        let body = std::mem::replace(&mut self.body, self.head.clone());
         let mut unflagged = std::mem::take(&mut self.unflagged);
         self.events = 0;
         let pending = std::mem::take(&mut self.pending_rows);
+        let mut request = self.request.clone().body(body);
         let mut attempt = 0;
         loop {
-            let sent = self
-                .request
-                .clone()
-                .body(body.clone())
-                .send()
-                .and_then(|r| r.error_for_status());
-            match sent {
+            match request.send().and_then(|r| r.error_for_status()) {
                 Ok(_) => break,
                 Err(e) if e.is_retryable() && attempt < self.retries => {
                     attempt += 1;
@@ -322,6 +317,7 @@ impl SinkWebhook {
                     host::counter_add("retries", 1);
                     // The receiver may have taken the events: they go again
                     // flagged, as a replay from the host would be.
+                    let body = request.body_mut();
                     for at in unflagged.drain(..) {
                         body[at..at + 5].copy_from_slice(b"true ");
                     }

@@ -253,6 +253,19 @@ export function* tables(batch) {
   for (const t of batch.tables) yield new TableView(schemaOf(t), t);
 }
 
+// `validateConfig` and `open` of either world: options parsed, checked by
+// `impl.validate`, then the instance state from `impl.open`.
+function configured(impl, setState) {
+  return {
+    validateConfig: guarded((text) => { impl.validate?.(parseConfig(text)); }),
+    open: guarded((text) => {
+      const config = parseConfig(text);
+      impl.validate?.(config);
+      setState(impl.open(config));
+    }),
+  };
+}
+
 /**
  * The `sinkApi` export of a sink. `impl` has `open(config)` returning the sink
  * state object with `write(tables)`, `flush(ts)` and optionally `applyDdl(ddl)`
@@ -266,12 +279,7 @@ export function sink(impl) {
     return state;
   };
   return {
-    validateConfig: guarded((text) => { impl.validate?.(parseConfig(text)); }),
-    open: guarded((text) => {
-      const config = parseConfig(text);
-      impl.validate?.(config);
-      state = impl.open(config);
-    }),
+    ...configured(impl, (s) => { state = s; }),
     write: guarded((batch) => {
       remember(batch);
       need().write(tables(batch));
@@ -294,12 +302,7 @@ export function sink(impl) {
 export function filter(impl) {
   let state = null;
   return {
-    validateConfig: guarded((text) => { impl.validate?.(parseConfig(text)); }),
-    open: guarded((text) => {
-      const config = parseConfig(text);
-      impl.validate?.(config);
-      state = impl.open(config);
-    }),
+    ...configured(impl, (s) => { state = s; }),
     transform: guarded((batch) => {
       if (!state) throw new FatalError('the host called the filter before open');
       remember(batch);

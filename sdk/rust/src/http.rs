@@ -182,6 +182,11 @@ impl Request {
         &self.body
     }
 
+    /// The body, to change in place (say, before sending the request again).
+    pub fn body_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.body
+    }
+
     /// The timeout.
     pub fn timeout_value(&self) -> Duration {
         self.timeout

@@ -192,3 +192,22 @@ pub fn chaos_rounds(what: &str, rounds_var: &str, default: usize) -> (usize, imp
     };
     (rounds, random)
 }
+
+/// Serves `app` on a private port from a thread of its own (a receiver for
+/// sinks that speak HTTP); returns its address.
+pub fn serve_http(app: axum::Router) -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    addr
+}
