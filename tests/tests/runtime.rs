@@ -241,6 +241,26 @@ async fn loads_of_the_same_bytes_share_one_compiled_component_while_held() {
     assert!(again.shares_code_with(&twice));
 }
 
+/// A growth past the quota is refused, not trapped: a guest that can do
+/// without it (a garbage-collected engine collects) keeps its instance.
+#[tokio::test]
+async fn a_guest_that_survives_a_refused_growth_keeps_its_instance() {
+    let rt = runtime();
+    let mut sink = misbehave(&rt, "try-oom", "", |s| s.limits.memory_bytes = 16 << 20);
+    for _ in 0..3 {
+        let (schemas, mut batch) = sample();
+        sink.write(&schemas, &mut batch)
+            .await
+            .expect("the guest went on without the memory");
+    }
+    let stats = sink.stats();
+    assert_eq!(stats.stops.load(Ordering::Relaxed), 0);
+    assert_eq!(stats.instantiations.load(Ordering::Relaxed), 1);
+    // At least one per write (the allocator may ask more than once).
+    assert!(stats.memory_refusals.load(Ordering::Relaxed) >= 3);
+    assert!(stats.peak_memory_bytes.load(Ordering::Relaxed) <= 16 << 20);
+}
+
 #[tokio::test]
 async fn allocating_past_the_memory_quota_stops_the_instance() {
     let rt = runtime();
@@ -250,9 +270,15 @@ async fn allocating_past_the_memory_quota_stops_the_instance() {
         panic!("{err:?}")
     };
     assert!(reason.starts_with("memory quota exceeded"), "{reason}");
-    assert!(reason.ends_with("its quota is 16777216 bytes"), "{reason}");
+    // The growth was refused (memory.grow gave -1); the Rust guest cannot
+    // go on without it and traps, which stops the instance.
+    assert!(
+        reason.contains("its quota is 16777216 bytes; the instance then trapped"),
+        "{reason}"
+    );
     assert!(err.is_retryable());
     assert_eq!(sink.stats().stops.load(Ordering::Relaxed), 1);
+    assert!(sink.stats().memory_refusals.load(Ordering::Relaxed) >= 1);
     host_still_serves(&rt, &mut sink).await;
 }
 

@@ -127,6 +127,36 @@ fn describe(
     Ok(info)
 }
 
+/// Fill an unset memory quota of `plugin` with what its uploaded component
+/// declares it needs (the registry keeps it from the upload), so that the
+/// quota stored, charged to the tenant and given to the instances is one.
+async fn resolve_memory(
+    node: &Node,
+    tenant: &str,
+    plugin: &mut sluice_config::PluginConfig<PluginId>,
+) -> Result<(), Status> {
+    if plugin.limits.memory.is_some() {
+        return Ok(());
+    }
+    let declared = node
+        .registry
+        .get(tenant, &plugin.plugin)
+        .await
+        .map_err(registry_status)?
+        .and_then(|r| r.declared_memory);
+    plugin.limits.resolve_memory(declared);
+    Ok(())
+}
+
+/// [`resolve_memory`] of every plugin of a changefeed.
+async fn resolve_feed_memory(node: &Node, info: &mut ChangefeedInfo) -> Result<(), Status> {
+    let tenant = info.id.tenant().to_string();
+    for plugin in info.config.plugins_mut() {
+        resolve_memory(node, &tenant, plugin).await?;
+    }
+    Ok(())
+}
+
 /// The changefeed a request names, in the tenant `caller` may `access`
 /// (its own when the request names none).
 fn changefeed_id(
@@ -575,7 +605,8 @@ impl ChangefeedService for Api {
         let id = changefeed_id(&caller, r.id.as_ref(), Access::Write)?;
         let start_ts = CommitTs::new(r.start_ts);
         not_future("start-ts", start_ts)?;
-        let info = describe(&self.node, &id, &r.config_toml, start_ts, ts(r.target_ts))?;
+        let mut info = describe(&self.node, &id, &r.config_toml, start_ts, ts(r.target_ts))?;
+        resolve_feed_memory(&self.node, &mut info).await?;
         let _turn = self.node.feed_turns.enter(id.tenant()).await;
         self.admit(
             id.tenant(),
@@ -624,7 +655,8 @@ impl ChangefeedService for Api {
             None => target_ts,
             Some(t) => ts(t),
         };
-        let info = describe(&self.node, &id, &r.config_toml, start_ts, target_ts)?;
+        let mut info = describe(&self.node, &id, &r.config_toml, start_ts, target_ts)?;
+        resolve_feed_memory(&self.node, &mut info).await?;
         let _turn = self.node.feed_turns.enter(id.tenant()).await;
         self.admit(
             id.tenant(),
@@ -648,7 +680,8 @@ impl ChangefeedService for Api {
         let r = request.into_inner();
         let current = self.node.owner.snapshot().get(&id).map_err(status)?;
         let running = &current.changefeed.info.config;
-        let ask = swap_ask(running, &r, by)?;
+        let mut ask = swap_ask(running, &r, by)?;
+        resolve_memory(&self.node, id.tenant(), &mut ask.to).await?;
         let swapped = self.within_limits(running, ask.role, &ask.to)?;
         let _turn = self.node.feed_turns.enter(id.tenant()).await;
         let info = &current.changefeed.info;
@@ -681,7 +714,9 @@ impl ChangefeedService for Api {
             sluice_owner::PluginRole::Sink => &running.sink,
             sluice_owner::PluginRole::Filter(i) => &running.filters[i],
         };
-        let candidate = plugin_table(live, &r.plugin, &r.table_toml, "table_toml", &role.key())?;
+        let mut candidate =
+            plugin_table(live, &r.plugin, &r.table_toml, "table_toml", &role.key())?;
+        resolve_memory(&self.node, id.tenant(), &mut candidate).await?;
         self.within_limits(running, role, &candidate)?;
         let ask = sluice_owner::ShadowAsk {
             role,

@@ -620,6 +620,12 @@ fn plugin_series(f: &mut Families, (tenant, name): (&str, &str), plugins: &Plugi
             stats.peak_memory_bytes.load(Ordering::Relaxed) as f64,
         );
         f.counter(
+            "sluice_plugin_memory_refusals_total",
+            "Linear memory growths refused at the plugin's memory quota.",
+            &pl,
+            stats.memory_refusals.load(Ordering::Relaxed) as f64,
+        );
+        f.counter(
             "sluice_plugin_traps_total",
             "Instances stopped by a trap, quota or timeout.",
             &pl,

@@ -108,7 +108,7 @@ pub(crate) fn feed_footprint(
         .map(|(_, p)| p)
         .chain(shadow.map(|(c, _)| c));
     for p in plugins {
-        usage.plugin_memory = usage.plugin_memory.saturating_add(p.limits.memory.0);
+        usage.plugin_memory = usage.plugin_memory.saturating_add(p.limits.memory_bytes());
         usage.sql_connections = usage.sql_connections.saturating_add(
             p.limits
                 .sql_connections

@@ -24,7 +24,7 @@ pub fn plugin_settings<P: Display>(
         changefeed: changefeed.to_string(),
         config_json: plugin.config_json(),
         limits: sluice_runtime::PluginLimits {
-            memory_bytes: limits.memory.0,
+            memory_bytes: limits.memory_bytes(),
             call_timeout: Duration::from_millis(limits.call_timeout_ms),
             host_call_timeout: Duration::from_millis(limits.host_call_timeout_ms),
             max_batch_bytes: None,

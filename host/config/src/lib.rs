@@ -39,7 +39,7 @@ pub use filter::{EventFilterRule, FilterConfig};
 pub use limits::ServerLimits;
 pub use name::{IdError, MAX_NAME_LEN, NameKind, PluginId, validate_name};
 pub use pipeline::PipelineConfig;
-pub use plugin::{Capabilities, DataDir, GrantedHost, Limits, PluginConfig};
+pub use plugin::{Capabilities, DEFAULT_MEMORY, DataDir, GrantedHost, Limits, PluginConfig};
 pub use source::{
     DatagenConfig, Mix, MysqlConfig, SourceConfig, StartPosition, redact_secrets, redact_url,
 };

@@ -125,9 +125,11 @@ pub(crate) fn check_plugin_name(
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Limits {
-    /// Linear memory quota, e.g. `"64MiB"` or a number of bytes.
-    #[serde(default = "default_memory")]
-    pub memory: ByteSize,
+    /// Linear memory quota, e.g. `"64MiB"` or a number of bytes. Unset: what
+    /// the plugin declares it needs (a `sluice:limits` section, see
+    /// [`Limits::resolve_memory`]), else [`DEFAULT_MEMORY`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<ByteSize>,
     /// CPU time one call may take, in milliseconds.
     #[serde(default = "default_call_timeout")]
     pub call_timeout_ms: u64,
@@ -144,9 +146,8 @@ pub struct Limits {
     pub sql_connections: u64,
 }
 
-fn default_memory() -> ByteSize {
-    ByteSize(64 << 20)
-}
+/// The memory quota of a plugin that declares no need and is given none.
+pub const DEFAULT_MEMORY: u64 = 64 << 20;
 fn default_call_timeout() -> u64 {
     5_000
 }
@@ -163,7 +164,7 @@ fn default_sql_connections() -> u64 {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            memory: default_memory(),
+            memory: None,
             call_timeout_ms: default_call_timeout(),
             host_call_timeout_ms: default_host_call_timeout(),
             max_resources: default_max_resources(),
@@ -173,19 +174,33 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// The memory quota in bytes: as given, else [`DEFAULT_MEMORY`] (a
+    /// plugin's declared need is filled in by [`Limits::resolve_memory`]
+    /// once the plugin is known).
+    pub fn memory_bytes(&self) -> u64 {
+        self.memory.map_or(DEFAULT_MEMORY, |m| m.0)
+    }
+
+    /// Fill an unset memory quota with what the plugin declares it needs
+    /// (`declared`, read from its `sluice:limits` section), never below
+    /// [`DEFAULT_MEMORY`] and within the quota's range; a quota the config
+    /// gives is kept. Resolved once, where the changefeed is made, so that
+    /// what a tenant is charged is what its instances get.
+    pub fn resolve_memory(&mut self, declared: Option<u64>) {
+        if self.memory.is_none() {
+            let bytes = declared.unwrap_or(0).clamp(DEFAULT_MEMORY, MAX_MEMORY);
+            self.memory = Some(ByteSize(bytes));
+        }
+    }
+
     /// Every quota against its range; `at` names the plugin table.
     pub fn validate(&self, at: &str) -> Result<(), ConfigError> {
-        if self.memory.0 < MIN_MEMORY {
-            return invalid!(
-                "{at}.limits.memory is {} bytes; give a plugin at least 1MiB",
-                self.memory.0
-            );
+        let memory = self.memory_bytes();
+        if memory < MIN_MEMORY {
+            return invalid!("{at}.limits.memory is {memory} bytes; give a plugin at least 1MiB");
         }
-        if self.memory.0 > MAX_MEMORY {
-            return invalid!(
-                "{at}.limits.memory is {} bytes; at most 4GiB",
-                self.memory.0
-            );
+        if memory > MAX_MEMORY {
+            return invalid!("{at}.limits.memory is {memory} bytes; at most 4GiB");
         }
         for (key, value) in [
             ("call-timeout-ms", self.call_timeout_ms),

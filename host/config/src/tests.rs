@@ -66,7 +66,7 @@ fn parses_a_complete_changefeed_for_sluice_run() {
     assert_eq!(run.plugin_dir, PathBuf::from("target/plugins"));
     assert_eq!(run.data_dir, PathBuf::from(".sluice"));
     let feed = &run.feed;
-    assert_eq!(feed.sink.limits.memory, ByteSize(32 << 20));
+    assert_eq!(feed.sink.limits.memory, Some(ByteSize(32 << 20)));
     assert_eq!(feed.sink.config_json(), r#"{"dir":"out"}"#);
     assert_eq!(
         feed.sink.capabilities.data_dir,

@@ -616,7 +616,7 @@ mod tests {
              would finish at once; choose a later target ts"
         );
         let mut info = updated_info();
-        info.config.sink.limits.memory = sluice_config::ByteSize(0);
+        info.config.sink.limits.memory = Some(sluice_config::ByteSize(0));
         assert_eq!(
             msg(info),
             "sink.limits.memory is 0 bytes; give a plugin at least 1MiB"

@@ -36,6 +36,10 @@ pub struct PluginRecord {
     pub size_bytes: u64,
     /// When it was uploaded, milliseconds since the Unix epoch.
     pub uploaded_at_ms: u64,
+    /// The linear memory the plugin declares it needs (its `sluice:limits`
+    /// section): the quota of a changefeed that gives none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared_memory: Option<u64>,
 }
 
 /// Why a registry request failed, grouped by what the caller does next.
@@ -220,13 +224,14 @@ impl PluginRegistry {
         if let Some(existing) = self.get(tenant, id).await? {
             return same_upload(existing, id, &sha256, kind);
         }
-        {
+        let declared_memory = {
             // Checks the world and precompiles into the runtime's cache;
             // compiling takes a while, so off the async workers, and in the
             // tenant's turn: no lock that another tenant's request needs is
             // held meanwhile.
             let _turn = self.compiles.enter(tenant).await;
-            self.runtime
+            let component = self
+                .runtime
                 .load_in_background(kind, bytes.to_vec())
                 .await
                 .map_err(|source| RegistryError::Io {
@@ -237,7 +242,8 @@ impl PluginRegistry {
                     world: world_name(kind),
                     source,
                 })?;
-        }
+            component.declared_memory()
+        };
         let _one_at_a_time = self.changes.lock().await;
         // The file first, then the record (the commit point): a crash between
         // the two leaves a file no record names, never a record without a file.
@@ -254,6 +260,7 @@ impl PluginRegistry {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
+            declared_memory,
         };
         let put = Txn::new()
             .when(std::iter::once(Compare::absent(&key)).chain(self.guard.get().cloned()))

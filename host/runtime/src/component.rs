@@ -71,6 +71,8 @@ pub struct PluginComponent {
     pub(crate) kind: PluginKind,
     pub(crate) digest: String,
     pub(crate) pre: Arc<Pre>,
+    /// The memory the plugin declares it needs (its `sluice:limits` section).
+    pub(crate) declared_memory: Option<u64>,
 }
 
 impl std::fmt::Debug for PluginComponent {
@@ -94,6 +96,8 @@ impl PluginComponent {
         if bytes[4..8] == [1, 0, 0, 0] {
             return Err(LoadError::CoreModule);
         }
+        let declared_memory =
+            crate::declared::declared_memory(bytes).map_err(LoadError::Invalid)?;
         let inner = &runtime.inner;
         let engine = &inner.engine;
         let digest = digest(bytes);
@@ -106,6 +110,7 @@ impl PluginComponent {
                 kind,
                 digest,
                 pre,
+                declared_memory,
             });
         }
         let cached = inner.cache.as_ref().and_then(|c| c.get(engine, &digest));
@@ -187,7 +192,15 @@ impl PluginComponent {
             kind,
             digest,
             pre,
+            declared_memory,
         })
+    }
+
+    /// The linear memory the plugin declares it needs, in bytes (its
+    /// `sluice:limits` section): the default quota of a changefeed that gives
+    /// none (`sluice_config::Limits::resolve_memory`).
+    pub fn declared_memory(&self) -> Option<u64> {
+        self.declared_memory
     }
 
     /// The world this plugin implements.

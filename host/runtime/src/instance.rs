@@ -156,9 +156,12 @@ impl<B> Slot<B> {
                 self.install(store, bindings, stderr);
                 Ok(())
             }
-            Some(Ok((_, Err(e)))) => {
-                Err(PluginError::Stopped(format!("instantiation failed: {e:#}")))
-            }
+            Some(Ok((store, Err(e)))) => Err(PluginError::Stopped(
+                match store.data().quota.exceeded.as_deref() {
+                    Some(quota) => format!("instantiation failed: {quota}"),
+                    None => format!("instantiation failed: {e:#}"),
+                },
+            )),
             Some(Err(_)) => Err(PluginError::Stopped(format!(
                 "instantiation took longer than {timeout:?}"
             ))),
@@ -275,10 +278,18 @@ impl<B> Slot<B> {
     /// After a successful call, the instance's linear memory and the host objects
     /// it holds are counted against its memory quota together.
     pub(crate) fn settle<T>(&mut self, outcome: Outcome<T>) -> Result<T, PluginError> {
+        if let Some(live) = &mut self.live {
+            let refused = std::mem::take(&mut live.store.data_mut().quota.refused);
+            self.stats
+                .memory_refusals
+                .fetch_add(refused, Ordering::Relaxed);
+        }
         match outcome {
             Ok(Ok(Ok(value))) => {
                 if let Some(live) = &mut self.live {
                     let state = live.store.data_mut();
+                    // A refused growth the guest got over is no stop reason.
+                    state.quota.exceeded = None;
                     let (linear, host) = (state.quota.used, state.host_bytes());
                     self.stats
                         .peak_memory_bytes
@@ -325,7 +336,11 @@ impl<B> Slot<B> {
     fn stop_reason(&self, err: &wasmtime::Error) -> String {
         let live = self.live.as_ref();
         if let Some(msg) = live.and_then(|l| l.store.data().quota.exceeded.clone()) {
-            return msg;
+            // The guest could not go on without the memory it was refused.
+            return match err.downcast_ref::<Trap>() {
+                Some(trap) => format!("{msg}; the instance then trapped: {trap}"),
+                None => format!("{msg}; the instance then failed: {err}"),
+            };
         }
         if let Some(wasmtime::component::ResourceTableError::Full) =
             err.downcast_ref::<wasmtime::component::ResourceTableError>()

@@ -17,6 +17,7 @@ mod cache;
 mod component;
 mod config;
 mod convert;
+mod declared;
 mod error;
 mod filter;
 mod instance;
@@ -33,6 +34,7 @@ pub use component::{CONTRACT_VERSION, PluginComponent, PluginKind};
 pub use config::{
     Capabilities, DEFAULT_CACHE_MAX_BYTES, PluginLimits, PluginSettings, RuntimeConfig, reaches,
 };
+pub use declared::{LIMITS_SECTION, with_declared_memory};
 pub use error::{LoadError, RuntimeError};
 pub use filter::WasmFilter;
 pub use runtime::PluginRuntime;

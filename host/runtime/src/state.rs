@@ -89,6 +89,10 @@ pub struct PluginStats {
     pub stops: AtomicU64,
     /// Largest linear memory sum seen in one instance, in bytes.
     pub peak_memory_bytes: AtomicU64,
+    /// Linear memory growths refused at the quota (`memory.grow` gave the
+    /// guest -1). A guest with a garbage collector collects and goes on; one
+    /// that cannot allocate traps, and that stop is counted in `stops`.
+    pub memory_refusals: AtomicU64,
     /// `host.log` lines dropped by the rate and volume limit.
     pub log_dropped: AtomicU64,
     /// The changefeed's checkpoint as last saved (`host.saved-checkpoint`).
@@ -163,7 +167,10 @@ impl PluginStats {
 pub(crate) struct MemoryQuota {
     limit: u64,
     pub(crate) used: u64,
+    /// Why the last growth was refused: the stop reason if the call traps.
     pub(crate) exceeded: Option<String>,
+    /// Growths refused since the last call settled.
+    pub(crate) refused: u64,
 }
 
 impl ResourceLimiter for MemoryQuota {
@@ -180,8 +187,13 @@ impl ResourceLimiter for MemoryQuota {
                 self.used + grow,
                 self.limit
             );
-            self.exceeded = Some(msg.clone());
-            return Err(wasmtime::Error::msg(msg));
+            // Refused, not trapped: `memory.grow` returns -1, as a memory at
+            // its maximum does. A guest that can free memory (a JavaScript
+            // engine runs its garbage collector) goes on; one that cannot
+            // traps, and the stop is reported with this reason.
+            self.exceeded = Some(msg);
+            self.refused += 1;
+            return Ok(false);
         }
         self.used += grow;
         Ok(true)
@@ -480,6 +492,7 @@ impl PluginState {
                     limit: settings.limits.memory_bytes,
                     used: 0,
                     exceeded: None,
+                    refused: 0,
                 },
                 cpu: CpuBudget::default(),
                 log_budget: LogBudget::new(),

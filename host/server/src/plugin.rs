@@ -504,6 +504,10 @@ async fn test(
     settings.changefeed = "default/plugin-test".into();
     settings.capabilities.http_allow = allow_http;
     settings.capabilities.tcp_allow = allow_tcp;
+    // The quota a changefeed that gives none would get.
+    let mut limits = sluice_config::Limits::default();
+    limits.resolve_memory(component.declared_memory());
+    settings.limits.memory_bytes = limits.memory_bytes();
     let (dir, temporary) = match data_dir {
         Some(d) => (d, false),
         None => (
@@ -515,11 +519,17 @@ async fn test(
         settings.capabilities.data_dir = Some(dir.clone());
     }
     println!(
-        "{}: testing as a {} with {} generated rows in batches of {}",
+        "{}: testing as a {} with {} generated rows in batches of {}, memory quota {} MiB{}",
         file.display(),
         kind.world(),
         options.rows,
-        options.batch_rows
+        options.batch_rows,
+        settings.limits.memory_bytes >> 20,
+        if component.declared_memory().is_some() {
+            " (declared by the plugin)"
+        } else {
+            ""
+        }
     );
     let report = match kind {
         PluginKind::Sink => sluice_compliance::check_sink(&component, &settings, options).await,

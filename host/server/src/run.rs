@@ -20,7 +20,7 @@ use sluice_config::{DataDir, PluginConfig, RunConfig};
 pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyhow::Result<()> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let file = RunConfig::parse(&text)
+    let mut file = RunConfig::parse(&text)
         .with_context(|| format!("invalid changefeed file {}", path.display()))?;
     let plugin_dir = plugin_dir.unwrap_or_else(|| file.plugin_dir.clone());
     check_private_dirs(&file)?;
@@ -29,8 +29,9 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
         ..RuntimeConfig::default()
     })?;
 
+    let run_id = run_id(&file);
     let mut filters = Vec::new();
-    for (i, section) in file.feed.filters.iter().enumerate() {
+    for (i, section) in file.feed.filters.iter_mut().enumerate() {
         let at = format!("filters[{i}]");
         let file_path = section.resolve(&plugin_dir);
         let component = runtime
@@ -38,14 +39,15 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
             .with_context(|| {
                 format!("{at}.plugin `{}` ({})", section.plugin, file_path.display())
             })?;
-        let mut filter = WasmFilter::new(component, settings(section, &run_id(&file)))?;
+        section.limits.resolve_memory(component.declared_memory());
+        let mut filter = WasmFilter::new(component, settings(section, &run_id))?;
         filter
             .validate_config()
             .await
             .with_context(|| format!("{at}.config was rejected by `{}`", section.plugin))?;
         filters.push(filter);
     }
-    let sink_section = &file.feed.sink;
+    let sink_section = &mut file.feed.sink;
     let sink_path = sink_section.resolve(&plugin_dir);
     let component = runtime
         .load_file(PluginKind::Sink, &sink_path)
@@ -56,7 +58,10 @@ pub async fn run(path: &Path, plugin_dir: Option<PathBuf>, quiet: bool) -> anyho
                 sink_path.display()
             )
         })?;
-    let mut sink = WasmSink::new(component, settings(sink_section, &run_id(&file)))?;
+    sink_section
+        .limits
+        .resolve_memory(component.declared_memory());
+    let mut sink = WasmSink::new(component, settings(sink_section, &run_id))?;
     sink.validate_config()
         .await
         .with_context(|| format!("sink.config was rejected by `{}`", sink_section.plugin))?;
@@ -340,10 +345,14 @@ fn plugin_line(out: &mut String, role: &str, name: &str, stats: &sluice_runtime:
         .collect();
     let _ = writeln!(
         out,
-        "{role} {name}: instances {}, stopped {}, peak memory {} KiB{}{}",
+        "{role} {name}: instances {}, stopped {}, peak memory {} KiB{}{}{}",
         stats.instantiations.load(Ordering::Relaxed),
         stats.stops.load(Ordering::Relaxed),
         stats.peak_memory_bytes.load(Ordering::Relaxed) / 1024,
+        match stats.memory_refusals.load(Ordering::Relaxed) {
+            0 => String::new(),
+            n => format!(" ({n} growths refused at the quota)"),
+        },
         if counters.is_empty() {
             String::new()
         } else {

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// sluice-js-build ENTRY.js --kind sink|filter [--out FILE.wasm] [--wit DIR]
+// sluice-js-build ENTRY.js --kind sink|filter [--out FILE.wasm] [--wit DIR] [--memory-mib N]
 //
 // Bundles ENTRY.js with what it imports (esbuild; `sluice:*` and `wasi:*`
 // imports stay imports) and makes a WebAssembly component of it for the
@@ -11,6 +11,25 @@ import { writeFile } from 'node:fs/promises';
 import { dirname, resolve, basename } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+// `bytes` with a custom section `sluice:limits` holding `text` appended (a
+// component may end with custom sections).
+function withLimits(bytes, text) {
+  const leb = (n) => {
+    const out = [];
+    do {
+      let b = n & 0x7f;
+      n >>>= 7;
+      if (n) b |= 0x80;
+      out.push(b);
+    } while (n);
+    return out;
+  };
+  const enc = new TextEncoder();
+  const name = enc.encode('sluice:limits');
+  const payload = [...leb(name.length), ...name, ...enc.encode(text)];
+  return Buffer.concat([Buffer.from(bytes), Buffer.from([0, ...leb(payload.length), ...payload])]);
+}
+
 const args = process.argv.slice(2);
 const flag = (name) => {
   const i = args.indexOf(name);
@@ -20,12 +39,18 @@ const flag = (name) => {
   return v;
 };
 const kind = flag('--kind') ?? 'sink';
+const memory = Number(flag('--memory-mib') ?? 128);
+if (!Number.isInteger(memory) || memory < 1 || memory > 4096) {
+  console.error('--memory-mib must be a whole number of MiB from 1 to 4096');
+  process.exit(2);
+}
 const here = dirname(fileURLToPath(import.meta.url));
 const wit = resolve(flag('--wit') ?? resolve(here, '../../../wit'));
+const outFlag = flag('--out');
 const entry = args[0];
-const out = flag('--out') ?? (entry && basename(entry).replace(/\.[cm]?[jt]s$/, '') + '.wasm');
+const out = outFlag ?? (entry && basename(entry).replace(/\.[cm]?[jt]s$/, '') + '.wasm');
 if (!entry || !['sink', 'filter'].includes(kind)) {
-  console.error('usage: sluice-js-build ENTRY.js --kind sink|filter [--out FILE.wasm] [--wit DIR]');
+  console.error('usage: sluice-js-build ENTRY.js --kind sink|filter [--out FILE.wasm] [--wit DIR] [--memory-mib N]');
   process.exit(2);
 }
 const started = Date.now();
@@ -44,5 +69,9 @@ const { component } = await componentize(bundle.outputFiles[0].text, {
   worldName: `sluice:plugin/${kind}@0.2.0`,
   disableFeatures: ['fetch-event'],
 });
-await writeFile(out, component);
-console.error(`${out}: ${(component.length / 1048576).toFixed(1)} MiB component for the ${kind} world in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+// The memory the engine needs at the pipeline's batch sizes, declared in a
+// `sluice:limits` custom section: the host's default quota for this plugin
+// when a changefeed gives none (its garbage collector lets the heap grow to
+// about 80 MiB before it collects; see README.md, "Memory and speed").
+await writeFile(out, withLimits(component, `memory = ${memory * 1048576}\n`));
+console.error(`${out}: ${(component.length / 1048576).toFixed(1)} MiB component for the ${kind} world (declares memory = ${memory} MiB) in ${((Date.now() - started) / 1000).toFixed(1)} s`);

@@ -165,8 +165,15 @@ export class TableView {
     }
     return this[key];
   }
-  /** Each row: `{ op, commitTs, txnId, seq, replay, flags, before, after }`;
-   * images are objects from column name to value (null for NULL). */
+  /** Every value of column `c` (an index into `schema.columns`) of one image
+   * (`'after'`, the default, or `'before'`), decoded once per batch: the
+   * values of the rows that have that image, in batch order. The fastest way
+   * to read a batch: no object per row. */
+  column(c, image = 'after') {
+    if (image !== 'after' && image !== 'before') throw new TypeError(`image must be 'after' or 'before', not ${image}`);
+    if (!(c >= 0 && c < this.schema.columns.length)) throw new RangeError(`no column ${c} in ${this.schema.tableName}`);
+    return this.batch[image].length ? this._image(image)[c] : [];
+  }
   /** Each row, a `Row`, in batch order. */
   *rows() {
     const ops = this.batch.ops;

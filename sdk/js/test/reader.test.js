@@ -84,3 +84,29 @@ test('counters land in the host stub', () => {
   assert.equal(h.flush(7), null);
   assert.deepEqual(counters(), { flushed: 12n });
 });
+
+test('a column reads as one array per image, without a row object', () => {
+  let got = null;
+  const h = new SinkHarness(sink({
+    open() {
+      return {
+        write(tables) {
+          for (const t of tables) {
+            got = {
+              ids: t.column(0), texts: t.column(4), before: t.column(0, 'before'), oks: t.column(9),
+            };
+            assert.throws(() => t.column(10), RangeError);
+            assert.throws(() => t.column(0, 'middle'), TypeError);
+          }
+        },
+        flush() {},
+      };
+    },
+  }));
+  const b = new TableBatchBuilder(every);
+  b.insert(1, [1, 0, 0, '0', 'a', new Uint8Array(0), 0, 0, 'null', true]);
+  b.update(2, [1, 0, 0, '0', 'a', null, 0, 0, null, true], [1, 0, 0, '0', null, null, 0, 0, null, false]);
+  b.delete(3, [2, 0, 0, '0', 'ü', null, 0, 0, null, null]);
+  assert.equal(h.write([every], [b.finish()]), null);
+  assert.deepEqual(got, { ids: [1, 1], texts: ['a', null], before: [1, 2], oks: [true, false] });
+});

@@ -786,6 +786,61 @@ fn the_readme_commands_need_no_token_set_up_on_one_machine() {
     server.stop();
 }
 
+/// A plugin that declares the memory it needs (a `sluice:limits` section, as
+/// sdk/js's build writes) gets that quota in a changefeed that sets none, and
+/// the tenant is charged it; a quota in the config wins.
+#[test]
+fn a_declared_memory_is_the_quota_a_changefeed_gets_and_is_charged() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"), &[]);
+    server.json(&["tenant", "create", "acme"]);
+    let bytes = std::fs::read(sluice_tests::plugin_path("sink-blackhole")).unwrap();
+    let declared = dir.path().join("needy.wasm");
+    std::fs::write(
+        &declared,
+        sluice_runtime::with_declared_memory(&bytes, 96 << 20),
+    )
+    .unwrap();
+    let (ok, _, err) = server.cli(&[
+        "--tenant",
+        "acme",
+        "plugin",
+        "upload",
+        declared.to_str().unwrap(),
+        "--id",
+        "needy@1.0.0",
+        "--kind",
+        "sink",
+    ]);
+    assert!(ok, "{err}");
+    let feed = |name: &str, limits: &str| {
+        let file = crate::common::write_file(
+            dir.path(),
+            name,
+            &format!(
+                "[source]\ntype = \"datagen\"\ntotal-rows = 0\nrate = 10\n\n[sink]\nplugin = \"needy@1.0.0\"\n{limits}"
+            ),
+        );
+        server.json(&[
+            "--tenant",
+            "acme",
+            "changefeed",
+            "create",
+            "-c",
+            name,
+            "--config",
+            file.to_str().unwrap(),
+        ]);
+    };
+    feed("unset", "");
+    let held = server.json(&["tenant", "get", "acme"]);
+    assert_eq!(held["plugin-memory"].as_u64(), Some(96 << 20), "{held}");
+    feed("given", "[sink.limits]\nmemory = \"32MiB\"\n");
+    let held = server.json(&["tenant", "get", "acme"]);
+    assert_eq!(held["plugin-memory"].as_u64(), Some(128 << 20), "{held}");
+    server.stop();
+}
+
 #[test]
 fn each_tenant_quota_refuses_what_passes_it_and_use_returns_to_zero() {
     let dir = tempfile::tempdir().unwrap();

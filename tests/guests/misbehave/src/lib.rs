@@ -49,6 +49,19 @@ impl Sink for Misbehave {
                     hog.push(chunk);
                 }
             }
+            "try-oom" => {
+                // Asks for more than its quota without aborting (as a garbage
+                // collector does: a refused growth makes it collect), then
+                // goes on with what it has.
+                let mut hog: Vec<u8> = Vec::new();
+                match hog.try_reserve_exact(1 << 30) {
+                    Ok(()) => Err(Error::fatal("ALLOWED: reserved 1 GiB")),
+                    Err(_) => {
+                        hog.extend_from_slice(&[1u8; 4096]);
+                        Ok(())
+                    }
+                }
+            }
             "loop" => {
                 let mut x = 0u64;
                 loop {
