@@ -643,6 +643,83 @@ http = ["{addr}"]
     assert!(events.len() > TOTAL as usize && replayed >= events.len() - TOTAL as usize);
 }
 
+/// The JavaScript webhook example (`examples/sink-js-webhook`), which makes
+/// its requests with the JS SDK's blocking HTTP (src/http.js over wasi:http),
+/// delivers every row to a receiver that answers 503 now and then: each 503
+/// is a retryable error, the host delivers the rows again, and a row seen
+/// twice is flagged replay the second time.
+#[test]
+fn the_javascript_webhook_sink_delivers_every_row_through_failures() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    const TOTAL: u64 = 5_000;
+    let root = workspace_root();
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("sink-js-webhook.wasm");
+    let out = Command::new("node")
+        .arg(root.join("sdk/js/bin/build.mjs"))
+        .arg(root.join("examples/sink-js-webhook/sink.js"))
+        .args(["--kind", "sink", "--out"])
+        .arg(&wasm)
+        .output()
+        .expect("node runs (`cargo xtask test` installs Node.js and sdk/js's packages)");
+    assert!(out.status.success(), "{}", out_text(&out.stderr));
+
+    let taken: Arc<Mutex<Vec<Json>>> = Arc::default();
+    let requests = Arc::new(AtomicU64::new(0));
+    let events = taken.clone();
+    let handler = move |headers: http::HeaderMap, body: axum::body::Bytes| {
+        let n = requests.fetch_add(1, Ordering::SeqCst);
+        let events = events.clone();
+        async move {
+            assert_eq!(headers["authorization"], "Bearer js-token");
+            if n < 40 && n % 9 == 4 {
+                return http::StatusCode::SERVICE_UNAVAILABLE;
+            }
+            let body: Json = serde_json::from_slice(&body).expect("a JSON body");
+            events
+                .lock()
+                .unwrap()
+                .extend(body["events"].as_array().unwrap().iter().cloned());
+            http::StatusCode::OK
+        }
+    };
+    let addr = common::serve_http(axum::Router::new().route("/in", axum::routing::post(handler)));
+    let config = quickstart_in(dir.path(), |t| {
+        t.remove("filters");
+        t["source"]
+            .as_table_mut()
+            .unwrap()
+            .insert("total-rows".into(), (TOTAL as i64).into());
+        let sink: toml::Table = toml::from_str(&format!(
+            "plugin = {:?}\n[config]\nurl = \"http://{addr}/in?k=v\"\nbearer-token = \"js-token\"\n[capabilities]\nhttp = [\"{addr}\"]\n",
+            wasm.to_str().unwrap()
+        ))
+        .unwrap();
+        t.insert("sink".into(), sink.into());
+    });
+    let out = sluice(&["run", "--quiet", "--config", config.to_str().unwrap()]);
+    let stdout = out_text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", out_text(&out.stderr));
+    let events = taken.lock().unwrap();
+    let mut seen: std::collections::HashMap<String, usize> = Default::default();
+    for e in events.iter() {
+        let id = e["id"].as_str().unwrap().to_string();
+        let before = seen.entry(id.clone()).or_default();
+        if *before > 0 {
+            assert_eq!(e["replay"], true, "{id} delivered again unflagged");
+        }
+        *before += 1;
+    }
+    assert_eq!(seen.len(), TOTAL as usize, "distinct rows received");
+    assert!(
+        seen.keys().all(|id| id.starts_with("run/")),
+        "ids name the changefeed"
+    );
+    // The 503s made the host deliver rows again.
+    assert!(events.len() > TOTAL as usize, "{} events", events.len());
+}
+
 /// The JavaScript example sink (`examples/sink-js`), built with the JS SDK's
 /// build script, passes `sluice plugin test` and reads every value of a
 /// `sluice run` exactly: its counts of rows, non-NULL values and text
@@ -677,7 +754,7 @@ fn the_javascript_example_sink_reads_every_value_the_generator_made() {
     assert!(
         unit.status.success()
             && text.contains("sdk/js/types matches wit/plugin.wit")
-            && text.contains("# pass 6")
+            && text.contains("# pass 8")
             && text.contains("# fail 0"),
         "{text}{}",
         out_text(&unit.stderr)

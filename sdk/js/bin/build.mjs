@@ -45,7 +45,10 @@ if (!Number.isInteger(memory) || memory < 1 || memory > 4096) {
   process.exit(2);
 }
 const here = dirname(fileURLToPath(import.meta.url));
-const wit = resolve(flag('--wit') ?? resolve(here, '../../../wit'));
+const witFlag = flag('--wit');
+// sdk/js/wit: the contract's worlds with outbound HTTP (src/http.js).
+const wit = resolve(witFlag ?? resolve(here, '../wit'));
+const world = witFlag ? `sluice:plugin/${kind}@0.2.0` : `sluice:js/${kind}`;
 const outFlag = flag('--out');
 const entry = args[0];
 const out = outFlag ?? (entry && basename(entry).replace(/\.[cm]?[jt]s$/, '') + '.wasm');
@@ -66,7 +69,7 @@ const bundle = await build({
 console.error(`bundled ${entry} (${bundle.outputFiles[0].contents.length} bytes); making the component...`);
 const { component } = await componentize(bundle.outputFiles[0].text, {
   witPath: wit,
-  worldName: `sluice:plugin/${kind}@0.2.0`,
+  worldName: world,
   disableFeatures: ['fetch-event'],
 });
 // The memory the engine needs at the pipeline's batch sizes, declared in a

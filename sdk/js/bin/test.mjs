@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const stub = resolve(here, '../src/host-stub.js');
+const httpStub = resolve(here, '../src/wasi-http-stub.js');
 const files = process.argv.slice(2);
 if (files.length === 0) {
   console.error('usage: sluice-js-test FILE.test.js...');
@@ -31,6 +32,7 @@ for (const file of files) {
       name: 'sluice-host-stub',
       setup(b) {
         b.onResolve({ filter: /^sluice:plugin\/host@/ }, () => ({ path: stub }));
+        b.onResolve({ filter: /^wasi:http\// }, () => ({ path: httpStub }));
       },
     }],
   });

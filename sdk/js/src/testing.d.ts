@@ -38,3 +38,16 @@ export function counters(): Record<string, bigint>;
 export function gauges(): Record<string, number>;
 /** Clear counters and gauges; set what `host.changefeed()` and `host.savedCheckpoint()` return. */
 export function reset(changefeedName?: string, checkpoint?: bigint): void;
+
+/** A request as a test's `mockHttp` sees it. */
+export interface MockRequest {
+  method: string;
+  url: URL;
+  headers: Record<string, string>;
+  body: Uint8Array;
+}
+
+/** Answer the plugin's HTTP requests (src/http.js) in Node tests; `null` removes the mock. */
+export function mockHttp(
+  respond: ((request: MockRequest) => { status: number; headers?: Record<string, string>; body?: string | Uint8Array }) | null,
+): void;

@@ -2,6 +2,34 @@
 // shape and drive a plugin's exports as the host does (schemas sent once per
 // instance). Run test files with `node sdk/js/bin/test.mjs FILE.test.js`.
 export { counters, gauges, reset } from 'sluice:plugin/host@0.2.0';
+import { setTransport } from './http.js';
+
+/**
+ * Answer the plugin's HTTP requests (src/http.js) with `respond(request)`,
+ * where `request` is `{ method, url, headers, body }` (`url` a URL, `body`
+ * bytes) and the answer `{ status, headers?, body? }` (a string or bytes).
+ * Throwing `{ payload: { tag: 'HTTP-request-denied' } }` or another
+ * wasi:http error code acts as the host would. `mockHttp(null)` removes it.
+ */
+export function mockHttp(respond) {
+  if (!respond) { setTransport(null); return; }
+  setTransport((req) => {
+    let answer;
+    try {
+      answer = respond({ method: req.method, url: req.url, headers: req.headers, body: req.body });
+    } catch (e) {
+      if (e && e.payload && typeof e.payload.tag === 'string') {
+        const err = new Error(e.payload.tag);
+        err.transport = e.payload;
+        throw err;
+      }
+      throw e;
+    }
+    const body = answer.body === undefined ? new Uint8Array(0)
+      : typeof answer.body === 'string' ? new TextEncoder().encode(answer.body) : answer.body;
+    return { status: answer.status, headers: answer.headers ?? {}, body };
+  });
+}
 
 const CARRIER = {
   int: 'int64', uint: 'uint64', float: 'float64', decimal: 'bytes', text: 'bytes',
