@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// sluice-js-build ENTRY.js --kind sink|filter [--out FILE.wasm] [--wit DIR] [--memory-mib N]
+// sluice-js-build ENTRY.js --kind sink|filter [--out FILE.wasm] [--wit DIR] [--memory-mib N] [--aot [--weval PATH]]
 //
 // Bundles ENTRY.js with what it imports (esbuild; `sluice:*` and `wasi:*`
 // imports stay imports) and makes a WebAssembly component of it for the
@@ -39,6 +39,12 @@ const flag = (name) => {
   return v;
 };
 const kind = flag('--kind') ?? 'sink';
+// Ahead-of-time compilation of the engine's interpreter for this script
+// (componentize-js's `enableAot`, with weval): `--aot`, with the weval binary
+// from `--weval PATH` or $SLUICE_WEVAL, else the one componentize-js downloads.
+const aot = args.includes('--aot');
+if (aot) args.splice(args.indexOf('--aot'), 1);
+const wevalBin = flag('--weval') ?? process.env.SLUICE_WEVAL;
 const memory = Number(flag('--memory-mib') ?? 128);
 if (!Number.isInteger(memory) || memory < 1 || memory > 4096) {
   console.error('--memory-mib must be a whole number of MiB from 1 to 4096');
@@ -53,7 +59,7 @@ const outFlag = flag('--out');
 const entry = args[0];
 const out = outFlag ?? (entry && basename(entry).replace(/\.[cm]?[jt]s$/, '') + '.wasm');
 if (!entry || !['sink', 'filter'].includes(kind)) {
-  console.error('usage: sluice-js-build ENTRY.js --kind sink|filter [--out FILE.wasm] [--wit DIR] [--memory-mib N]');
+  console.error('usage: sluice-js-build ENTRY.js --kind sink|filter [--out FILE.wasm] [--wit DIR] [--memory-mib N] [--aot [--weval PATH]]');
   process.exit(2);
 }
 const started = Date.now();
@@ -71,6 +77,7 @@ const { component } = await componentize(bundle.outputFiles[0].text, {
   witPath: wit,
   worldName: world,
   disableFeatures: ['fetch-event'],
+  ...(aot ? { enableAot: true, ...(wevalBin ? { wevalBin } : {}) } : {}),
 });
 // The memory the engine needs at the pipeline's batch sizes, declared in a
 // `sluice:limits` custom section: the host's default quota for this plugin
