@@ -182,16 +182,18 @@ impl ResourceLimiter for MemoryQuota {
     ) -> wasmtime::Result<bool> {
         let grow = desired.saturating_sub(current) as u64;
         if self.used + grow > self.limit {
-            let msg = format!(
-                "memory quota exceeded: the instance asked for {} bytes of linear memory in all, its quota is {} bytes",
-                self.used + grow,
-                self.limit
-            );
             // Refused, not trapped: `memory.grow` returns -1, as a memory at
             // its maximum does. A guest that can free memory (a JavaScript
             // engine runs its garbage collector) goes on; one that cannot
-            // traps, and the stop is reported with this reason.
-            self.exceeded = Some(msg);
+            // traps, and the stop is reported with this reason (made once per
+            // call: a guest may ask again and again).
+            if self.exceeded.is_none() {
+                self.exceeded = Some(format!(
+                    "memory quota exceeded: the instance asked for {} bytes of linear memory in all, its quota is {} bytes",
+                    self.used + grow,
+                    self.limit
+                ));
+            }
             self.refused += 1;
             return Ok(false);
         }

@@ -643,6 +643,26 @@ http = ["{addr}"]
     assert!(events.len() > TOTAL as usize && replayed >= events.len() - TOTAL as usize);
 }
 
+/// `examples/NAME/sink.js` built into `dir/NAME.wasm` with the JS SDK's build
+/// script (`cargo xtask test` installs Node.js and sdk/js's packages).
+fn build_js_example(dir: &Path, name: &str) -> PathBuf {
+    let root = workspace_root();
+    let wasm = dir.join(format!("{name}.wasm"));
+    let out = Command::new("node")
+        .arg(root.join("sdk/js/bin/build.mjs"))
+        .arg(root.join(format!("examples/{name}/sink.js")))
+        .args(["--kind", "sink", "--out"])
+        .arg(&wasm)
+        .output()
+        .expect("node runs (`cargo xtask test` installs Node.js and sdk/js's packages)");
+    assert!(
+        out.status.success(),
+        "the JS build failed (run `npm ci` in sdk/js): {}",
+        out_text(&out.stderr)
+    );
+    wasm
+}
+
 /// The JavaScript webhook example (`examples/sink-js-webhook`), which makes
 /// its requests with the JS SDK's blocking HTTP (src/http.js over wasi:http),
 /// delivers every row to a receiver that answers 503 now and then: each 503
@@ -653,17 +673,8 @@ fn the_javascript_webhook_sink_delivers_every_row_through_failures() {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Arc, Mutex};
     const TOTAL: u64 = 5_000;
-    let root = workspace_root();
     let dir = tempfile::tempdir().unwrap();
-    let wasm = dir.path().join("sink-js-webhook.wasm");
-    let out = Command::new("node")
-        .arg(root.join("sdk/js/bin/build.mjs"))
-        .arg(root.join("examples/sink-js-webhook/sink.js"))
-        .args(["--kind", "sink", "--out"])
-        .arg(&wasm)
-        .output()
-        .expect("node runs (`cargo xtask test` installs Node.js and sdk/js's packages)");
-    assert!(out.status.success(), "{}", out_text(&out.stderr));
+    let wasm = build_js_example(dir.path(), "sink-js-webhook");
 
     let taken: Arc<Mutex<Vec<Json>>> = Arc::default();
     let requests = Arc::new(AtomicU64::new(0));
@@ -729,19 +740,7 @@ fn the_javascript_example_sink_reads_every_value_the_generator_made() {
     const TOTAL: u64 = 20_000;
     let root = workspace_root();
     let dir = tempfile::tempdir().unwrap();
-    let wasm = dir.path().join("sink-js.wasm");
-    let out = Command::new("node")
-        .arg(root.join("sdk/js/bin/build.mjs"))
-        .arg(root.join("examples/sink-js/sink.js"))
-        .args(["--kind", "sink", "--out"])
-        .arg(&wasm)
-        .output()
-        .expect("node runs (`cargo xtask test` installs Node.js and sdk/js's packages)");
-    assert!(
-        out.status.success(),
-        "the JS build failed (run `npm ci` in sdk/js): {}",
-        out_text(&out.stderr)
-    );
+    let wasm = build_js_example(dir.path(), "sink-js");
     // The SDK's own tests (`npm test`): its TypeScript types against the WIT
     // and by tsc over a TypeScript sink, then the row reader and that sink in
     // Node (bin/test.mjs).

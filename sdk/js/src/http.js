@@ -182,7 +182,9 @@ export function request(url, options = {}) {
   // A known length (not chunked): every HTTP/1.1 server reads it.
   headers['content-length'] = String(body.length);
   const timeoutMs = options.timeoutMs ?? 30000;
-  if (!(Number.isInteger(timeoutMs) && timeoutMs > 0)) throw new ConfigError(`${what}: timeoutMs must be a positive whole number`);
+  if (!(Number.isInteger(timeoutMs) && timeoutMs >= 1 && timeoutMs <= 600_000)) {
+    throw new ConfigError(`${what}: timeoutMs is ${timeoutMs}; it must be a whole number of milliseconds from 1 to 600000`);
+  }
   let r;
   try {
     r = transport({ method, url: parsed, what, headers, body, timeoutMs });

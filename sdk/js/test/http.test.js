@@ -51,4 +51,7 @@ test('statuses and transport failures become the contract errors, URLs without q
   mockHttp(null);
   assert.throws(() => request('ftp://x/y'), /only http and https/);
   assert.throws(() => request('not a url'), /not a URL/);
+  for (const timeoutMs of [0, -1, 1.5, 1e20, NaN]) {
+    assert.throws(() => request('http://x/', { timeoutMs }), /timeoutMs is .*from 1 to 600000/);
+  }
 });
